@@ -1,0 +1,77 @@
+"""Arrival policies: how the interpreter picks the next input of an EagerMerge.
+
+The interpreter has no clock, so "the input whose chunk arrives first" must be chosen by a policy.
+A policy sees the indices of the inputs that currently hold a token and returns one of them. The
+simulator and the hardware use real arrival times instead.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+__all__ = ["ArrivalPolicy", "FixedOrder", "LowestIndexFirst", "RandomArrival", "RoundRobin"]
+
+
+class ArrivalPolicy:
+    """Chooses among ready inputs. Subclasses implement :meth:`choose`; ``fresh`` gives per-node state."""
+
+    def fresh(self) -> ArrivalPolicy:
+        """A copy with clean state, one per EagerMerge node."""
+        return type(self)()
+
+    def choose(self, ready: Sequence[int], n_inputs: int) -> int | None:  # pragma: no cover
+        """Return the index to take next, or ``None`` to wait for another input."""
+        raise NotImplementedError
+
+
+class LowestIndexFirst(ArrivalPolicy):
+    """Take the ready input with the lowest index (the default)."""
+
+    def choose(self, ready: Sequence[int], n_inputs: int) -> int | None:
+        return min(ready)
+
+
+class RoundRobin(ArrivalPolicy):
+    """Take the first ready input after the one taken last."""
+
+    def __init__(self):
+        self._last = -1
+
+    def choose(self, ready: Sequence[int], n_inputs: int) -> int | None:
+        self._last = min(ready, key=lambda i: (i - self._last - 1) % n_inputs)
+        return self._last
+
+
+class RandomArrival(ArrivalPolicy):
+    """Take a ready input uniformly at random (seeded, so runs repeat)."""
+
+    def __init__(self, seed: int = 0):
+        self.seed = seed
+        self._rng = random.Random(seed)
+
+    def fresh(self) -> RandomArrival:
+        return RandomArrival(self.seed)
+
+    def choose(self, ready: Sequence[int], n_inputs: int) -> int | None:
+        return self._rng.choice(sorted(ready))
+
+
+class FixedOrder(ArrivalPolicy):
+    """Take inputs in a given order, waiting for each one; after the list, lowest index first."""
+
+    def __init__(self, order: Sequence[int]):
+        self.order = list(order)
+        self._pos = 0
+
+    def fresh(self) -> FixedOrder:
+        return FixedOrder(self.order)
+
+    def choose(self, ready: Sequence[int], n_inputs: int) -> int | None:
+        if self._pos >= len(self.order):
+            return min(ready)
+        want = self.order[self._pos]
+        if want in ready:
+            self._pos += 1
+            return want
+        return None

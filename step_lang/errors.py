@@ -1,0 +1,58 @@
+"""Errors a STeP user can hit.
+
+Every message names the operator (kind and node name), the port, and the offending shapes or values,
+so that a failing graph points at the line that built it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "StepDeadlock",
+    "StepError",
+    "StepGraphError",
+    "StepRuntimeError",
+    "StepTypeError",
+    "StepValueError",
+]
+
+
+class StepError(Exception):
+    """Base class of every error raised by the STeP toolkit."""
+
+
+class StepTypeError(StepError, TypeError):
+    """An operator was constructed with inputs or parameters its type rules reject."""
+
+
+class StepValueError(StepError, ValueError):
+    """A value handed to the toolkit (a tensor, a token list, a parameter) is malformed."""
+
+
+class StepGraphError(StepError):
+    """A graph is not well formed (unbound feedback, unconsumed output, foreign stream, ...)."""
+
+
+class StepRuntimeError(StepError):
+    """Data seen while executing a graph contradicts its declared types or an operator's contract."""
+
+
+class StepDeadlock(StepError):
+    """Execution stopped before every node finished and no node can make progress.
+
+    Attributes:
+        blocked: mapping of node name to a description of what it waits for.
+        queues: mapping of edge name to the number of tokens it holds.
+    """
+
+    def __init__(self, message: str, *, blocked: dict[str, str], queues: dict[str, int]):
+        super().__init__(message)
+        self.blocked = blocked
+        self.queues = queues
+
+
+def op_message(kind: str, name: str, port: str | None, text: str) -> str:
+    """The one format of operator error messages: ``Kind 'name', port 'p': text``."""
+    where = f"{kind} '{name}'"
+    if port is not None:
+        where += f", port '{port}'"
+    return f"{where}: {text}"

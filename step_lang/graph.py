@@ -1,0 +1,304 @@
+"""The graph IR: named nodes, typed streams, off-chip tensors and feedback edges.
+
+Operators (``step_lang.ops``) are :class:`Node` subclasses. Constructing one checks its inputs,
+infers its output :class:`~step_lang.types.StreamType` s and adds it to the graph of its inputs.
+A :class:`Stream` is a handle on one output port. Fan-out is allowed while building; the
+:func:`~step_lang.passes.insert_broadcasts` pass (run by every reader) makes it explicit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import sympy as sp
+
+from .dims import Dim, RaggedSymbol, as_dim, product, ragged, regular, shape_str
+from .errors import StepGraphError, StepTypeError, op_message
+from .types import DType, StreamType, dtype
+
+if TYPE_CHECKING:
+    from .interpret import NodeIO
+
+__all__ = ["Graph", "Node", "OffChipTensor", "Stream"]
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True, eq=False)
+class OffChipTensor:
+    """A named tensor in off-chip memory with a static shape and dtype."""
+
+    graph: Graph
+    name: str
+    shape: tuple[int, ...]
+    dtype: DType
+
+    @property
+    def size_bytes(self) -> int:
+        return int(product(self.shape)) * self.dtype.nbytes
+
+    def __repr__(self) -> str:
+        return f"OffChipTensor({self.name!r}, {list(self.shape)}, {self.dtype})"
+
+
+@dataclass(frozen=True, eq=False)
+class Stream:
+    """Handle on output ``port`` of ``node``."""
+
+    node: Node
+    port: int
+
+    @property
+    def type(self) -> StreamType:
+        return self.node.out_types[self.port]
+
+    @property
+    def shape(self) -> tuple[Dim, ...]:
+        return self.type.shape
+
+    @property
+    def rank(self) -> int:
+        return self.type.rank
+
+    @property
+    def elem(self):
+        return self.type.elem
+
+    @property
+    def graph(self) -> Graph:
+        return self.node.graph
+
+    @property
+    def name(self) -> str:
+        """``node.port_name``, unique in the graph."""
+        return f"{self.node.name}.{self.node.output_names[self.port]}"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Stream) and other.node is self.node and other.port == self.port
+
+    def __hash__(self) -> int:
+        return hash((id(self.node), self.port))
+
+    def __repr__(self) -> str:
+        return f"<Stream {self.name}: {self.type}>"
+
+
+class Node:
+    """Base class of every operator.
+
+    Subclasses validate their inputs in ``__init__`` and finish with :meth:`_finish`. They implement
+    :meth:`execute` (the functional semantics, a generator driven by the interpreter) and the cost
+    hooks :meth:`onchip_bytes` and :meth:`offchip_bytes`.
+    """
+
+    kind: ClassVar[str] = "Node"
+
+    def __init__(self, graph: Graph, name: str | None):
+        if not isinstance(graph, Graph):
+            raise StepTypeError(op_message(type(self).kind, name or "?", None, f"expected a Graph, got {graph!r}"))
+        self.graph = graph
+        self.name = graph._propose_name(self.kind, name)
+        self.inputs: list[Stream] = []
+        self.input_names: list[str] = []
+        self.out_types: list[StreamType] = []
+        self.output_names: list[str] = []
+
+    # -- construction helpers -------------------------------------------------------------------
+
+    def error(self, port: str | None, text: str) -> StepTypeError:
+        """A :class:`StepTypeError` naming this operator and ``port``."""
+        return StepTypeError(op_message(self.kind, self.name, port, text))
+
+    def _stream(self, value: Any, port: str) -> Stream:
+        if not isinstance(value, Stream):
+            raise self.error(port, f"expected a Stream, got {type(value).__name__}")
+        if value.graph is not self.graph:
+            raise self.error(port, f"stream {value.name} belongs to graph '{value.graph.name}', not '{self.graph.name}'")
+        return value
+
+    def _finish(self, inputs: Sequence[tuple[str, Stream]], outputs: Sequence[tuple[str, StreamType]]) -> None:
+        self.input_names = [p for p, _ in inputs]
+        self.inputs = [s for _, s in inputs]
+        self.output_names = [p for p, _ in outputs]
+        self.out_types = [t for _, t in outputs]
+        self.graph._register(self)
+
+    def fresh_regular(self, tag: str) -> sp.Symbol:
+        """A regular symbol named after this node, e.g. ``route_n003``."""
+        return regular(f"{self.name}_{tag}")
+
+    def fresh_ragged(self, tag: str) -> RaggedSymbol:
+        """A ragged symbol named after this node, e.g. ``flat_r0``."""
+        return ragged(f"{self.name}_{tag}")
+
+    # -- accessors ------------------------------------------------------------------------------
+
+    @property
+    def outputs(self) -> list[Stream]:
+        return [Stream(self, i) for i in range(len(self.out_types))]
+
+    @property
+    def out(self) -> Stream:
+        """The only output of a single-output node."""
+        if len(self.out_types) != 1:
+            raise StepGraphError(f"{self.kind} '{self.name}' has {len(self.out_types)} outputs; use .outputs[i]")
+        return Stream(self, 0)
+
+    def output(self, port: str) -> Stream:
+        """The output named ``port``."""
+        try:
+            return Stream(self, self.output_names.index(port))
+        except ValueError:
+            raise StepGraphError(f"{self.kind} '{self.name}' has no output '{port}'; it has {self.output_names}") from None
+
+    def params(self) -> dict[str, Any]:
+        """Parameters shown in DOT export and ``repr``."""
+        return {}
+
+    def __repr__(self) -> str:
+        ps = ", ".join(f"{k}={v}" for k, v in self.params().items())
+        return f"{self.kind}('{self.name}'{', ' + ps if ps else ''})"
+
+    # -- semantics and costs --------------------------------------------------------------------
+
+    def execute(self, io: NodeIO) -> Iterator[Any]:  # pragma: no cover - abstract
+        """Functional semantics as a generator; see :mod:`step_lang.interpret`."""
+        raise NotImplementedError(f"{self.kind} has no functional semantics")
+
+    def onchip_bytes(self, convention: str) -> Dim:
+        """On-chip memory this node needs, under ``"paper"`` or ``"artifact"`` accounting."""
+        return 0
+
+    def offchip_bytes(self, convention: str) -> Dim:
+        """Bytes this node moves between off-chip memory and the chip."""
+        return 0
+
+    def flops(self) -> Dim:
+        """Arithmetic operations this node performs over the whole stream."""
+        return 0
+
+
+class Graph:
+    """A STeP program: nodes, the streams between them and the off-chip tensors they touch."""
+
+    def __init__(self, name: str = "graph"):
+        self.name = name
+        self.nodes: dict[str, Node] = {}
+        self.tensors: dict[str, OffChipTensor] = {}
+        self._counters: dict[str, int] = {}
+
+    # -- building -------------------------------------------------------------------------------
+
+    def tensor(self, name: str, shape: Sequence[int], dtype_: DType | str = "float32") -> OffChipTensor:
+        """Declare a named off-chip tensor (an input, an output or both)."""
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise StepGraphError(f"tensor name must be an identifier, not {name!r}")
+        if name in self.tensors:
+            raise StepGraphError(f"graph '{self.name}' already has a tensor named '{name}'")
+        dims = tuple(as_dim(d, what=f"tensor '{name}' dimension") for d in shape)
+        if not dims or not all(isinstance(d, int) for d in dims):
+            raise StepGraphError(f"tensor '{name}' needs a non-empty static shape, got {shape_str(dims)}")
+        t = OffChipTensor(self, name, dims, dtype(dtype_))
+        self.tensors[name] = t
+        return t
+
+    def _propose_name(self, kind: str, name: str | None) -> str:
+        if name is None:
+            base = kind.lower()
+            n = self._counters.get(base, 0)
+            while f"{base}{n}" in self.nodes:
+                n += 1
+            return f"{base}{n}"
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise StepGraphError(f"{kind}: node name must be an identifier, not {name!r}")
+        if name in self.nodes:
+            raise StepGraphError(f"{kind}: graph '{self.name}' already has a node named '{name}'")
+        return name
+
+    def _register(self, node: Node) -> None:
+        if node.name in self.nodes:
+            raise StepGraphError(f"{node.kind}: graph '{self.name}' already has a node named '{node.name}'")
+        base = node.kind.lower()
+        if node.name.startswith(base) and node.name[len(base) :].isdigit():
+            self._counters[base] = max(self._counters.get(base, 0), int(node.name[len(base) :]) + 1)
+        self.nodes[node.name] = node
+
+    # -- queries --------------------------------------------------------------------------------
+
+    def edges(self) -> list[tuple[Stream, Node, int]]:
+        """Every edge as ``(producer stream, consumer node, consumer input index)``."""
+        return [(s, n, i) for n in self.nodes.values() for i, s in enumerate(n.inputs)]
+
+    def consumers(self, stream: Stream) -> list[tuple[Node, int]]:
+        """The ``(node, input index)`` pairs that read ``stream``."""
+        return [(n, i) for s, n, i in self.edges() if s == stream]
+
+    def topo_order(self) -> list[Node]:
+        """Nodes in a topological order; feedback edges (into ``Feedback`` nodes) are ignored."""
+        indeg = {name: 0 for name in self.nodes}
+        succ: dict[str, list[str]] = {name: [] for name in self.nodes}
+        for s, n, _ in self.edges():
+            if n.kind == "Feedback":
+                continue
+            indeg[n.name] += 1
+            succ[s.node.name].append(n.name)
+        ready = [name for name, d in indeg.items() if d == 0]
+        order: list[Node] = []
+        while ready:
+            name = ready.pop(0)
+            order.append(self.nodes[name])
+            for m in succ[name]:
+                indeg[m] -= 1
+                if indeg[m] == 0:
+                    ready.append(m)
+        if len(order) != len(self.nodes):
+            stuck = sorted(set(self.nodes) - {n.name for n in order})
+            raise StepGraphError(
+                f"graph '{self.name}' has a cycle without a Feedback node through {', '.join(stuck)}"
+            )
+        return order
+
+    def validate(self) -> None:
+        """Check that the graph is complete: feedback bound, every output consumed exactly once or more."""
+        for node in self.nodes.values():
+            if node.kind == "Feedback" and not node.inputs:
+                raise StepGraphError(f"Feedback '{node.name}' is never bound to a stream (call .bind)")
+            for i, s in enumerate(node.inputs):
+                if s.node.graph is not self or self.nodes.get(s.node.name) is not s.node:
+                    raise StepGraphError(
+                        f"{node.kind} '{node.name}', port '{node.input_names[i]}': reads {s.name}, "
+                        f"which is not a node of graph '{self.name}'"
+                    )
+        consumed = {s for s, _, _ in self.edges()}
+        for node in self.nodes.values():
+            for s in node.outputs:
+                if s not in consumed:
+                    raise StepGraphError(
+                        f"{node.kind} '{node.name}', port '{node.output_names[s.port]}': output "
+                        f"{s.type} is never consumed; connect it or drain it with Sink"
+                    )
+        self.topo_order()
+
+    def to_dot(self) -> str:
+        """The graph in Graphviz DOT: one box per node, one edge per stream labelled with its type."""
+        lines = [f'digraph "{self.name}" {{', "  rankdir=TB;", '  node [shape=box, fontname="monospace"];']
+        for node in self.nodes.values():
+            ps = "\\n".join(f"{k}={v}" for k, v in node.params().items())
+            label = f"{node.name}\\n{node.kind}" + (f"\\n{ps}" if ps else "")
+            lines.append(f'  "{node.name}" [label="{_dot_escape(label)}"];')
+        for s, n, i in self.edges():
+            style = ", style=dashed" if n.kind == "Feedback" else ""
+            label = _dot_escape(f"{s.node.output_names[s.port]}→{n.input_names[i]}\\n{s.type}")
+            lines.append(f'  "{s.node.name}" -> "{n.name}" [label="{label}"{style}];')
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def __repr__(self) -> str:
+        return f"Graph({self.name!r}, {len(self.nodes)} nodes, {len(self.tensors)} tensors)"
+
+
+def _dot_escape(text: str) -> str:
+    return text.replace('"', '\\"')

@@ -1,0 +1,253 @@
+"""The functional reference interpreter.
+
+It runs any graph on numpy data as a Kahn process network: every node is a coroutine (its
+:meth:`~step_lang.graph.Node.execute` generator), every edge an unbounded FIFO. Nodes run in turn
+until all have finished; when a full round makes no progress the graph is deadlocked and
+:class:`~step_lang.errors.StepDeadlock` names every blocked node and the queues it waits on.
+Feedback loops and data-dependent routing need nothing special. EagerMerge's choice among ready
+inputs comes from an :class:`~step_lang.arrival.ArrivalPolicy`.
+
+After the run every stream is checked against its declared type (see :mod:`step_lang.observe`),
+which also yields the values the dynamic dims took.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .arrival import ArrivalPolicy, LowestIndexFirst
+from .errors import StepDeadlock, StepRuntimeError, StepValueError, op_message
+from .graph import Graph, Node, OffChipTensor, Stream
+from .observe import Bindings, check_stream
+from .passes import insert_broadcasts
+from .tokens import DONE, Token, from_tokens, to_tokens
+
+__all__ = ["InterpretResult", "NodeIO", "interpret"]
+
+
+class _Channel:
+    """An unbounded FIFO carrying one stream; keeps its history for checking and probes."""
+
+    def __init__(self, stream: Stream):
+        self.stream = stream
+        self.queue: deque[Token] = deque()
+        self.history: list[Token] = []
+        self.closed = False
+
+
+class NodeIO:
+    """What a node's ``execute`` generator sees: its input and output queues and the memory."""
+
+    def __init__(self, run: _Run, node: Node, inputs: list[_Channel], outputs: list[_Channel]):
+        self._run = run
+        self.node = node
+        self.inputs = inputs
+        self.outputs = outputs
+
+    def recv(self, i: int) -> Iterator[str]:
+        """Generator: wait for and pop the next token of input ``i``."""
+        ch = self.inputs[i]
+        while not ch.queue:
+            yield f"input '{self.node.input_names[i]}' ({ch.stream.name})"
+        self._run.moves += 1
+        return ch.queue.popleft()
+
+    def peek(self, i: int) -> Iterator[str]:
+        """Generator: wait for the next token of input ``i`` without popping it."""
+        ch = self.inputs[i]
+        while not ch.queue:
+            yield f"input '{self.node.input_names[i]}' ({ch.stream.name})"
+        return ch.queue[0]
+
+    def has(self, i: int) -> bool:
+        """True if input ``i`` holds a token now."""
+        return bool(self.inputs[i].queue)
+
+    def head(self, i: int) -> Token:
+        """The next token of input ``i`` (which must hold one)."""
+        return self.inputs[i].queue[0]
+
+    def send(self, j: int, token: Token) -> None:
+        """Append a token to output ``j``."""
+        ch = self.outputs[j]
+        if ch.closed:
+            raise StepRuntimeError(op_message(self.node.kind, self.node.name, self.node.output_names[j], f"token {token!r} after done"))
+        if token is DONE:
+            ch.closed = True
+        ch.queue.append(token)
+        ch.history.append(token)
+        self._run.moves += 1
+
+    def fail(self, port: str | None, text: str) -> StepRuntimeError:
+        """A runtime error naming this node and ``port`` (raise it)."""
+        return StepRuntimeError(op_message(self.node.kind, self.node.name, port, text))
+
+    def tensor(self, t: OffChipTensor) -> np.ndarray:
+        """The current contents of an off-chip tensor."""
+        return self._run.memory[t.name]
+
+    def store(self, t: OffChipTensor, array: np.ndarray) -> None:
+        """Replace the contents of an off-chip tensor."""
+        self._run.memory[t.name] = array
+        self._run.written.add(t.name)
+
+    def check_tile(self, token: Any, shape: tuple[int, int], port: str) -> np.ndarray:
+        """A data token that must be a tile of ``shape``."""
+        arr = token
+        if not isinstance(arr, np.ndarray) or arr.shape != tuple(shape):
+            raise self.fail(port, f"expected a {shape[0]}x{shape[1]} tile, got {type(token).__name__} {np.shape(token)}")
+        return arr
+
+    def source_tokens(self) -> list[Token]:
+        """The tokens fed to this Source node."""
+        return self._run.source_tokens(self.node)
+
+    def policy(self) -> ArrivalPolicy:
+        """This node's arrival policy (fresh state per node)."""
+        return self._run.policy_for(self.node)
+
+
+@dataclass
+class InterpretResult:
+    """What a run produced.
+
+    Attributes:
+        memory: every off-chip tensor after the run (inputs included).
+        written: names of the tensors stores wrote.
+        streams: tokens of every stream, by ``Stream`` and by stream name.
+        bindings: values the dynamic dims took.
+    """
+
+    memory: dict[str, np.ndarray]
+    written: set[str]
+    streams: dict[Any, list[Token]] = field(repr=False)
+    bindings: Bindings = field(repr=False)
+
+    def tokens(self, stream: Stream | str) -> list[Token]:
+        """Tokens of a stream, given as a handle or a name ``node.port``."""
+        key = stream.name if isinstance(stream, Stream) else stream
+        if key not in self.streams:
+            raise KeyError(f"no stream named {key!r}")
+        return self.streams[key]
+
+
+class _Run:
+    def __init__(self, graph: Graph, memory: dict[str, np.ndarray], policy: Any, inputs: Mapping[str, Any]):
+        self.graph = graph
+        self.inputs = inputs
+        self.memory = memory
+        self.written: set[str] = set()
+        self.moves = 0
+        self._policy = policy
+
+    def source_tokens(self, node: Node) -> list[Token]:
+        if node.name not in self.inputs:
+            raise StepValueError(f"Source '{node.name}' has no tokens; pass inputs={{'{node.name}': ...}}")
+        toks = self.inputs[node.name]
+        if not (toks and toks[-1] is DONE):
+            toks = to_tokens(toks, node.out_types[0].rank)
+        from_tokens(toks, node.out_types[0].rank)  # validates the structure
+        return list(toks)
+
+    def policy_for(self, node: Node) -> ArrivalPolicy:
+        p = self._policy
+        if isinstance(p, Mapping):
+            p = p.get(node.name, LowestIndexFirst())
+        if p is None:
+            p = LowestIndexFirst()
+        if not isinstance(p, ArrivalPolicy):
+            raise StepValueError(f"merge_policy for '{node.name}' must be an ArrivalPolicy, not {p!r}")
+        return p.fresh()
+
+
+def _prepare_memory(graph: Graph, memory: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    unknown = sorted(set(memory) - set(graph.tensors))
+    if unknown:
+        raise StepValueError(f"memory holds {', '.join(unknown)}, which graph '{graph.name}' does not declare")
+    out = {}
+    for name, t in graph.tensors.items():
+        if name not in memory:
+            out[name] = np.zeros(t.shape, dtype=t.dtype.numpy)
+            continue
+        arr = np.asarray(memory[name])
+        if arr.shape != t.shape:
+            raise StepValueError(f"tensor '{name}': array of shape {list(arr.shape)}, declared {list(t.shape)}")
+        if arr.dtype != t.dtype.numpy:
+            raise StepValueError(f"tensor '{name}': array of dtype {arr.dtype}, declared {t.dtype}")
+        out[name] = np.array(arr, copy=True)
+    return out
+
+
+def interpret(
+    graph: Graph,
+    memory: Mapping[str, np.ndarray] | None = None,
+    *,
+    inputs: Mapping[str, Any] | None = None,
+    merge_policy: ArrivalPolicy | Mapping[str, ArrivalPolicy] | None = None,
+    check: bool = True,
+) -> InterpretResult:
+    """Execute ``graph`` on ``memory`` (tensor name to array; absent tensors start as zeros).
+
+    ``inputs`` feeds Source nodes by name (token lists ending with ``DONE``, or nested lists).
+    ``merge_policy`` is one policy for every EagerMerge or a mapping from node name to policy
+    (default :class:`~step_lang.arrival.LowestIndexFirst`). With ``check`` every stream is checked
+    against its declared type afterwards.
+    """
+    insert_broadcasts(graph)
+    graph.validate()
+    inputs = dict(inputs or {})
+    sources = {n.name for n in graph.nodes.values() if n.kind == "Source"}
+    unknown = sorted(set(inputs) - sources)
+    if unknown:
+        raise StepValueError(f"inputs name {', '.join(unknown)}, which are not Source nodes of graph '{graph.name}'")
+    run = _Run(graph, _prepare_memory(graph, memory or {}), merge_policy, inputs)
+    order = graph.topo_order()
+    channels = {s: _Channel(s) for node in order for s in node.outputs}
+    gens: dict[str, Iterator[Any]] = {}
+    for node in order:
+        io = NodeIO(run, node, [channels[s] for s in node.inputs], [channels[s] for s in node.outputs])
+        gens[node.name] = node.execute(io)
+    waiting: dict[str, str] = {}
+    live = [n.name for n in order]
+    while live:
+        before = run.moves
+        still = []
+        for name in live:
+            try:
+                waiting[name] = next(gens[name])
+                still.append(name)
+            except StopIteration:
+                waiting.pop(name, None)
+        finished_some = len(still) != len(live)
+        live = still
+        if live and run.moves == before and not finished_some:
+            _deadlock(graph, live, waiting, channels)
+    for s, ch in channels.items():
+        if not ch.closed:
+            node = s.node
+            raise StepRuntimeError(op_message(node.kind, node.name, node.output_names[s.port], "finished without sending done"))
+    bindings = Bindings()
+    if check:
+        for s, ch in channels.items():
+            check_stream(ch.history, s.type, bindings, f"stream {s.name}")
+        bindings.finish()
+    streams: dict[Any, list[Token]] = {}
+    for s, ch in channels.items():
+        streams[s.name] = ch.history
+    return InterpretResult(run.memory, run.written, streams, bindings)
+
+
+def _deadlock(graph: Graph, live: Iterable[str], waiting: dict[str, str], channels: dict[Stream, _Channel]) -> None:
+    blocked = {name: waiting.get(name, "?") for name in live}
+    queues = {s.name: len(ch.queue) for s, ch in channels.items() if not (ch.closed and not ch.queue)}
+    lines = [f"  {graph.nodes[n].kind} '{n}' waits for {w}" for n, w in blocked.items()]
+    held = [f"  {name}: {k} token(s)" for name, k in queues.items() if k]
+    msg = f"graph '{graph.name}' deadlocked; blocked nodes:\n" + "\n".join(lines)
+    if held:
+        msg += "\nqueues holding tokens:\n" + "\n".join(held)
+    raise StepDeadlock(msg, blocked=blocked, queues=queues)

@@ -1,0 +1,117 @@
+"""Symbolic cost metrics: on-chip memory, off-chip traffic and FLOPs per node and in total.
+
+Two accounting conventions are available (``STEP_REFERENCE`` §2):
+
+* ``"paper"`` — the paper's formulas: off-chip operators double-buffer one tile (``2 x tile``);
+  Bufferize holds ``tile + 2 x buffer``; Accum, Scan, Expand and RepeatStatic hold one output
+  element; a matmul Map holds ``16 x K`` input bytes plus the weight tile (Accum adds its output
+  tile); Streamify holds nothing (Bufferize owns the storage);
+* ``"artifact"`` — what the authors' scripts computed for their figures: one tile per off-chip
+  operator, Streamify counts ``buffer + tile``, matmuls no staging term.
+
+Values stay sympy expressions over the graph's dynamic dims until :meth:`Metrics.evaluate`
+substitutes numbers (for example ``InterpretResult.bindings.regular``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import sympy as sp
+
+from .dims import Dim
+from .graph import Graph
+from .passes import insert_broadcasts
+
+__all__ = ["CONVENTIONS", "Metrics", "NodeCost", "metrics"]
+
+CONVENTIONS = ("paper", "artifact")
+
+
+@dataclass(frozen=True)
+class NodeCost:
+    """Costs of one node."""
+
+    name: str
+    kind: str
+    onchip_bytes: Dim
+    offchip_bytes: Dim
+    flops: Dim
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Per-node and total costs of a graph under one convention."""
+
+    convention: str
+    nodes: tuple[NodeCost, ...]
+
+    @property
+    def onchip_bytes(self) -> Dim:
+        return _sum(n.onchip_bytes for n in self.nodes)
+
+    @property
+    def offchip_bytes(self) -> Dim:
+        return _sum(n.offchip_bytes for n in self.nodes)
+
+    @property
+    def flops(self) -> Dim:
+        return _sum(n.flops for n in self.nodes)
+
+    @property
+    def free_symbols(self) -> set[sp.Symbol]:
+        syms: set[sp.Symbol] = set()
+        for n in self.nodes:
+            for v in (n.onchip_bytes, n.offchip_bytes, n.flops):
+                if not isinstance(v, int):
+                    syms |= v.free_symbols
+        return syms
+
+    def node(self, name: str) -> NodeCost:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(f"no node named {name!r}")
+
+    def evaluate(self, values: Mapping[sp.Symbol | str, int]) -> Metrics:
+        """Substitute dim values (symbols or their names); returns metrics with the results."""
+        by_name = {str(k): v for k, v in values.items()}
+        subs = {s: by_name[str(s)] for s in self.free_symbols if str(s) in by_name}
+
+        def ev(x: Dim) -> Dim:
+            if isinstance(x, int):
+                return x
+            y = sp.sympify(x).subs(subs)
+            return int(y) if y.is_Integer else y
+
+        return Metrics(
+            self.convention,
+            tuple(NodeCost(n.name, n.kind, ev(n.onchip_bytes), ev(n.offchip_bytes), ev(n.flops)) for n in self.nodes),
+        )
+
+
+def _sum(values) -> Dim:
+    total = sp.Integer(0)
+    for v in values:
+        total += v
+    return int(total) if total.is_Integer else total
+
+
+def _norm(x: Dim) -> Dim:
+    if isinstance(x, int):
+        return x
+    x = sp.sympify(x)
+    return int(x) if x.is_Integer else x
+
+
+def metrics(graph: Graph, convention: str = "paper") -> Metrics:
+    """Symbolic costs of every node of ``graph`` under ``convention`` (``"paper"`` or ``"artifact"``)."""
+    if convention not in CONVENTIONS:
+        raise ValueError(f"convention must be one of {CONVENTIONS}, not {convention!r}")
+    insert_broadcasts(graph)
+    nodes = tuple(
+        NodeCost(n.name, n.kind, _norm(n.onchip_bytes(convention)), _norm(n.offchip_bytes(convention)), _norm(n.flops()))
+        for n in graph.nodes.values()
+    )
+    return Metrics(convention, nodes)

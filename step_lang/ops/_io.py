@@ -1,0 +1,27 @@
+"""Helpers shared by the operators' functional semantics."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+from ..tokens import DONE, Stop, Token, is_data
+
+
+def recv_aligned(io: Any) -> Generator[Any, Any, list[Token]]:
+    """Receive one token from every input; they must agree (all data, the same stop, or all done)."""
+    toks = []
+    for i in range(len(io.inputs)):
+        toks.append((yield from io.recv(i)))
+    first = toks[0]
+    for port, t in enumerate(toks[1:], start=1):
+        same = (is_data(first) and is_data(t)) or (first is DONE and t is DONE) or (
+            isinstance(first, Stop) and isinstance(t, Stop) and first.level == t.level
+        )
+        if not same:
+            raise io.fail(
+                io.node.input_names[port],
+                f"token {t!r} does not line up with {first!r} on port '{io.node.input_names[0]}' "
+                "(inputs must have the same shape, token by token)",
+            )
+    return toks

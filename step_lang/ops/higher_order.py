@@ -1,0 +1,300 @@
+"""Higher-order operators: Map, Accum, Scan, FlatMap (with RetileStreamify) and Zip.
+
+Map, Accum, Scan and FlatMap take one or more inputs of the same shape; several inputs are zipped
+implicitly (their tokens must line up one by one). A single input of tuples (from :class:`Zip`) is
+unpacked when the function takes as many arguments as the tuple has items.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ..dims import Dim, absorb, dims_equal, product, shape_str
+from ..functions import AccumFn, FlatMapFn, MapFn, retile_cols, retile_rows, retile_rows_masked
+from ..graph import Node, Stream
+from ..stoprules import BlockWriter, accum_stop
+from ..tokens import DONE, Stop, is_data, to_tokens
+from ..types import ElemType, StreamType, Tile, TupleType
+from ._io import recv_aligned
+
+__all__ = ["Accum", "FlatMap", "Map", "RetileStreamify", "Scan", "Zip"]
+
+
+def _zip_inputs(node: Node, inputs: Sequence[Any]) -> tuple[list[tuple[str, Stream]], tuple[Dim, ...]]:
+    if not inputs:
+        raise node.error(None, "needs at least one input stream")
+    ports = [f"in{i}" for i in range(len(inputs))]
+    streams = [node._stream(s, p) for s, p in zip(inputs, ports, strict=True)]
+    shape = list(streams[0].shape)
+    for s, p in zip(streams[1:], ports[1:], strict=True):
+        if s.rank != streams[0].rank:
+            raise node.error(p, f"shape {shape_str(s.shape)} has rank {s.rank}, port 'in0' has {shape_str(streams[0].shape)} (rank {streams[0].rank})")
+        for k, d in enumerate(s.shape):
+            eq = dims_equal(d, shape[k])
+            if eq is False:
+                raise node.error(p, f"shape {shape_str(s.shape)} differs from {shape_str(streams[0].shape)} on port 'in0'")
+            if eq is None and isinstance(d, int):
+                shape[k] = d  # a static dim pins the symbolic one
+    return list(zip(ports, streams, strict=True)), tuple(shape)
+
+
+def _arg_types(streams: Sequence[Stream], arity: int) -> tuple[ElemType, ...]:
+    types = tuple(s.elem for s in streams)
+    if len(types) == 1 and isinstance(types[0], TupleType) and arity == len(types[0].items) and arity > 1:
+        return types[0].items
+    return types
+
+
+def _args(values: Sequence[Any], n_types: int) -> tuple[Any, ...]:
+    if len(values) == 1 and n_types > 1:
+        return tuple(values[0])
+    return tuple(values)
+
+
+def _check_fn(node: Node, fn: Any, cls: type, what: str) -> None:
+    if not isinstance(fn, cls):
+        raise node.error(None, f"fn must be a {what} from step_lang.functions, got {fn!r}")
+
+
+class Map(Node):
+    """Apply ``fn`` to every element (or every tuple of zipped elements); stop tokens pass through."""
+
+    kind = "Map"
+
+    def __init__(self, *inputs: Stream, fn: MapFn, name: str | None = None):
+        graph = inputs[0].graph if inputs and isinstance(inputs[0], Stream) else None
+        super().__init__(graph, name)
+        _check_fn(self, fn, MapFn, "MapFn")
+        ins, shape = _zip_inputs(self, inputs)
+        self.fn = fn
+        self.arg_types = _arg_types([s for _, s in ins], fn.arity)
+        elem = fn.out_type(self.error, *self.arg_types)
+        self._finish(ins, [("out", StreamType(elem, shape))])
+
+    def params(self) -> dict[str, Any]:
+        return {"fn": str(self.fn)}
+
+    def flops(self) -> Dim:
+        return self.out_types[0].cardinality * self.fn.flops(*self.arg_types)
+
+    def onchip_bytes(self, convention: str) -> Dim:
+        if convention == "paper" and self.fn.name.startswith("matmul"):
+            a, w = self.arg_types
+            return 16 * a.cols * a.dtype.nbytes + w.size_bytes
+        return 0
+
+    def execute(self, io: Any) -> Iterator[Any]:
+        out = self.out_types[0].elem
+        while True:
+            toks = yield from recv_aligned(io)
+            first = toks[0]
+            if not is_data(first):
+                io.send(0, first)
+                if first is DONE:
+                    return
+                continue
+            io.send(0, self.fn.apply(out, *_args(toks, len(self.arg_types))))
+
+
+class _Reduce(Node):
+    """Shared construction of Accum and Scan."""
+
+    def _build(self, inputs: Sequence[Stream], fn: AccumFn, rank: int, keep_shape: bool) -> None:
+        _check_fn(self, fn, AccumFn, "AccumFn")
+        ins, shape = _zip_inputs(self, inputs)
+        rank_in = len(shape) - 1
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= rank_in:
+            raise self.error("in0", f"rank must be an integer in [1, {rank_in}] for input shape {shape_str(shape)}, not {rank!r}")
+        self.fn, self.rank = fn, rank
+        self.arg_types = _arg_types([s for _, s in ins], fn.arity)
+        n = len(shape)
+        reduced = shape[n - rank :]
+        elem = fn.out_type(self.error, self.arg_types, reduced)
+        if isinstance(elem, Tile):
+            elem = Tile(
+                elem.dtype,
+                absorb(elem.rows, lambda: self.fresh_ragged("rows")),
+                absorb(elem.cols, lambda: self.fresh_ragged("cols")),
+            )
+        out_shape = shape if keep_shape else shape[: n - rank]
+        self._finish(ins, [("out", StreamType(elem, out_shape))])
+
+    def params(self) -> dict[str, Any]:
+        return {"fn": str(self.fn), "rank": self.rank}
+
+    def flops(self) -> Dim:
+        return self.inputs[0].type.cardinality * self.fn.flops(*self.arg_types)
+
+    def _init(self, first: tuple[Any, ...] | None) -> Any:
+        return self.fn.init(self.out_types[0].elem, first)
+
+
+class Accum(_Reduce):
+    """Fold the innermost ``rank`` dims with ``fn``; emit one accumulator per group.
+
+    ``[.., D_{b-1}..D_0]`` becomes ``[..]`` (``b = rank``). A stop of level ``s >= b`` emits the
+    accumulator and re-initialises it; ``s > b`` is then written as ``Stop(s - b)``.
+    """
+
+    kind = "Accum"
+
+    def __init__(self, *inputs: Stream, fn: AccumFn, rank: int, name: str | None = None):
+        graph = inputs[0].graph if inputs and isinstance(inputs[0], Stream) else None
+        super().__init__(graph, name)
+        self._build(inputs, fn, rank, keep_shape=False)
+
+    def onchip_bytes(self, convention: str) -> Dim:
+        out = self.out_types[0].elem.size_bytes
+        if convention == "paper" and self.fn.name.startswith("matmul"):
+            a, w = self.arg_types
+            return 16 * a.cols * a.dtype.nbytes + w.size_bytes + out
+        return out
+
+    def execute(self, io: Any) -> Iterator[Any]:
+        out = self.out_types[0].elem
+        acc, started = None, False
+        while True:
+            toks = yield from recv_aligned(io)
+            first = toks[0]
+            if first is DONE:
+                if started:
+                    raise io.fail("in0", "stream ended inside an accumulation group")
+                io.send(0, DONE)
+                return
+            if isinstance(first, Stop):
+                if first.level < self.rank:
+                    continue
+                io.send(0, acc if started else self._init(None))
+                acc, started = None, False
+                outer = accum_stop(first.level, self.rank)
+                if outer is not None:
+                    io.send(0, Stop(outer))
+                continue
+            args = _args(toks, len(self.arg_types))
+            if not started:
+                acc, started = self._init(args), True
+            acc = self.fn.update(out, acc, *args)
+
+
+class Scan(_Reduce):
+    """Like Accum, but emit the accumulator after every element; the shape is unchanged.
+
+    The accumulator restarts after every stop of level ``>= rank``.
+    """
+
+    kind = "Scan"
+
+    def __init__(self, *inputs: Stream, fn: AccumFn, rank: int, name: str | None = None):
+        graph = inputs[0].graph if inputs and isinstance(inputs[0], Stream) else None
+        super().__init__(graph, name)
+        self._build(inputs, fn, rank, keep_shape=True)
+
+    def onchip_bytes(self, convention: str) -> Dim:
+        return self.out_types[0].elem.size_bytes
+
+    def execute(self, io: Any) -> Iterator[Any]:
+        out = self.out_types[0].elem
+        acc, started = None, False
+        while True:
+            toks = yield from recv_aligned(io)
+            first = toks[0]
+            if not is_data(first):
+                if first is DONE or first.level >= self.rank:
+                    acc, started = None, False
+                io.send(0, first)
+                if first is DONE:
+                    return
+                continue
+            args = _args(toks, len(self.arg_types))
+            if not started:
+                acc, started = self._init(args), True
+            acc = self.fn.update(out, acc, *args)
+            io.send(0, acc)
+
+
+class FlatMap(Node):
+    """Replace every element by the sub-stream ``fn`` makes of it, concatenated in order.
+
+    With a rank-``c`` sub-stream, ``[D_a..D_1, D_0]`` becomes ``[D_a..D_1, D', *inner]``: the
+    input's innermost dim merges with the sub-streams' outermost (``D'``, ragged unless static).
+    """
+
+    kind = "FlatMap"
+
+    def __init__(self, *inputs: Stream, fn: FlatMapFn, name: str | None = None):
+        graph = inputs[0].graph if inputs and isinstance(inputs[0], Stream) else None
+        super().__init__(graph, name)
+        self._build(inputs, fn)
+
+    def _build(self, inputs: Sequence[Stream], fn: FlatMapFn) -> None:
+        _check_fn(self, fn, FlatMapFn, "FlatMapFn")
+        ins, shape = _zip_inputs(self, inputs)
+        self.fn = fn
+        self.arg_types = _arg_types([s for _, s in ins], fn.arity)
+        elem, inner, count = fn.out_type(self.error, *self.arg_types)
+        merged = self.fresh_ragged("n") if count is None else absorb(product((shape[-1], count)), lambda: self.fresh_ragged("n"))
+        self._finish(ins, [("out", StreamType(elem, (*shape[:-1], merged, *inner)))])
+
+    def params(self) -> dict[str, Any]:
+        return {"fn": str(self.fn)}
+
+    def execute(self, io: Any) -> Iterator[Any]:
+        out = self.out_types[0].elem
+        writer = BlockWriter(lambda t: io.send(0, t), self.fn.rank)
+        while True:
+            toks = yield from recv_aligned(io)
+            first = toks[0]
+            if first is DONE:
+                writer.done()
+                return
+            if isinstance(first, Stop):
+                writer.outer_stop(first.level)
+                continue
+            sub = self.fn.apply(out, *_args(toks, len(self.arg_types)))
+            writer.block(to_tokens(sub, self.fn.rank)[:-1])
+
+
+class RetileStreamify(FlatMap):
+    """Split every tile into its rows (``split="rows"``) or columns; optionally drop padded rows.
+
+    ``is_pad`` is a stream of the same shape whose elements are ``[R, 1]`` bool tiles marking the
+    padding rows of each tile (e.g. Reshape's padding flags packed by ``Accum(retile_row)``).
+    """
+
+    kind = "RetileStreamify"
+
+    def __init__(self, x: Stream, *, split: str = "rows", is_pad: Stream | None = None, name: str | None = None):
+        graph = x.graph if isinstance(x, Stream) else None
+        Node.__init__(self, graph, name)
+        if split not in ("rows", "cols"):
+            raise self.error("in0", f"split must be 'rows' or 'cols', not {split!r}")
+        if is_pad is not None and split != "rows":
+            raise self.error("in1", "padding masks apply to split='rows' only")
+        self.split = split
+        if is_pad is None:
+            self._build([x], retile_rows if split == "rows" else retile_cols)
+        else:
+            self._build([x, is_pad], retile_rows_masked)
+
+    def params(self) -> dict[str, Any]:
+        return {"split": self.split, "masked": len(self.inputs) == 2}
+
+
+class Zip(Node):
+    """Pair two streams of the same shape into a stream of tuples."""
+
+    kind = "Zip"
+
+    def __init__(self, a: Stream, b: Stream, *, name: str | None = None):
+        graph = a.graph if isinstance(a, Stream) else None
+        super().__init__(graph, name)
+        ins, shape = _zip_inputs(self, [a, b])
+        self._finish(ins, [("out", StreamType(TupleType((ins[0][1].elem, ins[1][1].elem)), shape))])
+
+    def execute(self, io: Any) -> Iterator[Any]:
+        while True:
+            a, b = yield from recv_aligned(io)
+            io.send(0, (a, b) if is_data(a) else a)
+            if a is DONE:
+                return

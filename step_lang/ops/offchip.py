@@ -1,0 +1,333 @@
+"""Off-chip memory operators: linear and random loads and stores of tiles.
+
+A tensor of shape ``[..., R, C]`` read in ``tr x tc`` tiles has the *tiled shape*
+``[..., R/tr, C/tc]``; tiles are numbered row-major over it. Addresses, strides and bases are in
+tiles. Reads past the last tile are rejected when the graph is built (static) or run (random).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..dims import Dim, product
+from ..graph import Graph, Node, OffChipTensor, Stream
+from ..stoprules import BlockWriter, grid_tokens
+from ..tokens import DONE, Stop, is_data
+from ..types import StreamType, Tile, bool_
+from ._io import recv_aligned
+
+__all__ = ["LinearOffChipLoad", "LinearOffChipStore", "RandomOffChipLoad", "RandomOffChipStore"]
+
+
+def _positive_pair(node: Node, value: Any, port: str) -> tuple[int, int]:
+    if (
+        not isinstance(value, (tuple, list))
+        or len(value) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+    ):
+        raise node.error(port, f"tile must be a pair of positive integers (rows, cols), not {value!r}")
+    return int(value[0]), int(value[1])
+
+
+def _tensor(node: Node, tensor: Any, port: str) -> OffChipTensor:
+    if not isinstance(tensor, OffChipTensor):
+        raise node.error(port, f"expected an OffChipTensor (Graph.tensor), got {type(tensor).__name__}")
+    if tensor.graph is not node.graph:
+        raise node.error(port, f"tensor '{tensor.name}' belongs to graph '{tensor.graph.name}'")
+    if len(tensor.shape) < 2:
+        raise node.error(port, f"tensor '{tensor.name}' of shape {list(tensor.shape)} has fewer than 2 dims to tile")
+    return tensor
+
+
+def tiled_shape(node: Node, tensor: OffChipTensor, tile: tuple[int, int], port: str) -> tuple[int, ...]:
+    """The tensor's shape in tiles; the tile must divide its last two dims."""
+    r, c = tensor.shape[-2:]
+    if r % tile[0] or c % tile[1]:
+        raise node.error(
+            port, f"tile {tile[0]}x{tile[1]} does not divide the last two dims {r}x{c} of tensor '{tensor.name}'"
+        )
+    return (*tensor.shape[:-2], r // tile[0], c // tile[1])
+
+
+def tile_view(array: np.ndarray, tile: tuple[int, int]) -> np.ndarray:
+    """All tiles of ``array`` as one ``[n_tiles, tr, tc]`` array (row-major tile order)."""
+    *outer, r, c = array.shape
+    tr, tc = tile
+    t = array.reshape(*outer, r // tr, tr, c // tc, tc)
+    t = np.moveaxis(t, -3, -2)
+    return t.reshape(-1, tr, tc)
+
+
+def untile(tiles: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    """Inverse of :func:`tile_view`."""
+    *outer, r, c = shape
+    _, tr, tc = tiles.shape
+    t = tiles.reshape(*outer, r // tr, c // tc, tr, tc)
+    t = np.moveaxis(t, -2, -3)
+    return t.reshape(shape)
+
+
+def _row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= n
+    return tuple(reversed(strides))
+
+
+class _OffChip(Node):
+    """Shared parts of the off-chip operators."""
+
+    tensor: OffChipTensor
+    tile: tuple[int, int]
+
+    @property
+    def tile_type(self) -> Tile:
+        return Tile(self.tensor.dtype, *self.tile)
+
+    def onchip_bytes(self, convention: str) -> Dim:
+        # Paper: double-buffered staging of one tile; artifact figures: one tile.
+        return self.tile_type.size_bytes * (2 if convention == "paper" else 1)
+
+    def _tiles(self, io: Any) -> np.ndarray:
+        return tile_view(io.tensor(self.tensor), self.tile)
+
+
+class LinearOffChipLoad(_OffChip):
+    """Read tiles of a tensor along an affine pattern, once or once per reference element.
+
+    ``out_shape`` (in tiles) and ``stride`` define the read: the tile at multi-index ``m`` is tile
+    number ``base + sum(m[d] * stride[d])`` of the tensor. Stride 0 re-reads. By default the whole
+    tensor is read row-major. Without ``ref`` the output is ``[1, *out_shape]``; with ``ref`` the
+    read repeats for every element of ``ref`` and the output is ``[*ref.shape, *out_shape]`` (the
+    reference's contents are ignored; its stop tokens are raised by ``len(out_shape)``).
+    """
+
+    kind = "LinearOffChipLoad"
+
+    def __init__(
+        self,
+        tensor: OffChipTensor,
+        *,
+        tile: tuple[int, int],
+        out_shape: Sequence[int] | None = None,
+        stride: Sequence[int] | None = None,
+        base: int = 0,
+        ref: Stream | None = None,
+        name: str | None = None,
+    ):
+        graph = tensor.graph if isinstance(tensor, OffChipTensor) else None
+        super().__init__(graph, name)
+        self.tensor = _tensor(self, tensor, "tensor")
+        self.tile = _positive_pair(self, tile, "tile")
+        self.tiled = tiled_shape(self, self.tensor, self.tile, "tile")
+        n_tiles = int(product(self.tiled))
+        if out_shape is None:
+            out_shape = self.tiled
+        out_shape = tuple(out_shape)
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in out_shape):
+            raise self.error("out_shape", f"out_shape must be positive integers (tiles), not {list(out_shape)}")
+        stride = _row_major_strides(out_shape) if stride is None else tuple(stride)
+        if len(stride) != len(out_shape):
+            raise self.error("stride", f"stride {list(stride)} has {len(stride)} entries, out_shape {list(out_shape)} has {len(out_shape)}")
+        if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in stride):
+            raise self.error("stride", f"strides must be non-negative integers (tiles), not {list(stride)}")
+        if isinstance(base, bool) or not isinstance(base, int) or base < 0:
+            raise self.error("base", f"base must be a non-negative tile index, not {base!r}")
+        last = base + sum((n - 1) * s for n, s in zip(out_shape, stride, strict=True))
+        if last >= n_tiles:
+            raise self.error(
+                "stride",
+                f"the read reaches tile #{last} but tensor '{self.tensor.name}' has {n_tiles} tiles "
+                f"(tiled shape {list(self.tiled)})",
+            )
+        self.out_shape, self.stride, self.base = out_shape, stride, base
+        inputs = []
+        if ref is not None:
+            ref = self._stream(ref, "ref")
+            inputs.append(("ref", ref))
+            shape = (*ref.shape, *out_shape)
+        else:
+            shape = (1, *out_shape)
+        self._finish(inputs, [("out", StreamType(self.tile_type, shape))])
+
+    def params(self) -> dict[str, Any]:
+        return {"tensor": self.tensor.name, "tile": self.tile, "out_shape": list(self.out_shape),
+                "stride": list(self.stride)}
+
+    def offchip_bytes(self, convention: str) -> Dim:
+        return self.out_types[0].cardinality * self.tile_type.size_bytes
+
+    def _block(self, tiles: np.ndarray) -> list:
+        def at(m: tuple[int, ...]) -> list:
+            k = self.base + sum(i * s for i, s in zip(m, self.stride, strict=True))
+            return [np.array(tiles[k], copy=True)]
+
+        return grid_tokens(self.out_shape, at)
+
+    def execute(self, io: Any) -> Iterator[Any]:
+        block = self._block(self._tiles(io))
+        if not self.inputs:
+            for t in block:
+                io.send(0, t)
+            io.send(0, DONE)
+            return
+        writer = BlockWriter(lambda t: io.send(0, t), len(self.out_shape))
+        while True:
+            tok = yield from io.recv(0)
+            if tok is DONE:
+                writer.done()
+                return
+            if isinstance(tok, Stop):
+                writer.outer_stop(tok.level)
+            else:
+                block = self._block(self._tiles(io))  # re-read: stores may have changed memory
+                writer.block(block)
+
+
+class LinearOffChipStore(_OffChip):
+    """Write a stream of tiles to a tensor, tile after tile in row-major tile order.
+
+    The stream must hold exactly as many tiles as the tensor; its tile shape sets the tiling.
+    """
+
+    kind = "LinearOffChipStore"
+
+    def __init__(self, x: Stream, tensor: OffChipTensor, *, name: str | None = None):
+        graph = x.graph if isinstance(x, Stream) else None
+        super().__init__(graph, name)
+        x = self._stream(x, "in")
+        self.tensor = _tensor(self, tensor, "tensor")
+        elem = x.elem
+        if not isinstance(elem, Tile) or not elem.is_static:
+            raise self.error("in", f"stores need statically shaped tiles, got {elem}")
+        if elem.dtype != self.tensor.dtype:
+            raise self.error("in", f"tile dtype {elem.dtype} differs from tensor '{self.tensor.name}' dtype {self.tensor.dtype}")
+        self.tile = (elem.rows, elem.cols)
+        self.tiled = tiled_shape(self, self.tensor, self.tile, "in")
+        self.n_tiles = int(product(self.tiled))
+        card = x.type.cardinality
+        if isinstance(card, int) and card != self.n_tiles:
+            raise self.error("in", f"stream {x.type} holds {card} tiles but tensor '{self.tensor.name}' has {self.n_tiles}")
+        self._finish([("in", x)], [])
+
+    def params(self) -> dict[str, Any]:
+        return {"tensor": self.tensor.name}
+
+    def offchip_bytes(self, convention: str) -> Dim:
+        return self.inputs[0].type.cardinality * self.tile_type.size_bytes
+
+    def execute(self, io: Any) -> Iterator[Any]:
+        tiles = np.array(self._tiles(io), copy=True)
+        k = 0
+        while True:
+            tok = yield from io.recv(0)
+            if tok is DONE:
+                break
+            if not is_data(tok):
+                continue
+            if k >= self.n_tiles:
+                raise io.fail("in", f"more than {self.n_tiles} tiles for tensor '{self.tensor.name}'")
+            tiles[k] = io.check_tile(tok, self.tile, "in")
+            k += 1
+        if k != self.n_tiles:
+            raise io.fail("in", f"{k} tiles arrived but tensor '{self.tensor.name}' has {self.n_tiles}")
+        io.store(self.tensor, untile(tiles, self.tensor.shape))
+
+
+def _address(node: Node, s: Stream, port: str) -> Stream:
+    e = s.elem
+    if not isinstance(e, Tile) or e.rows != 1 or e.cols != 1 or not e.dtype.is_integer:
+        raise node.error(port, f"addresses are [1,1] integer tiles, got {e}")
+    return s
+
+
+class RandomOffChipLoad(_OffChip):
+    """Read the tile whose index arrives on ``raddr``; the output has the shape of ``raddr``."""
+
+    kind = "RandomOffChipLoad"
+
+    def __init__(self, raddr: Stream, tensor: OffChipTensor, *, tile: tuple[int, int], name: str | None = None):
+        graph = raddr.graph if isinstance(raddr, Stream) else None
+        super().__init__(graph, name)
+        raddr = _address(self, self._stream(raddr, "raddr"), "raddr")
+        self.tensor = _tensor(self, tensor, "tensor")
+        self.tile = _positive_pair(self, tile, "tile")
+        self.tiled = tiled_shape(self, self.tensor, self.tile, "tile")
+        self.n_tiles = int(product(self.tiled))
+        self._finish([("raddr", raddr)], [("out", StreamType(self.tile_type, raddr.shape))])
+
+    def params(self) -> dict[str, Any]:
+        return {"tensor": self.tensor.name, "tile": self.tile}
+
+    def offchip_bytes(self, convention: str) -> Dim:
+        return self.out_types[0].cardinality * self.tile_type.size_bytes
+
+    def execute(self, io: Any) -> Iterator[Any]:
+        while True:
+            tok = yield from io.recv(0)
+            if not is_data(tok):
+                io.send(0, tok)
+                if tok is DONE:
+                    return
+                continue
+            k = int(np.asarray(tok).reshape(-1)[0])
+            if not 0 <= k < self.n_tiles:
+                raise io.fail("raddr", f"tile address {k} outside tensor '{self.tensor.name}' of {self.n_tiles} tiles")
+            io.send(0, np.array(self._tiles(io)[k], copy=True))
+
+
+class RandomOffChipStore(_OffChip):
+    """Write each ``wdata`` tile at the tile index from ``waddr``; emit a Bool ack per write.
+
+    ``waddr`` and ``wdata`` have the same shape; the ack stream (``[1,1]`` bool tiles) has it too.
+    """
+
+    kind = "RandomOffChipStore"
+
+    def __init__(self, waddr: Stream, wdata: Stream, tensor: OffChipTensor, *, name: str | None = None):
+        graph = waddr.graph if isinstance(waddr, Stream) else None
+        super().__init__(graph, name)
+        waddr = _address(self, self._stream(waddr, "waddr"), "waddr")
+        wdata = self._stream(wdata, "wdata")
+        self.tensor = _tensor(self, tensor, "tensor")
+        elem = wdata.elem
+        if not isinstance(elem, Tile) or not elem.is_static:
+            raise self.error("wdata", f"stores need statically shaped tiles, got {elem}")
+        if elem.dtype != self.tensor.dtype:
+            raise self.error("wdata", f"tile dtype {elem.dtype} differs from tensor '{self.tensor.name}' dtype {self.tensor.dtype}")
+        if waddr.rank != wdata.rank or any(
+            isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(waddr.shape, wdata.shape, strict=True)
+        ):
+            from ..dims import shape_str
+
+            raise self.error("wdata", f"shape {shape_str(wdata.shape)} differs from waddr shape {shape_str(waddr.shape)}")
+        self.tile = (elem.rows, elem.cols)
+        self.tiled = tiled_shape(self, self.tensor, self.tile, "wdata")
+        self.n_tiles = int(product(self.tiled))
+        self._finish([("waddr", waddr), ("wdata", wdata)], [("ack", StreamType(Tile(bool_, 1, 1), waddr.shape))])
+
+    def params(self) -> dict[str, Any]:
+        return {"tensor": self.tensor.name}
+
+    def offchip_bytes(self, convention: str) -> Dim:
+        return self.out_types[0].cardinality * self.tile_type.size_bytes
+
+    def execute(self, io: Any) -> Iterator[Any]:
+        while True:
+            addr, data = yield from recv_aligned(io)
+            if not is_data(addr):
+                io.send(0, addr)
+                if addr is DONE:
+                    return
+                continue
+            k = int(np.asarray(addr).reshape(-1)[0])
+            if not 0 <= k < self.n_tiles:
+                raise io.fail("waddr", f"tile address {k} outside tensor '{self.tensor.name}' of {self.n_tiles} tiles")
+            tiles = np.array(self._tiles(io), copy=True)
+            tiles[k] = io.check_tile(data, self.tile, "wdata")
+            io.store(self.tensor, untile(tiles, self.tensor.shape))
+            io.send(0, np.ones((1, 1), dtype=bool))
