@@ -98,7 +98,11 @@ class Node:
 
     def __init__(self, graph: Graph, name: str | None):
         if not isinstance(graph, Graph):
-            raise StepTypeError(op_message(type(self).kind, name or "?", None, f"expected a Graph, got {graph!r}"))
+            text = f"expected a Graph, got {graph!r}"
+            if graph is None:  # the operator found no Stream (or tensor) to take the graph from
+                text = ("cannot tell which graph it belongs to: its first input must be a Stream "
+                        "(a Graph for Source and Feedback, an OffChipTensor for LinearOffChipLoad)")
+            raise StepTypeError(op_message(type(self).kind, name or "?", None, text))
         self.graph = graph
         self.name = graph._propose_name(self.kind, name)
         self.inputs: list[Stream] = []

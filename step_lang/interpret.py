@@ -25,7 +25,7 @@ from .errors import StepDeadlock, StepRuntimeError, StepValueError, op_message
 from .graph import Graph, Node, OffChipTensor, Stream
 from .observe import Bindings, check_stream
 from .passes import insert_broadcasts
-from .tokens import DONE, Token, from_tokens, to_tokens
+from .tokens import DONE, Token, to_tokens
 
 __all__ = ["InterpretResult", "NodeIO", "interpret"]
 
@@ -151,7 +151,7 @@ class _Run:
         toks = self.inputs[node.name]
         if not (toks and toks[-1] is DONE):
             toks = to_tokens(toks, node.out_types[0].rank)
-        from_tokens(toks, node.out_types[0].rank)  # validates the structure
+        check_stream(toks, node.out_types[0], Bindings(), f"inputs['{node.name}']")
         return list(toks)
 
     def policy_for(self, node: Node) -> ArrivalPolicy:

@@ -19,9 +19,12 @@ def recv_aligned(io: Any) -> Generator[Any, Any, list[Token]]:
             isinstance(first, Stop) and isinstance(t, Stop) and first.level == t.level
         )
         if not same:
+            def show(tok: Token) -> str:  # a tile's repr would flood the message
+                return "a data element" if is_data(tok) else f"token {tok!r}"
+
             raise io.fail(
                 io.node.input_names[port],
-                f"token {t!r} does not line up with {first!r} on port '{io.node.input_names[0]}' "
+                f"{show(t)} does not line up with {show(first)} on port '{io.node.input_names[0]}' "
                 "(inputs must have the same shape, token by token)",
             )
     return toks

@@ -125,11 +125,13 @@ class Partition(Node):
         while True:
             s = yield from io.recv(1)
             if s is DONE:
+                # Close the outputs before waiting for the input's done: in a feedback loop the
+                # input can only end after these outputs have.
+                for j in range(self.n):
+                    io.send(j, DONE)
                 x = yield from io.recv(0)
                 if x is not DONE or expect_outer:
                     raise io.fail("in", f"input continues with {x!r} after the selector ended")
-                for j in range(self.n):
-                    io.send(j, DONE)
                 return
             if isinstance(s, Stop):
                 if b == 0:
@@ -252,11 +254,11 @@ class Reassemble(Node):
         while True:
             s = yield from io.recv(sel_port)
             if s is DONE:
+                writer.done()  # before the inputs' done, as Partition does, for feedback loops
                 for i in range(n):
                     t = yield from io.recv(i)
                     if t is not DONE:
                         raise io.fail(f"in{i}", f"input holds {t!r} after the selector ended")
-                writer.done()
                 return
             if isinstance(s, Stop):
                 writer.outer_stop(s.level)
