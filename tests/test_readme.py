@@ -1,0 +1,18 @@
+"""The README's tour runs and prints what it says."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import pathlib
+import re
+
+
+def test_readme_tour_runs():
+    text = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
+    code = re.search(r"## A tour\n\n```python\n(.*?)```", text, re.S).group(1)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), {})
+    lines = out.getvalue().splitlines()
+    assert lines == ["Strm<Tile<float32, 16x16>, [1, 2, 2]>", "36864 9216 131072"]
