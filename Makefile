@@ -1,9 +1,13 @@
 # Every target creates .venv and installs the project when needed, so a fresh
-# machine needs nothing but `make <target>`.
+# machine needs nothing but `make <target>` (plus a C++ compiler, make and perl
+# for Verilator, which the machine image provides).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Extra pytest arguments, e.g. `make test PYTEST_ARGS="tests/test_hw_queue.py rtl_tests"`.
+PYTEST_ARGS ?=
+LINT_DIRS := step_lang step_hw sim rtl_tests tests examples bench
 
 .PHONY: venv test lint clean
 
@@ -15,12 +19,14 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# pytest runs tests/ and rtl_tests/ (pyproject testpaths); generated RTL and
+# Verilator builds go to build/.
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(PY) -m ruff check step_lang step_hw sim rtl_tests tests examples bench
-	$(PY) -m ruff format --check step_lang step_hw sim rtl_tests tests examples bench
+	$(PY) -m ruff check $(LINT_DIRS)
+	$(PY) -m ruff format --check $(LINT_DIRS)
 
 clean:
 	rm -rf build sim_build .pytest_cache .hypothesis

@@ -26,6 +26,18 @@ from step_hw.testing import (
 TOKEN = data.StructLayout({"data": 16, "stop": 3, "kind": 2})
 
 
+def run_with_watchdog(sim: Simulator, *, cycles: int) -> None:
+    """``sim.run()``, but a hang (e.g. a lost payload the sink waits for) fails the test.
+
+    Not ``run_until``: it always simulates up to the deadline, even when the testbenches are done.
+    """
+    steps = 4 * cycles  # a clock cycle is two edges, plus testbench wake-ups
+    for _ in range(steps):
+        if not sim.advance():
+            return
+    raise AssertionError(f"simulation still running after {steps} steps")
+
+
 def run_queue(
     dut: Queue,
     payloads: list[int],
@@ -45,7 +57,7 @@ def run_queue(
     sim.add_testbench(stream_sink(dut.o, len(payloads), sink_pause, received))
     sim.add_process(stream_checker(dut.i, accepted))
     sim.add_process(stream_checker(dut.o, delivered))
-    sim.run_until(1e-6 * (20 * len(payloads) + 100))  # watchdog: a hang fails, not hangs
+    run_with_watchdog(sim, cycles=20 * len(payloads) + 100)
     assert len(received) == len(payloads), f"only {len(received)} of {len(payloads)} arrived"
     return received, accepted, delivered
 
@@ -168,6 +180,17 @@ def test_order_under_any_stall_pattern(depth, payloads, source_stalls, sink_stal
         itertools.cycle(sink_stalls),
     )
     assert received == payloads
+
+
+def test_watchdog_catches_lost_payload():
+    # A sink waiting for a payload that never comes fails instead of hanging.
+    dut = Queue(shape=8, depth=3)
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(stream_source(dut.i, [1, 2], pauses("always")))
+    sim.add_testbench(stream_sink(dut.o, 3, pauses("always"), []))
+    with pytest.raises(AssertionError, match=r"^simulation still running after 400 steps$"):
+        run_with_watchdog(sim, cycles=100)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,1 @@
+"""cocotb + Verilator tests of generated RTL (see verilator.py for the toolchain setup)."""

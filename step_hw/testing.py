@@ -1,0 +1,119 @@
+"""Helpers for testing stream blocks: traffic patterns, and Amaranth-simulator stream drivers.
+
+The traffic patterns are plain Python and shared with the cocotb harness (`rtl_tests.harness`),
+so the Amaranth-simulator tier and the Verilator tier exercise blocks the same way. Payloads are
+handled as raw bits (``Value.cast(port.payload)``), so one driver works for any payload shape,
+including ``data.Layout`` payloads (STeP tokens).
+"""
+
+import itertools
+import random
+from collections.abc import Callable, Coroutine, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from amaranth.hdl import Value
+from amaranth.lib import stream
+
+__all__ = [
+    "PATTERNS",
+    "Transfer",
+    "pauses",
+    "stream_checker",
+    "stream_sink",
+    "stream_source",
+]
+
+#: The traffic patterns every stream block is tested under, by name.
+PATTERNS = ("always", "periodic", "random")
+
+_Bench = Callable[[Any], Coroutine[Any, Any, None]]
+
+
+def pauses(pattern: str, *, rng: random.Random | None = None) -> Iterator[bool]:
+    """An endless pause pattern, one flag per cycle (``True`` = stall this cycle).
+
+    As cocotbext-axi's ``set_pause_generator``: ``"always"`` never pauses (always valid / always
+    ready), ``"periodic"`` pauses one cycle in four, ``"random"`` pauses each cycle with
+    probability 1/2, drawn from ``rng`` (default: a generator seeded with 0, for reproducibility).
+    """
+    if pattern == "always":
+        return itertools.repeat(False)
+    if pattern == "periodic":
+        return itertools.cycle([False, False, False, True])
+    if pattern == "random":
+        rng = rng if rng is not None else random.Random(0)
+        return (rng.random() < 0.5 for _ in itertools.count())
+    raise ValueError(f"Pause pattern must be one of {', '.join(PATTERNS)}, not {pattern!r}")
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One transfer on a stream: the cycle (counted from the start of simulation) and payload."""
+
+    cycle: int
+    payload: int
+
+
+def stream_source(port: stream.Interface, payloads: Iterable[int], pause: Iterator[bool]) -> _Bench:
+    """A testbench offering ``payloads`` on ``port`` (raw bits), idling when ``pause`` says so.
+
+    Obeys the stream rules: once ``valid``, it holds the payload until the transfer.
+    """
+
+    async def bench(ctx) -> None:
+        for payload in payloads:
+            while next(pause):
+                await ctx.tick()
+            ctx.set(port.valid, 1)
+            ctx.set(Value.cast(port.payload), payload)
+            await ctx.tick().until(port.ready)
+            ctx.set(port.valid, 0)
+
+    return bench
+
+
+def stream_sink(
+    port: stream.Interface, count: int, pause: Iterator[bool], received: list[int]
+) -> _Bench:
+    """A testbench taking ``count`` payloads from ``port`` into ``received``, stalling when
+    ``pause`` says so (``ready`` may change in any cycle)."""
+
+    async def bench(ctx) -> None:
+        while len(received) < count:
+            ready = not next(pause)
+            ctx.set(port.ready, ready)
+            _, _, valid, payload = await ctx.tick().sample(port.valid, Value.cast(port.payload))
+            if ready and valid:
+                received.append(payload)
+        ctx.set(port.ready, 0)
+
+    return bench
+
+
+def stream_checker(port: stream.Interface, transfers: list[Transfer]) -> _Bench:
+    """A process that records every transfer on ``port`` and checks the producer's side of the
+    stream protocol: once ``valid`` is asserted, ``valid`` stays high and ``payload`` stays
+    stable until the transfer. Raises ``AssertionError`` on a violation.
+
+    Add it with ``sim.add_process`` (it runs forever in the background).
+    """
+
+    async def process(ctx) -> None:
+        stalled: int | None = None  # payload offered but not taken at the previous edge
+        cycle = 0
+        async for _, _, valid, ready, payload in ctx.tick().sample(
+            port.valid, port.ready, Value.cast(port.payload)
+        ):
+            if stalled is not None:
+                assert valid, f"valid dropped in cycle {cycle} before the transfer"
+                assert payload == stalled, (
+                    f"payload changed from {stalled:#x} to {payload:#x} in cycle {cycle} "
+                    "before the transfer"
+                )
+            if valid and ready:
+                transfers.append(Transfer(cycle, payload))
+            stalled = payload if valid and not ready else None
+            cycle += 1
+
+    return process
