@@ -98,6 +98,17 @@ def _wide(a: np.ndarray) -> np.ndarray:
     return a.astype(np.int64) if a.dtype.kind in "iub" else a
 
 
+def _dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Matrix product whose every output element sums over K in order, whatever the row count.
+
+    BLAS picks kernels by matrix shape, so the same row could round differently inside a 16-row
+    and a 5-row tile; einsum's plain loops make tiling choices invisible in the results.
+    """
+    if a.dtype.kind in "iub" or b.dtype.kind in "iub":
+        return _wide(a) @ _wide(b)
+    return np.einsum("ik,kj->ij", a, b)
+
+
 # ---------------------------------------------------------------------------------------------
 # Map functions
 
@@ -210,7 +221,7 @@ def matmul(transpose_b: bool = False, out_dtype: DType | str | None = None) -> M
         bb = b.T if transpose_b else b
         if a.shape[1] != bb.shape[0]:
             raise StepRuntimeError(f"function '{name}': inner dims differ, {a.shape} @ {bb.shape}")
-        return checked_cast(_wide(a) @ _wide(bb), out.dtype, name)
+        return checked_cast(_dot(a, bb), out.dtype, name)
 
     def flops(a: Tile, b: Tile) -> Dim:
         n = b.rows if transpose_b else b.cols
@@ -381,7 +392,7 @@ def matmul_acc(transpose_b: bool = False, out_dtype: DType | str | None = None) 
         bb = b.T if transpose_b else b
         if a.shape[1] != bb.shape[0]:
             raise StepRuntimeError(f"function '{mm.name}_acc': inner dims differ, {a.shape} @ {bb.shape}")
-        return checked_cast(_wide(acc) + _wide(a) @ _wide(bb), out.dtype, mm.name + "_acc")
+        return checked_cast(_wide(acc) + _dot(a, bb), out.dtype, mm.name + "_acc")
 
     def init(t: Tile, first: tuple | None) -> np.ndarray:
         if first is None:

@@ -150,7 +150,10 @@ class _Run:
             raise StepValueError(f"Source '{node.name}' has no tokens; pass inputs={{'{node.name}': ...}}")
         toks = self.inputs[node.name]
         if not (toks and toks[-1] is DONE):
-            toks = to_tokens(toks, node.out_types[0].rank)
+            try:
+                toks = to_tokens(toks, node.out_types[0].rank)
+            except StepValueError as exc:  # say which Source was fed the malformed data
+                raise StepValueError(op_message(node.kind, node.name, "out", str(exc))) from exc
         check_stream(toks, node.out_types[0], Bindings(), f"inputs['{node.name}']")
         return list(toks)
 
@@ -223,6 +226,11 @@ def interpret(
                 still.append(name)
             except StopIteration:
                 waiting.pop(name, None)
+            except StepRuntimeError as exc:  # function errors ("function 'add': ...") lack the node
+                node = graph.nodes[name]
+                if str(exc).startswith(f"{node.kind} '{node.name}'"):
+                    raise
+                raise StepRuntimeError(op_message(node.kind, node.name, None, str(exc))) from exc
         finished_some = len(still) != len(live)
         live = still
         if live and run.moves == before and not finished_some:

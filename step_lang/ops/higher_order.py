@@ -54,7 +54,7 @@ def _args(values: Sequence[Any], n_types: int) -> tuple[Any, ...]:
 
 def _check_fn(node: Node, fn: Any, cls: type, what: str) -> None:
     if not isinstance(fn, cls):
-        raise node.error(None, f"fn must be a {what} from step_lang.functions, got {fn!r}")
+        raise node.error(None, f"fn must be {what} from step_lang.functions, got {fn!r}")
 
 
 class Map(Node):
@@ -65,7 +65,7 @@ class Map(Node):
     def __init__(self, *inputs: Stream, fn: MapFn, name: str | None = None):
         graph = inputs[0].graph if inputs and isinstance(inputs[0], Stream) else None
         super().__init__(graph, name)
-        _check_fn(self, fn, MapFn, "MapFn")
+        _check_fn(self, fn, MapFn, "a MapFn")
         ins, shape = _zip_inputs(self, inputs)
         self.fn = fn
         self.arg_types = _arg_types([s for _, s in ins], fn.arity)
@@ -101,7 +101,7 @@ class _Reduce(Node):
     """Shared construction of Accum and Scan."""
 
     def _build(self, inputs: Sequence[Stream], fn: AccumFn, rank: int, keep_shape: bool) -> None:
-        _check_fn(self, fn, AccumFn, "AccumFn")
+        _check_fn(self, fn, AccumFn, "an AccumFn")
         ins, shape = _zip_inputs(self, inputs)
         rank_in = len(shape) - 1
         if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= rank_in:
@@ -228,7 +228,7 @@ class FlatMap(Node):
         self._build(inputs, fn)
 
     def _build(self, inputs: Sequence[Stream], fn: FlatMapFn) -> None:
-        _check_fn(self, fn, FlatMapFn, "FlatMapFn")
+        _check_fn(self, fn, FlatMapFn, "a FlatMapFn")
         ins, shape = _zip_inputs(self, inputs)
         self.fn = fn
         self.arg_types = _arg_types([s for _, s in ins], fn.arity)

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
+import sympy as sp
 
 from ..dims import Dim, product
 from ..graph import Graph, Node, OffChipTensor, Stream
@@ -79,18 +80,45 @@ def _row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
 
 
 class _OffChip(Node):
-    """Shared parts of the off-chip operators."""
+    """Shared parts of the off-chip operators.
+
+    Cost options (keyword arguments of every off-chip operator):
+
+    * ``elem_bytes`` — bytes per element counted for traffic and staging, when the modelled
+      memory holds a narrower type than the interpreter computes with (the artifact's
+      ``mock_bf16``: fp32 data counted as 2-byte bf16). Default: the tensor's dtype size.
+    * ``on_demand`` — staging memory is allocated only while the driving stream is non-empty
+      (dynamic tiling allocates per active expert); counted as ``tile x min(1, ||stream||)``.
+    """
 
     tensor: OffChipTensor
     tile: tuple[int, int]
+    elem_bytes: int | None = None
+    on_demand: bool = False
+
+    def _cost_options(self, elem_bytes: int | None, on_demand: bool) -> None:
+        if elem_bytes is not None and (isinstance(elem_bytes, bool) or not isinstance(elem_bytes, int) or elem_bytes < 1):
+            raise self.error(None, f"elem_bytes must be a positive integer, not {elem_bytes!r}")
+        if not isinstance(on_demand, bool):
+            raise self.error(None, f"on_demand must be a bool, not {on_demand!r}")
+        self.elem_bytes, self.on_demand = elem_bytes, on_demand
 
     @property
     def tile_type(self) -> Tile:
         return Tile(self.tensor.dtype, *self.tile)
 
+    @property
+    def tile_bytes(self) -> int:
+        """Bytes of one tile as counted by the cost model."""
+        per = self.elem_bytes if self.elem_bytes is not None else self.tensor.dtype.nbytes
+        return self.tile[0] * self.tile[1] * per
+
     def onchip_bytes(self, convention: str) -> Dim:
         # Paper: double-buffered staging of one tile; artifact figures: one tile.
-        return self.tile_type.size_bytes * (2 if convention == "paper" else 1)
+        staging = self.tile_bytes * (2 if convention == "paper" else 1)
+        if self.on_demand and self.inputs:
+            return staging * sp.Min(1, self.inputs[0].type.cardinality)
+        return staging
 
     def _tiles(self, io: Any) -> np.ndarray:
         return tile_view(io.tensor(self.tensor), self.tile)
@@ -117,10 +145,13 @@ class LinearOffChipLoad(_OffChip):
         stride: Sequence[int] | None = None,
         base: int = 0,
         ref: Stream | None = None,
+        elem_bytes: int | None = None,
+        on_demand: bool = False,
         name: str | None = None,
     ):
         graph = tensor.graph if isinstance(tensor, OffChipTensor) else None
         super().__init__(graph, name)
+        self._cost_options(elem_bytes, on_demand)
         self.tensor = _tensor(self, tensor, "tensor")
         self.tile = _positive_pair(self, tile, "tile")
         self.tiled = tiled_shape(self, self.tensor, self.tile, "tile")
@@ -159,7 +190,7 @@ class LinearOffChipLoad(_OffChip):
                 "stride": list(self.stride)}
 
     def offchip_bytes(self, convention: str) -> Dim:
-        return self.out_types[0].cardinality * self.tile_type.size_bytes
+        return self.out_types[0].cardinality * self.tile_bytes
 
     def _block(self, tiles: np.ndarray) -> list:
         def at(m: tuple[int, ...]) -> list:
@@ -196,9 +227,10 @@ class LinearOffChipStore(_OffChip):
 
     kind = "LinearOffChipStore"
 
-    def __init__(self, x: Stream, tensor: OffChipTensor, *, name: str | None = None):
+    def __init__(self, x: Stream, tensor: OffChipTensor, *, elem_bytes: int | None = None, name: str | None = None):
         graph = x.graph if isinstance(x, Stream) else None
         super().__init__(graph, name)
+        self._cost_options(elem_bytes, False)
         x = self._stream(x, "in")
         self.tensor = _tensor(self, tensor, "tensor")
         elem = x.elem
@@ -218,7 +250,7 @@ class LinearOffChipStore(_OffChip):
         return {"tensor": self.tensor.name}
 
     def offchip_bytes(self, convention: str) -> Dim:
-        return self.inputs[0].type.cardinality * self.tile_type.size_bytes
+        return self.inputs[0].type.cardinality * self.tile_bytes
 
     def execute(self, io: Any) -> Iterator[Any]:
         tiles = np.array(self._tiles(io), copy=True)
@@ -250,9 +282,19 @@ class RandomOffChipLoad(_OffChip):
 
     kind = "RandomOffChipLoad"
 
-    def __init__(self, raddr: Stream, tensor: OffChipTensor, *, tile: tuple[int, int], name: str | None = None):
+    def __init__(
+        self,
+        raddr: Stream,
+        tensor: OffChipTensor,
+        *,
+        tile: tuple[int, int],
+        elem_bytes: int | None = None,
+        on_demand: bool = False,
+        name: str | None = None,
+    ):
         graph = raddr.graph if isinstance(raddr, Stream) else None
         super().__init__(graph, name)
+        self._cost_options(elem_bytes, on_demand)
         raddr = _address(self, self._stream(raddr, "raddr"), "raddr")
         self.tensor = _tensor(self, tensor, "tensor")
         self.tile = _positive_pair(self, tile, "tile")
@@ -264,7 +306,7 @@ class RandomOffChipLoad(_OffChip):
         return {"tensor": self.tensor.name, "tile": self.tile}
 
     def offchip_bytes(self, convention: str) -> Dim:
-        return self.out_types[0].cardinality * self.tile_type.size_bytes
+        return self.out_types[0].cardinality * self.tile_bytes
 
     def execute(self, io: Any) -> Iterator[Any]:
         while True:
@@ -288,9 +330,12 @@ class RandomOffChipStore(_OffChip):
 
     kind = "RandomOffChipStore"
 
-    def __init__(self, waddr: Stream, wdata: Stream, tensor: OffChipTensor, *, name: str | None = None):
+    def __init__(
+        self, waddr: Stream, wdata: Stream, tensor: OffChipTensor, *, elem_bytes: int | None = None, name: str | None = None
+    ):
         graph = waddr.graph if isinstance(waddr, Stream) else None
         super().__init__(graph, name)
+        self._cost_options(elem_bytes, False)
         waddr = _address(self, self._stream(waddr, "waddr"), "waddr")
         wdata = self._stream(wdata, "wdata")
         self.tensor = _tensor(self, tensor, "tensor")
@@ -314,7 +359,7 @@ class RandomOffChipStore(_OffChip):
         return {"tensor": self.tensor.name}
 
     def offchip_bytes(self, convention: str) -> Dim:
-        return self.out_types[0].cardinality * self.tile_type.size_bytes
+        return self.out_types[0].cardinality * self.tile_bytes
 
     def execute(self, io: Any) -> Iterator[Any]:
         while True:
