@@ -87,7 +87,8 @@ def is_ragged(d: Dim) -> bool:
 
 
 def _simplify(expr: sp.Expr) -> Dim:
-    expr = sp.simplify(expr) if not expr.is_Atom else expr
+    """Sympy's automatic canonical form, as an int when constant (no costly ``simplify``)."""
+    expr = sp.sympify(expr)
     if expr.is_Integer:
         return int(expr)
     return expr
@@ -122,10 +123,12 @@ def dims_equal(a: Dim, b: Dim) -> bool | None:
     """``True``/``False`` when equality is decided, ``None`` when it depends on runtime values."""
     if isinstance(a, int) and isinstance(b, int):
         return a == b
-    diff = sp.simplify(sp.sympify(a) - sp.sympify(b))
+    if a == b:
+        return True
+    diff = sp.expand(sp.sympify(a) - sp.sympify(b))
     if diff == 0:
         return True
-    if diff.is_Integer or (isinstance(a, int) != isinstance(b, int) and diff.free_symbols == set()):
+    if diff.is_Integer:
         return False
     return None
 

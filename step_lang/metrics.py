@@ -77,12 +77,12 @@ class Metrics:
     def evaluate(self, values: Mapping[sp.Symbol | str, int]) -> Metrics:
         """Substitute dim values (symbols or their names); returns metrics with the results."""
         by_name = {str(k): v for k, v in values.items()}
-        subs = {s: by_name[str(s)] for s in self.free_symbols if str(s) in by_name}
+        subs = {s: sp.Integer(by_name[str(s)]) for s in self.free_symbols if str(s) in by_name}
 
         def ev(x: Dim) -> Dim:
             if isinstance(x, int):
                 return x
-            y = sp.sympify(x).subs(subs)
+            y = x.xreplace({s: subs[s] for s in x.free_symbols if s in subs})
             return int(y) if y.is_Integer else y
 
         return Metrics(

@@ -124,6 +124,8 @@ class BlockWriter:
 
     def block(self, tokens: list[Token]) -> None:
         """Write a complete block given as tokens; a final ``Stop(inner)`` is held back."""
+        if not tokens:
+            return  # an empty block (e.g. a FlatMap element with no sub-tensors) must keep a held stop held
         self._flush()
         if self.inner > 0 and tokens and tokens[-1] == Stop(self.inner):
             for t in tokens[:-1]:

@@ -1,0 +1,262 @@
+"""A mixture-of-experts layer with SwiGLU experts, top-k routing and routing weights.
+
+``out[b] = sum_{e in topk(b)} w[b, e] * SwiGLU_e(x[b])`` with ``SwiGLU_e(x) =
+(silu(x @ Wg_e) * (x @ Wu_e)) @ Wd_e``. Three schedules (STEP_REFERENCE §4, §7.2, §7.3):
+
+* ``static`` tiling: each expert's tokens are packed into ``[tile_n, D]`` tiles, the last one
+  padded with zero rows (Reshape + Accum(retile_row)); padded rows are dropped after the down
+  projection using Reshape's padding flags;
+* ``dynamic`` tiling: Promote instead of Reshape, so one dynamically sized ``[n_e, D]`` tile
+  holds all of an expert's tokens; no padding; weight staging is allocated on demand (only for
+  experts that receive tokens);
+* ``timemux`` (configuration time-multiplexing) with ``regions`` compute regions: the experts of
+  a region share one SwiGLU pipeline; EagerMerge feeds it packed tiles from any of its experts
+  and its selector drives both the weight addresses (``expert_addr`` + RandomOffChipLoad) and the
+  Partition that returns results to their experts. Works with static or dynamic tiles.
+
+Routing choices and weights live in memory: a multi-hot ``[B, E]`` token selector, a one-hot
+``[B*k, E]`` selector per (token, slot) and the ``[B*k, 1]`` routing weights.
+
+Off-chip operators take ``elem_bytes`` (default 2: the artifact's bf16 accounting of fp32 data)
+while on-chip accumulators are fp32, as in the paper's figures.
+
+Run ``python -m examples.moe`` to print symbolic metrics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from step_lang import (
+    Accum,
+    EagerMerge,
+    FlatMap,
+    Flatten,
+    Graph,
+    LinearOffChipLoad,
+    LinearOffChipStore,
+    Map,
+    Partition,
+    Promote,
+    RandomOffChipLoad,
+    Reassemble,
+    RepeatStatic,
+    Reshape,
+    RetileStreamify,
+    Stream,
+    metrics,
+)
+from step_lang import functions as F
+
+from .traces import routing_weights, synthetic_routing
+
+__all__ = ["MIXTRAL", "QWEN", "SMALL", "MoEConfig", "MoESchedule", "build", "dim_values", "inputs", "reference"]
+
+
+@dataclass(frozen=True)
+class MoEConfig:
+    """Model shape: hidden size D, expert intermediate size F, experts E, top-k."""
+
+    name: str
+    hidden: int
+    intermediate: int
+    experts: int
+    top_k: int
+    dtype: str = "float32"
+
+
+MIXTRAL = MoEConfig("mixtral", 4096, 14336, 8, 2)
+QWEN = MoEConfig("qwen", 2048, 768, 128, 8)
+SMALL = MoEConfig("small", 16, 32, 4, 2)
+
+
+@dataclass(frozen=True)
+class MoESchedule:
+    """How the layer is tiled and mapped.
+
+    ``tiling`` is ``"static"`` (token tile ``tile_n``) or ``"dynamic"``; ``tile_f`` tiles the
+    intermediate dim; ``regions`` (when set) time-multiplexes ``E / regions`` experts per region.
+    """
+
+    tiling: str = "static"
+    tile_n: int = 16
+    tile_f: int = 64
+    regions: int | None = None
+
+    def check(self, config: MoEConfig) -> None:
+        if self.tiling not in ("static", "dynamic"):
+            raise ValueError(f"tiling must be 'static' or 'dynamic', not {self.tiling!r}")
+        if self.tiling == "static" and (not isinstance(self.tile_n, int) or self.tile_n < 1):
+            raise ValueError(f"static tiling needs a positive tile_n, not {self.tile_n!r}")
+        if config.intermediate % self.tile_f:
+            raise ValueError(f"tile_f {self.tile_f} must divide the intermediate size {config.intermediate}")
+        if self.regions is not None and (self.regions < 1 or config.experts % self.regions):
+            raise ValueError(f"regions {self.regions} must divide the {config.experts} experts")
+
+
+def _rows(load: Stream) -> Stream:
+    """``[1, N, 1]`` of row tiles to ``[N]``."""
+    return Flatten(load, 0, 2).out
+
+
+def build(config: MoEConfig, schedule: MoESchedule, batch: int, *, elem_bytes: int | None = 2) -> Graph:
+    """The MoE layer for ``batch`` tokens under ``schedule``."""
+    c, s = config, schedule
+    s.check(c)
+    D, Fdim, E, k, tf = c.hidden, c.intermediate, c.experts, c.top_k, s.tile_f
+    nf = Fdim // tf
+    dyn = s.tiling == "dynamic"
+    name = f"moe_{c.name}_{s.tiling}" + (f"{s.tile_n}" if not dyn else "") + (f"_tm{s.regions}" if s.regions else "")
+    g = Graph(name)
+    x_t = g.tensor("x", (batch, D), c.dtype)
+    sel_t = g.tensor("token_sel", (batch, E), "int32")
+    slot_sel_t = g.tensor("slot_sel", (batch * k, E), "int32")
+    w_t = g.tensor("route_w", (batch * k, 1), c.dtype)
+    wg_t = g.tensor("w_gate", (E, D, Fdim), c.dtype)
+    wu_t = g.tensor("w_up", (E, D, Fdim), c.dtype)
+    wd_t = g.tensor("w_down", (E, Fdim, D), c.dtype)
+    out_t = g.tensor("out", (batch, D), c.dtype)
+
+    rows = _rows(LinearOffChipLoad(x_t, tile=(1, D), elem_bytes=elem_bytes, name="load_x").out)
+    sel_raw = _rows(LinearOffChipLoad(sel_t, tile=(1, E), name="load_sel").out)
+    sel = Map(sel_raw, fn=F.to_selector(E), name="token_sel").out
+    slot_raw = _rows(LinearOffChipLoad(slot_sel_t, tile=(1, E), name="load_slot_sel").out)
+    slot_sel = Map(slot_raw, fn=F.to_selector(E), name="slot_sel").out
+    weights = _rows(LinearOffChipLoad(w_t, tile=(1, 1), elem_bytes=elem_bytes, name="load_w").out)
+
+    per_expert = Partition(rows, sel, 0, name="route").outputs
+    per_expert_w = Partition(weights, slot_sel, 0, name="wroute").outputs
+
+    packed: list[Stream] = []
+    pad_masks: list[Stream | None] = []
+    for e, xs in enumerate(per_expert):
+        if dyn:
+            grouped = Promote(xs, name=f"promote{e}").out
+            pad_masks.append(None)
+        else:
+            r = Reshape(xs, s.tile_n, pad=np.zeros((1, D), np.dtype(c.dtype)), pad_flags=True, name=f"chunk{e}")
+            grouped = r.outputs[0]
+            pad_masks.append(Accum(r.outputs[1], fn=F.retile_row, rank=1, name=f"padmask{e}").out)
+        packed.append(Accum(grouped, fn=F.retile_row, rank=1, name=f"pack{e}").out)
+
+    if s.regions is None:
+        outs = [
+            _expert(g, e, packed[e], (wg_t, wu_t, wd_t), nf, tf, D, dyn, elem_bytes)
+            for e in range(E)
+        ]
+    else:
+        outs = [None] * E
+        group = E // s.regions
+        for r in range(s.regions):
+            experts = list(range(r * group, (r + 1) * group))
+            ys = _region(g, r, [packed[e] for e in experts], experts[0], (wg_t, wu_t, wd_t), nf, tf, D, elem_bytes)
+            for e, y in zip(experts, ys, strict=True):
+                outs[e] = y
+
+    scaled = []
+    for e in range(E):
+        rows_e = RetileStreamify(outs[e], is_pad=pad_masks[e], name=f"unpack{e}").out
+        scaled.append(Map(rows_e, per_expert_w[e], fn=F.mul, name=f"scale{e}").out)
+    gathered = Reassemble(scaled, sel, count=k, name="gather").out
+    combined = Accum(gathered, fn=F.accum_add, rank=1, name="combine").out
+    LinearOffChipStore(combined, out_t, name="store")
+    return g
+
+
+def _expert(g: Graph, e: int, packed: Stream, weights, nf: int, tf: int, D: int, dyn: bool, elem_bytes) -> Stream:
+    """One expert's SwiGLU on its packed token tiles: ``[T] -> [T]`` of ``[rows, D]`` tiles."""
+    wg_t, wu_t, wd_t = weights
+    rep = RepeatStatic(packed, nf, name=f"repeat{e}").out
+    opts = {"ref": packed, "out_shape": (nf,), "stride": (1,), "base": e * nf, "elem_bytes": elem_bytes, "on_demand": dyn}
+    wg = LinearOffChipLoad(wg_t, tile=(D, tf), name=f"load_gate{e}", **opts).out
+    wu = LinearOffChipLoad(wu_t, tile=(D, tf), name=f"load_up{e}", **opts).out
+    wd = LinearOffChipLoad(wd_t, tile=(tf, D), name=f"load_down{e}", **opts).out
+    return _swiglu(f"{e}", rep, wg, wu, wd)
+
+
+def _swiglu(tag: str, rep: Stream, wg: Stream, wu: Stream, wd: Stream) -> Stream:
+    gate = Map(rep, wg, fn=F.matmul(), name=f"gate{tag}").out
+    up = Map(rep, wu, fn=F.matmul(), name=f"up{tag}").out
+    h = Map(Map(gate, fn=F.silu, name=f"silu{tag}").out, up, fn=F.mul, name=f"mul{tag}").out
+    return Accum(h, wd, fn=F.matmul_acc(), rank=1, name=f"down{tag}").out
+
+
+def _region(g: Graph, r: int, packed: list[Stream], first: int, weights, nf: int, tf: int, D: int, elem_bytes) -> list[Stream]:
+    """A time-multiplexed region: the experts ``first..`` share one SwiGLU pipeline."""
+    wg_t, wu_t, wd_t = weights
+    merge = EagerMerge(packed, name=f"merge{r}")
+    data, which = merge.outputs
+    addr = FlatMap(Promote(which, 0, name=f"slot{r}").out, fn=F.expert_addr(nf, base=first * nf), name=f"addr{r}").out
+    wg = RandomOffChipLoad(addr, wg_t, tile=(D, tf), elem_bytes=elem_bytes, name=f"load_gate_r{r}").out
+    wu = RandomOffChipLoad(addr, wu_t, tile=(D, tf), elem_bytes=elem_bytes, name=f"load_up_r{r}").out
+    wd = RandomOffChipLoad(addr, wd_t, tile=(tf, D), elem_bytes=elem_bytes, name=f"load_down_r{r}").out
+    rep = RepeatStatic(data, nf, name=f"repeat_r{r}").out
+    y = _swiglu(f"_r{r}", rep, wg, wu, wd)
+    return Partition(y, which, 0, name=f"unmerge{r}").outputs
+
+
+def inputs(config: MoEConfig, choices: np.ndarray, *, seed: int = 0) -> dict[str, np.ndarray]:
+    """Memory for the layer: activations, routing tensors from ``choices`` ([B, k]), weights."""
+    c = config
+    batch, k = choices.shape
+    if k != c.top_k:
+        raise ValueError(f"choices have {k} experts per token, config {c.name} has top_k {c.top_k}")
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(c.dtype)
+    token_sel = np.zeros((batch, c.experts), np.int32)
+    token_sel[np.arange(batch)[:, None], choices] = 1
+    slot_sel = np.zeros((batch * k, c.experts), np.int32)
+    slot_sel[np.arange(batch * k), choices.reshape(-1)] = 1
+    # Routing weights in slot order; the graph consumes them per expert in token order.
+    w = routing_weights(choices, seed=seed)
+    return {
+        "x": rng.standard_normal((batch, c.hidden)).astype(dt),
+        "token_sel": token_sel,
+        "slot_sel": slot_sel,
+        "route_w": w.reshape(batch * k, 1).astype(dt),
+        "w_gate": (rng.standard_normal((c.experts, c.hidden, c.intermediate)) / np.sqrt(c.hidden)).astype(dt),
+        "w_up": (rng.standard_normal((c.experts, c.hidden, c.intermediate)) / np.sqrt(c.hidden)).astype(dt),
+        "w_down": (rng.standard_normal((c.experts, c.intermediate, c.hidden)) / np.sqrt(c.intermediate)).astype(dt),
+    }
+
+
+def reference(config: MoEConfig, memory: dict[str, np.ndarray]) -> np.ndarray:
+    """Plain numpy MoE: weighted sum of each token's top-k expert SwiGLUs."""
+    x = memory["x"].astype(np.float64)
+    batch = x.shape[0]
+    slots = memory["slot_sel"].reshape(batch, config.top_k, config.experts).argmax(axis=2)
+    w = memory["route_w"].reshape(batch, config.top_k)
+    out = np.zeros_like(x)
+    for b in range(batch):
+        for j, e in enumerate(slots[b]):
+            gate = x[b] @ memory["w_gate"][e]
+            up = x[b] @ memory["w_up"][e]
+            out[b] += w[b, j] * ((gate / (1 + np.exp(-gate)) * up) @ memory["w_down"][e])
+    return out
+
+
+def dim_values(choices: np.ndarray, num_experts: int) -> dict[str, int]:
+    """Values of the graph's routing dims (``route_nXXX``, ``wroute_nXXX``) for ``choices``."""
+    counts = np.bincount(choices.reshape(-1), minlength=num_experts)
+    values = {}
+    for e, n in enumerate(counts):
+        values[f"route_n{e:03d}"] = int(n)
+        values[f"wroute_n{e:03d}"] = int(n)
+    return values
+
+
+def main() -> None:
+    for cfg, batch in ((MIXTRAL, 64), (QWEN, 64)):
+        choices = synthetic_routing(batch, cfg.experts, cfg.top_k, seed=0)
+        vals = dim_values(choices, cfg.experts)
+        print(f"{cfg.name}, batch {batch} (synthetic routing), artifact accounting:")
+        for sched in (MoESchedule("static", 16), MoESchedule("static", 64), MoESchedule("dynamic")):
+            m = metrics(build(cfg, sched, batch), "artifact").evaluate(vals)
+            label = f"{sched.tiling} {sched.tile_n if sched.tiling == 'static' else ''}"
+            print(f"  {label:<12} on-chip {m.onchip_bytes / 2**20:9.2f} MiB  off-chip {m.offchip_bytes / 2**20:9.2f} MiB")
+
+
+if __name__ == "__main__":
+    main()
