@@ -72,8 +72,8 @@ class NodeIO:
         """The next token of input ``i`` (which must hold one)."""
         return self.inputs[i].queue[0]
 
-    def send(self, j: int, token: Token) -> None:
-        """Append a token to output ``j``."""
+    def send(self, j: int, token: Token) -> Iterator[str]:
+        """Generator: append a token to output ``j`` (never blocks: queues are unbounded)."""
         ch = self.outputs[j]
         if ch.closed:
             raise StepRuntimeError(op_message(self.node.kind, self.node.name, self.node.output_names[j], f"token {token!r} after done"))
@@ -82,6 +82,8 @@ class NodeIO:
         ch.queue.append(token)
         ch.history.append(token)
         self._run.moves += 1
+        return
+        yield  # a generator, like the simulator's blocking send
 
     def fail(self, port: str | None, text: str) -> StepRuntimeError:
         """A runtime error naming this node and ``port`` (raise it)."""

@@ -74,6 +74,27 @@ class Metrics:
                 return n
         raise KeyError(f"no node named {name!r}")
 
+    def table(self, *, by_kind: bool = False) -> str:
+        """A plain-text table of per-node (or per-kind) costs and totals."""
+        rows: list[tuple[str, str, Dim, Dim, Dim]] = []
+        if by_kind:
+            kinds: dict[str, list[NodeCost]] = {}
+            for n in self.nodes:
+                kinds.setdefault(n.kind, []).append(n)
+            for kind, ns in kinds.items():
+                rows.append((f"{len(ns)} node(s)", kind, _sum(n.onchip_bytes for n in ns),
+                             _sum(n.offchip_bytes for n in ns), _sum(n.flops for n in ns)))
+        else:
+            rows = [(n.name, n.kind, n.onchip_bytes, n.offchip_bytes, n.flops) for n in self.nodes]
+        rows.append(("total", "", self.onchip_bytes, self.offchip_bytes, self.flops))
+        head = ("node", "kind", f"on-chip B ({self.convention})", "off-chip B", "FLOPs")
+        cells = [head] + [tuple(str(v) for v in r) for r in rows]
+        widths = [max(len(r[i]) for r in cells) for i in range(5)]
+        lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in cells]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        lines.insert(len(lines) - 1, "  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
     def evaluate(self, values: Mapping[sp.Symbol | str, int]) -> Metrics:
         """Substitute dim values (symbols or their names); returns metrics with the results."""
         by_name = {str(k): v for k, v in values.items()}

@@ -7,7 +7,8 @@ tokens is written exactly once. Levels are the ``k`` of ``Stop(k)``; ``None`` me
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from .tokens import DONE, Stop, Token
 
@@ -93,57 +94,58 @@ class BlockWriter:
     A block's closing ``Stop(inner)`` is held back: if the next input token is ``Stop(s)`` it merges
     into ``Stop(s + inner)`` (only the highest stop is written); a data token or the end of the stream
     releases it unchanged. Used by RepeatStatic, Streamify, LinearOffChipLoad with a reference,
-    FlatMap, Reshape and Promote.
+    FlatMap, Reshape and Promote. ``put`` and every method are generators (sending may block in
+    the simulator): call them with ``yield from``.
     """
 
-    def __init__(self, put: Callable[[Token], None], inner: int):
+    def __init__(self, put: Callable[[Token], Iterator[Any]], inner: int):
         self._put = put
         self.inner = inner
         self._pending = False
 
-    def _flush(self) -> None:
+    def _flush(self) -> Iterator[Any]:
         if self._pending:
-            self._put(Stop(self.inner))
+            yield from self._put(Stop(self.inner))
             self._pending = False
 
-    def data(self, token: Token) -> None:
+    def data(self, token: Token) -> Iterator[Any]:
         """Write a data token (releasing a held stop first)."""
-        self._flush()
-        self._put(token)
+        yield from self._flush()
+        yield from self._put(token)
 
-    def inner_stop(self, level: int) -> None:
+    def inner_stop(self, level: int) -> Iterator[Any]:
         """Write a stop inside the current block (releasing a held stop first)."""
-        self._flush()
-        self._put(Stop(level))
+        yield from self._flush()
+        yield from self._put(Stop(level))
 
-    def end_block(self) -> None:
+    def end_block(self) -> Iterator[Any]:
         """Close the current block; its ``Stop(inner)`` is held back."""
         if self.inner > 0:
-            self._flush()
+            yield from self._flush()
             self._pending = True
 
-    def block(self, tokens: list[Token]) -> None:
+    def block(self, tokens: list[Token]) -> Iterator[Any]:
         """Write a complete block given as tokens; a final ``Stop(inner)`` is held back."""
         if not tokens:
             return  # an empty block (e.g. a FlatMap element with no sub-tensors) must keep a held stop held
-        self._flush()
+        yield from self._flush()
         if self.inner > 0 and tokens and tokens[-1] == Stop(self.inner):
             for t in tokens[:-1]:
-                self._put(t)
+                yield from self._put(t)
             self._pending = True
         else:
             for t in tokens:
-                self._put(t)
+                yield from self._put(t)
 
-    def outer_stop(self, level: int) -> None:
+    def outer_stop(self, level: int) -> Iterator[Any]:
         """An input ``Stop(level)``: written as ``Stop(level + inner)``, absorbing a held stop."""
         self._pending = False
-        self._put(Stop(block_stop(level, self.inner)))
+        yield from self._put(Stop(block_stop(level, self.inner)))
 
-    def done(self) -> None:
+    def done(self) -> Iterator[Any]:
         """End of input: release a held stop and write ``DONE``."""
-        self._flush()
-        self._put(DONE)
+        yield from self._flush()
+        yield from self._put(DONE)
 
 
 def grid_tokens(shape: tuple[int, ...], block: Callable[[tuple[int, ...]], list[Token]], sub: int = 0) -> list[Token]:

@@ -90,11 +90,11 @@ class Map(Node):
             toks = yield from recv_aligned(io)
             first = toks[0]
             if not is_data(first):
-                io.send(0, first)
+                yield from io.send(0, first)
                 if first is DONE:
                     return
                 continue
-            io.send(0, self.fn.apply(out, *_args(toks, len(self.arg_types))))
+            yield from io.send(0, self.fn.apply(out, *_args(toks, len(self.arg_types))))
 
 
 class _Reduce(Node):
@@ -160,16 +160,16 @@ class Accum(_Reduce):
             if first is DONE:
                 if started:
                     raise io.fail("in0", "stream ended inside an accumulation group")
-                io.send(0, DONE)
+                yield from io.send(0, DONE)
                 return
             if isinstance(first, Stop):
                 if first.level < self.rank:
                     continue
-                io.send(0, acc if started else self._init(None))
+                yield from io.send(0, acc if started else self._init(None))
                 acc, started = None, False
                 outer = accum_stop(first.level, self.rank)
                 if outer is not None:
-                    io.send(0, Stop(outer))
+                    yield from io.send(0, Stop(outer))
                 continue
             args = _args(toks, len(self.arg_types))
             if not started:
@@ -202,7 +202,7 @@ class Scan(_Reduce):
             if not is_data(first):
                 if first is DONE or first.level >= self.rank:
                     acc, started = None, False
-                io.send(0, first)
+                yield from io.send(0, first)
                 if first is DONE:
                     return
                 continue
@@ -210,7 +210,7 @@ class Scan(_Reduce):
             if not started:
                 acc, started = self._init(args), True
             acc = self.fn.update(out, acc, *args)
-            io.send(0, acc)
+            yield from io.send(0, acc)
 
 
 class FlatMap(Node):
@@ -246,13 +246,13 @@ class FlatMap(Node):
             toks = yield from recv_aligned(io)
             first = toks[0]
             if first is DONE:
-                writer.done()
+                yield from writer.done()
                 return
             if isinstance(first, Stop):
-                writer.outer_stop(first.level)
+                yield from writer.outer_stop(first.level)
                 continue
             sub = self.fn.apply(out, *_args(toks, len(self.arg_types)))
-            writer.block(to_tokens(sub, self.fn.rank)[:-1])
+            yield from writer.block(to_tokens(sub, self.fn.rank)[:-1])
 
 
 class RetileStreamify(FlatMap):
@@ -295,6 +295,6 @@ class Zip(Node):
     def execute(self, io: Any) -> Iterator[Any]:
         while True:
             a, b = yield from recv_aligned(io)
-            io.send(0, (a, b) if is_data(a) else a)
+            yield from io.send(0, (a, b) if is_data(a) else a)
             if a is DONE:
                 return

@@ -30,8 +30,7 @@ class Source(Node):
 
     def execute(self, io: Any) -> Iterator[Any]:
         for tok in io.source_tokens():
-            io.send(0, tok)
-        yield from ()
+            yield from io.send(0, tok)
 
 
 class Sink(Node):
@@ -80,6 +79,6 @@ class Feedback(Node):
     def execute(self, io: Any) -> Iterator[Any]:
         while True:
             tok = yield from io.recv(0)
-            io.send(0, tok)
+            yield from io.send(0, tok)
             if tok is DONE:
                 return

@@ -203,20 +203,20 @@ class LinearOffChipLoad(_OffChip):
         block = self._block(self._tiles(io))
         if not self.inputs:
             for t in block:
-                io.send(0, t)
-            io.send(0, DONE)
+                yield from io.send(0, t)
+            yield from io.send(0, DONE)
             return
         writer = BlockWriter(lambda t: io.send(0, t), len(self.out_shape))
         while True:
             tok = yield from io.recv(0)
             if tok is DONE:
-                writer.done()
+                yield from writer.done()
                 return
             if isinstance(tok, Stop):
-                writer.outer_stop(tok.level)
+                yield from writer.outer_stop(tok.level)
             else:
                 block = self._block(self._tiles(io))  # re-read: stores may have changed memory
-                writer.block(block)
+                yield from writer.block(block)
 
 
 class LinearOffChipStore(_OffChip):
@@ -312,14 +312,14 @@ class RandomOffChipLoad(_OffChip):
         while True:
             tok = yield from io.recv(0)
             if not is_data(tok):
-                io.send(0, tok)
+                yield from io.send(0, tok)
                 if tok is DONE:
                     return
                 continue
             k = int(np.asarray(tok).reshape(-1)[0])
             if not 0 <= k < self.n_tiles:
                 raise io.fail("raddr", f"tile address {k} outside tensor '{self.tensor.name}' of {self.n_tiles} tiles")
-            io.send(0, np.array(self._tiles(io)[k], copy=True))
+            yield from io.send(0, np.array(self._tiles(io)[k], copy=True))
 
 
 class RandomOffChipStore(_OffChip):
@@ -365,7 +365,7 @@ class RandomOffChipStore(_OffChip):
         while True:
             addr, data = yield from recv_aligned(io)
             if not is_data(addr):
-                io.send(0, addr)
+                yield from io.send(0, addr)
                 if addr is DONE:
                     return
                 continue
@@ -375,4 +375,4 @@ class RandomOffChipStore(_OffChip):
             tiles = np.array(self._tiles(io), copy=True)
             tiles[k] = io.check_tile(data, self.tile, "wdata")
             io.store(self.tensor, untile(tiles, self.tensor.shape))
-            io.send(0, np.ones((1, 1), dtype=bool))
+            yield from io.send(0, np.ones((1, 1), dtype=bool))

@@ -70,14 +70,14 @@ class Bufferize(Node):
             if tok is DONE:
                 if held:
                     raise io.fail("in", "stream ended inside a buffer")
-                io.send(0, DONE)
+                yield from io.send(0, DONE)
                 return
             if isinstance(tok, Stop) and tok.level >= self.rank:
-                io.send(0, BufferValue((*held, Stop(self.rank)), self.rank))
+                yield from io.send(0, BufferValue((*held, Stop(self.rank)), self.rank))
                 held = []
                 outer = bufferize_stop(tok.level, self.rank)
                 if outer is not None:
-                    io.send(0, Stop(outer))
+                    yield from io.send(0, Stop(outer))
             else:
                 held.append(tok)
 
@@ -190,13 +190,13 @@ class Streamify(Node):
         while True:
             tok = yield from io.recv(0)
             if tok is DONE:
-                writer.done()
+                yield from writer.done()
                 return
             if isinstance(tok, Stop):
-                writer.outer_stop(tok.level)
+                yield from writer.outer_stop(tok.level)
                 continue
             read = self._read(io, tok)
-            writer.block(grid_tokens(self.repeat, lambda m, read=read: read, sub=self._read_rank))
+            yield from writer.block(grid_tokens(self.repeat, lambda m, read=read: read, sub=self._read_rank))
 
     def _by_ref(self, io: Any) -> Iterator[Any]:
         c = self.ref_inner
@@ -207,29 +207,29 @@ class Streamify(Node):
                 r = yield from io.recv(1)
                 if r is not DONE:
                     raise io.fail("ref", f"reference continues with {r!r} after the last buffer")
-                writer.done()
+                yield from writer.done()
                 return
             if isinstance(buf, Stop):  # only reached when c == 0
                 r = yield from io.recv(1)
                 if not (isinstance(r, Stop) and r.level == buf.level):
                     raise io.fail("ref", f"reference token {r!r} does not line up with buffer-stream {buf!r}")
-                writer.outer_stop(r.level)
+                yield from writer.outer_stop(r.level)
                 continue
             read = self._read(io, buf)
             if c == 0:
                 r = yield from io.recv(1)
                 if not is_data(r):
                     raise io.fail("ref", f"reference token {r!r} where an element should pair with a buffer")
-                writer.block(read)
+                yield from writer.block(read)
                 continue
             while True:
                 r = yield from io.recv(1)
                 if r is DONE:
                     raise io.fail("ref", "reference ended while a buffer was being read")
                 if is_data(r):
-                    writer.block(read)
+                    yield from writer.block(read)
                     continue
-                writer.outer_stop(r.level)
+                yield from writer.outer_stop(r.level)
                 if r.level >= c:
                     if r.level > c:
                         b2 = yield from io.recv(0)

@@ -128,7 +128,7 @@ class Partition(Node):
                 # Close the outputs before waiting for the input's done: in a feedback loop the
                 # input can only end after these outputs have.
                 for j in range(self.n):
-                    io.send(j, DONE)
+                    yield from io.send(j, DONE)
                 x = yield from io.recv(0)
                 if x is not DONE or expect_outer:
                     raise io.fail("in", f"input continues with {x!r} after the selector ended")
@@ -151,7 +151,7 @@ class Partition(Node):
                 expect_outer = level - b
             for j in targets:
                 for t in toks:
-                    io.send(j, t)
+                    yield from io.send(j, t)
 
 
 class Parallelize(Node):
@@ -194,7 +194,7 @@ class Parallelize(Node):
                     continue  # outer structure is consumed
                 if tok is DONE:
                     break
-                io.send(k % self.n, tok)
+                yield from io.send(k % self.n, tok)
                 k += 1
                 continue
             head = yield from io.peek(0)
@@ -203,10 +203,10 @@ class Parallelize(Node):
                 break
             toks, _ = yield from read_chunk(io, 0, b)
             for t in (*toks, Stop(b)):
-                io.send(k % self.n, t)
+                yield from io.send(k % self.n, t)
             k += 1
         for j in range(self.n):
-            io.send(j, DONE)
+            yield from io.send(j, DONE)
 
 
 class Reassemble(Node):
@@ -254,14 +254,14 @@ class Reassemble(Node):
         while True:
             s = yield from io.recv(sel_port)
             if s is DONE:
-                writer.done()  # before the inputs' done, as Partition does, for feedback loops
+                yield from writer.done()  # before the inputs' done, as Partition does, for feedback loops
                 for i in range(n):
                     t = yield from io.recv(i)
                     if t is not DONE:
                         raise io.fail(f"in{i}", f"input holds {t!r} after the selector ended")
                 return
             if isinstance(s, Stop):
-                writer.outer_stop(s.level)
+                yield from writer.outer_stop(s.level)
                 continue
             chosen = _selected(io, s, n, "sel")
             if self.count is not None and len(chosen) != self.count:
@@ -278,7 +278,7 @@ class Reassemble(Node):
                 group[-1] = Stop(a + 1)
             else:
                 group.append(Stop(1))
-            writer.block(group)
+            yield from writer.block(group)
 
 
 class EagerMerge(Node):
@@ -324,14 +324,14 @@ class EagerMerge(Node):
                 continue
             onehot = np.zeros(n, dtype=bool)
             onehot[choice] = True
-            io.send(1, onehot)
+            yield from io.send(1, onehot)
             toks, _ = yield from read_chunk(io, choice, a)
             for t in toks:
-                io.send(0, t)
+                yield from io.send(0, t)
             if a > 0:
-                io.send(0, Stop(a))
-        io.send(0, DONE)
-        io.send(1, DONE)
+                yield from io.send(0, Stop(a))
+        yield from io.send(0, DONE)
+        yield from io.send(1, DONE)
 
 
 class Broadcast(Node):
@@ -355,6 +355,6 @@ class Broadcast(Node):
         while True:
             tok = yield from io.recv(0)
             for j in range(self.n):
-                io.send(j, tok)
+                yield from io.send(j, tok)
             if tok is DONE:
                 return

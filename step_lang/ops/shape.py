@@ -57,9 +57,9 @@ class Flatten(Node):
             if isinstance(tok, Stop):
                 level = flatten_stop(tok.level, self.lo, self.hi)
                 if level is not None:
-                    io.send(0, Stop(level))
+                    yield from io.send(0, Stop(level))
                 continue
-            io.send(0, tok)
+            yield from io.send(0, tok)
             if tok is DONE:
                 return
 
@@ -112,10 +112,10 @@ class Reshape(Node):
         else:
             yield from self._inner(io)
 
-    def _send(self, io: Any, tok: Any, flag: Any) -> None:
-        io.send(0, tok)
+    def _send(self, io: Any, tok: Any, flag: Any) -> Iterator[Any]:
+        yield from io.send(0, tok)
         if len(self.out_types) == 2:
-            io.send(1, flag)
+            yield from io.send(1, flag)
 
     def _outer(self, io: Any) -> Iterator[Any]:
         seen = 0
@@ -124,7 +124,7 @@ class Reshape(Node):
             if isinstance(tok, Stop):
                 level, seen = reshape_outer_stop(tok.level, self.rank, seen, self.chunk)
                 tok = Stop(level)
-            self._send(io, tok, np.zeros((1, 1), dtype=bool) if is_data(tok) else tok)
+            yield from self._send(io, tok, np.zeros((1, 1), dtype=bool) if is_data(tok) else tok)
             if tok is DONE:
                 return
 
@@ -135,39 +135,39 @@ class Reshape(Node):
         writers = [w for w in (data, flags) if w is not None]
         count = 0
 
-        def pad_out() -> None:
+        def pad_out() -> Iterator[Any]:
             nonlocal count
             if count == 0:
                 return
             if self.pad is None:
                 raise io.fail("in", f"a vector of {count} trailing elements is not a multiple of {self.chunk} and no pad was given")
             for _ in range(self.chunk - count):
-                data.data(np.array(self.pad, copy=True))
+                yield from data.data(np.array(self.pad, copy=True))
                 if flags:
-                    flags.data(np.ones((1, 1), dtype=bool))
+                    yield from flags.data(np.ones((1, 1), dtype=bool))
             for w in writers:
-                w.end_block()
+                yield from w.end_block()
             count = 0
 
         while True:
             tok = yield from io.recv(0)
             if tok is DONE:
-                pad_out()
+                yield from pad_out()
                 for w in writers:
-                    w.done()
+                    yield from w.done()
                 return
             if isinstance(tok, Stop):
-                pad_out()
+                yield from pad_out()
                 for w in writers:
-                    w.outer_stop(tok.level)
+                    yield from w.outer_stop(tok.level)
                 continue
-            data.data(tok)
+            yield from data.data(tok)
             if flags:
-                flags.data(np.zeros((1, 1), dtype=bool))
+                yield from flags.data(np.zeros((1, 1), dtype=bool))
             count += 1
             if count == self.chunk:
                 for w in writers:
-                    w.end_block()
+                    yield from w.end_block()
                 count = 0
 
 
@@ -207,17 +207,17 @@ class Promote(Node):
             while True:
                 tok = yield from io.recv(0)
                 if tok is DONE:
-                    writer.done()
+                    yield from writer.done()
                     return
                 if isinstance(tok, Stop):
-                    writer.outer_stop(tok.level)
+                    yield from writer.outer_stop(tok.level)
                 else:
-                    writer.data(tok)
-                    writer.end_block()
+                    yield from writer.data(tok)
+                    yield from writer.end_block()
         else:
             while True:
                 tok = yield from io.recv(0)
-                io.send(0, Stop(promote_stop(tok.level, self.rank)) if isinstance(tok, Stop) else tok)
+                yield from io.send(0, Stop(promote_stop(tok.level, self.rank)) if isinstance(tok, Stop) else tok)
                 if tok is DONE:
                     return
 
@@ -228,19 +228,19 @@ class Promote(Node):
             tok = yield from io.recv(0)
             if tok is DONE:
                 if held is not None:
-                    io.send(0, Stop(a + 1))
+                    yield from io.send(0, Stop(a + 1))
                 elif seen and a == 0:
-                    io.send(0, Stop(1))
-                io.send(0, DONE)
+                    yield from io.send(0, Stop(1))
+                yield from io.send(0, DONE)
                 return
             seen = True
             if held is not None:
-                io.send(0, held)
+                yield from io.send(0, held)
                 held = None
             if isinstance(tok, Stop) and tok.level == a:
                 held = tok
             else:
-                io.send(0, tok)
+                yield from io.send(0, tok)
 
 
 class Expand(Node):
@@ -281,7 +281,7 @@ class Expand(Node):
                 r = yield from io.recv(1)
                 if r is not DONE:
                     raise io.fail("ref", f"reference continues with {r!r} after the input ended")
-                io.send(0, DONE)
+                yield from io.send(0, DONE)
                 return
             if not is_data(x):
                 raise io.fail("in", f"expected an element, got {x!r} (inner dims must be 1)")
@@ -293,11 +293,11 @@ class Expand(Node):
                 if r is DONE:
                     raise io.fail("ref", "reference ended before the input")
                 if is_data(r):
-                    io.send(0, x)
+                    yield from io.send(0, x)
                     continue
                 if r.level >= self.rank and r.level != closing.level:
                     raise io.fail("ref", f"reference closes with {r!r} where the input closes with {closing!r}")
-                io.send(0, r)
+                yield from io.send(0, r)
                 if r.level >= self.rank:
                     break
 
@@ -327,11 +327,11 @@ class RepeatStatic(Node):
         while True:
             tok = yield from io.recv(0)
             if tok is DONE:
-                writer.done()
+                yield from writer.done()
                 return
             if isinstance(tok, Stop):
-                writer.outer_stop(tok.level)
+                yield from writer.outer_stop(tok.level)
                 continue
             for _ in range(self.count):
-                writer.data(tok)
-            writer.end_block()
+                yield from writer.data(tok)
+            yield from writer.end_block()
