@@ -10,6 +10,8 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from .errors import StepValueError
+
 __all__ = ["ArrivalPolicy", "FixedOrder", "LowestIndexFirst", "RandomArrival", "RoundRobin"]
 
 
@@ -23,6 +25,9 @@ class ArrivalPolicy:
     def choose(self, ready: Sequence[int], n_inputs: int) -> int | None:  # pragma: no cover
         """Return the index to take next, or ``None`` to wait for another input."""
         raise NotImplementedError
+
+    def finished(self, i: int) -> None:
+        """Input ``i`` has ended (its done token arrived)."""
 
 
 class LowestIndexFirst(ArrivalPolicy):
@@ -63,6 +68,10 @@ class FixedOrder(ArrivalPolicy):
     def __init__(self, order: Sequence[int]):
         self.order = list(order)
         self._pos = 0
+        self._ended: set[int] = set()
+
+    def finished(self, i: int) -> None:
+        self._ended.add(i)
 
     def fresh(self) -> FixedOrder:
         return FixedOrder(self.order)
@@ -71,6 +80,8 @@ class FixedOrder(ArrivalPolicy):
         if self._pos >= len(self.order):
             return min(ready)
         want = self.order[self._pos]
+        if want in self._ended:
+            raise StepValueError(f"FixedOrder: step {self._pos} names input {want}, which has already ended")
         if want in ready:
             self._pos += 1
             return want

@@ -23,6 +23,7 @@ import numpy as np
 
 from .dims import Dim, as_dim, dims_equal, product
 from .errors import StepRuntimeError, StepTypeError
+from .meta import MetaTile, is_meta, meta_apply
 from .types import DType, ElemType, Selector, Tile, dtype, int64
 
 __all__ = [
@@ -98,6 +99,12 @@ def _wide(a: np.ndarray) -> np.ndarray:
     return a.astype(np.int64) if a.dtype.kind in "iub" else a
 
 
+def _meta(name: str, kind: str | None, out_type: ElemType, *values: Any) -> Any:
+    if kind is None:
+        raise StepRuntimeError(f"function '{name}' needs real values; it has no shape-only model")
+    return meta_apply(kind, out_type.dtype.numpy if isinstance(out_type, Tile) else None, *values)
+
+
 def _dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Matrix product whose every output element sums over K in order, whatever the row count.
 
@@ -123,6 +130,7 @@ class MapFn:
     _flops: Callable[..., Dim] = field(repr=False)
     _apply: Callable[..., Any] = field(repr=False)
     params: tuple = ()
+    meta: str | None = None  # shape rule for MetaTile inputs (step_lang.meta.meta_apply)
 
     def out_type(self, err: ErrorFn, *in_types: ElemType) -> ElemType:
         if len(in_types) != self.arity:
@@ -133,6 +141,8 @@ class MapFn:
         return self._flops(*in_types)
 
     def apply(self, out_type: ElemType, *values: Any) -> Any:
+        if is_meta(*values):
+            return _meta(self.name, self.meta, out_type, *values)
         return self._apply(out_type, *values)
 
     def __str__(self) -> str:
@@ -158,7 +168,7 @@ def _elementwise(name: str, op: Callable[[np.ndarray, np.ndarray], np.ndarray]) 
     def flops(a: Tile, b: Tile) -> Dim:
         return product((a.rows if a.rows != 1 else b.rows, a.cols if a.cols != 1 else b.cols))
 
-    return MapFn(name, 2, type_rule, flops, apply)
+    return MapFn(name, 2, type_rule, flops, apply, meta="broadcast")
 
 
 add = _elementwise("add", np.add)
@@ -179,7 +189,7 @@ def _float_unary(name: str, per_elem: int, op: Callable[[np.ndarray], np.ndarray
         with np.errstate(over="ignore"):
             return checked_cast(op(a), out.dtype, name)
 
-    return MapFn(name, 1, type_rule, lambda a: per_elem * a.elements, apply)
+    return MapFn(name, 1, type_rule, lambda a: per_elem * a.elements, apply, meta="same")
 
 
 exp = _float_unary("exp", 4, np.exp)
@@ -197,6 +207,7 @@ row_sum = MapFn(
     _row_sum_type,
     lambda a: a.elements,
     lambda out, a: checked_cast(_wide(a).sum(axis=1, keepdims=True), out.dtype, "row_sum"),
+    meta="rowsum",
 )
 
 
@@ -227,7 +238,7 @@ def matmul(transpose_b: bool = False, out_dtype: DType | str | None = None) -> M
         n = b.rows if transpose_b else b.cols
         return 2 * product((a.rows, a.cols, n))
 
-    return MapFn(name, 2, type_rule, flops, apply, (("transpose_b", transpose_b),))
+    return MapFn(name, 2, type_rule, flops, apply, (("transpose_b", transpose_b),), meta="matmul_t" if transpose_b else "matmul")
 
 
 def to_selector(n: int) -> MapFn:
@@ -305,7 +316,7 @@ def _row_append(out: Tile, tile: np.ndarray, row: np.ndarray, offset: np.ndarray
     return res
 
 
-row_append = MapFn("row_append", 3, _row_append_type, lambda *a: 0, _row_append)
+row_append = MapFn("row_append", 3, _row_append_type, lambda *a: 0, _row_append, meta="same")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,6 +338,7 @@ class AccumFn:
     _update: Callable[..., Any] = field(repr=False)
     _flops: Callable[..., Dim] = field(repr=False)
     params: tuple = ()
+    meta: str | None = None  # shape rule of an update with MetaTile inputs
 
     def out_type(self, err: ErrorFn, in_types: tuple[ElemType, ...], reduced: tuple[Dim, ...]) -> ElemType:
         if len(in_types) != self.arity:
@@ -335,9 +347,19 @@ class AccumFn:
 
     def init(self, out_type: ElemType, first: tuple | None = None) -> Any:
         """The initial accumulator; ``first`` (the group's first inputs, if any) sizes dynamic tiles."""
+        if first is not None and is_meta(*first):
+            if self.meta is None:
+                raise StepRuntimeError(f"function '{self.name}' needs real values; it has no shape-only model")
+            if self.meta == "concat_rows":
+                return MetaTile((0, first[0].shape[1]), out_type.dtype.numpy)
+            return meta_apply(self.meta, out_type.dtype.numpy, *first)
         return self._init(out_type, first)
 
     def update(self, out_type: ElemType, acc: Any, *values: Any) -> Any:
+        if is_meta(acc, *values):
+            if self.meta == "concat_rows":
+                return meta_apply("concat_rows", out_type.dtype.numpy, acc, *values)
+            return _meta(self.name, self.meta, out_type, *values)
         return self._update(out_type, acc, *values)
 
     def flops(self, *in_types: ElemType) -> Dim:
@@ -364,7 +386,7 @@ def _fold(name: str, op: Callable[[np.ndarray, np.ndarray], np.ndarray], init: C
             raise StepRuntimeError(f"function '{name}': accumulator {acc.shape} and element {x.shape} differ")
         return checked_cast(op(_wide(acc), _wide(x)), out.dtype, name)
 
-    return AccumFn(name, 1, type_rule, init, update, lambda a: a.elements)
+    return AccumFn(name, 1, type_rule, init, update, lambda a: a.elements, meta="same")
 
 
 def _first(first: tuple | None) -> np.ndarray | None:
@@ -401,7 +423,7 @@ def matmul_acc(transpose_b: bool = False, out_dtype: DType | str | None = None) 
         n = b.shape[0] if transpose_b else b.shape[1]
         return np.zeros((a.shape[0], n), dtype=t.dtype.numpy)
 
-    return AccumFn(mm.name + "_acc", 2, type_rule, init, update, mm.flops, mm.params)
+    return AccumFn(mm.name + "_acc", 2, type_rule, init, update, mm.flops, mm.params, meta=mm.meta)
 
 
 def _retile_type(err: ErrorFn, in_types: tuple[ElemType, ...], reduced: tuple[Dim, ...]) -> ElemType:
@@ -423,7 +445,7 @@ def _retile_update(out: Tile, acc: np.ndarray, x: np.ndarray) -> np.ndarray:
     return np.concatenate([acc, x.astype(acc.dtype)], axis=0)
 
 
-retile_row = AccumFn("retile_row", 1, _retile_type, _retile_init, _retile_update, lambda a: 0)
+retile_row = AccumFn("retile_row", 1, _retile_type, _retile_init, _retile_update, lambda a: 0, meta="concat_rows")
 """Concatenate tiles vertically into one tile whose rows are the sum of the inputs' rows."""
 
 
@@ -461,6 +483,7 @@ class FlatMapFn:
     _type: Callable[..., tuple[ElemType, tuple[Dim, ...], Dim]] = field(repr=False)
     _apply: Callable[..., list[Any]] = field(repr=False)
     params: tuple = ()
+    meta: str | None = None
 
     def out_type(self, err: ErrorFn, *in_types: ElemType) -> tuple[ElemType, tuple[Dim, ...], Dim]:
         if len(in_types) != self.arity:
@@ -468,6 +491,8 @@ class FlatMapFn:
         return self._type(err, *in_types)
 
     def apply(self, out_type: ElemType, *values: Any) -> list[Any]:
+        if is_meta(*values):
+            return _meta(self.name, self.meta, out_type, *values)
         return self._apply(out_type, *values)
 
     def __str__(self) -> str:
@@ -484,8 +509,12 @@ def _retile_cols_type(err: ErrorFn, a: ElemType) -> tuple[ElemType, tuple[Dim, .
     return Tile(t.dtype, t.rows, 1), (), t.cols
 
 
-retile_rows = FlatMapFn("retile_rows", 1, 0, _retile_rows_type, lambda out, a: [a[i : i + 1] for i in range(a.shape[0])])
-retile_cols = FlatMapFn("retile_cols", 1, 0, _retile_cols_type, lambda out, a: [a[:, j : j + 1] for j in range(a.shape[1])])
+retile_rows = FlatMapFn(
+    "retile_rows", 1, 0, _retile_rows_type, lambda out, a: [a[i : i + 1] for i in range(a.shape[0])], meta="split_rows"
+)
+retile_cols = FlatMapFn(
+    "retile_cols", 1, 0, _retile_cols_type, lambda out, a: [a[:, j : j + 1] for j in range(a.shape[1])], meta="split_cols"
+)
 
 
 def _retile_rows_masked_type(err: ErrorFn, a: ElemType, mask: ElemType) -> tuple[ElemType, tuple[Dim, ...], Dim]:
@@ -502,7 +531,9 @@ def _retile_rows_masked(out: Tile, a: np.ndarray, mask: np.ndarray) -> list[Any]
     return [a[i : i + 1] for i in range(a.shape[0]) if not mask[i, 0]]
 
 
-retile_rows_masked = FlatMapFn("retile_rows_masked", 2, 0, _retile_rows_masked_type, _retile_rows_masked)
+retile_rows_masked = FlatMapFn(
+    "retile_rows_masked", 2, 0, _retile_rows_masked_type, _retile_rows_masked, meta="split_rows_masked"
+)
 """Split a tile into rows, dropping the rows whose padding flag is set."""
 
 

@@ -24,6 +24,7 @@ from .arrival import ArrivalPolicy, LowestIndexFirst
 from .errors import StepDeadlock, StepRuntimeError, StepValueError, op_message
 from .graph import Graph, Node, OffChipTensor, Stream
 from .observe import Bindings, check_stream
+from .ops.offchip import tile_index
 from .passes import insert_broadcasts
 from .tokens import DONE, Token, to_tokens
 
@@ -89,19 +90,19 @@ class NodeIO:
         """A runtime error naming this node and ``port`` (raise it)."""
         return StepRuntimeError(op_message(self.node.kind, self.node.name, port, text))
 
-    def tensor(self, t: OffChipTensor) -> np.ndarray:
-        """The current contents of an off-chip tensor."""
-        return self._run.memory[t.name]
+    def read_tile(self, t: OffChipTensor, tile: tuple[int, int], k: int) -> np.ndarray:
+        """A copy of tile number ``k`` of tensor ``t`` in ``tile``-shaped tiles."""
+        return np.array(self._run.memory[t.name][tile_index(t.shape, tile, k)], copy=True)
 
-    def store(self, t: OffChipTensor, array: np.ndarray) -> None:
-        """Replace the contents of an off-chip tensor."""
-        self._run.memory[t.name] = array
+    def write_tile(self, t: OffChipTensor, tile: tuple[int, int], k: int, value: np.ndarray) -> None:
+        """Overwrite tile number ``k`` of tensor ``t``."""
+        self._run.memory[t.name][tile_index(t.shape, tile, k)] = value
         self._run.written.add(t.name)
 
-    def check_tile(self, token: Any, shape: tuple[int, int], port: str) -> np.ndarray:
+    def check_tile(self, token: Any, shape: tuple[int, int], port: str) -> Any:
         """A data token that must be a tile of ``shape``."""
         arr = token
-        if not isinstance(arr, np.ndarray) or arr.shape != tuple(shape):
+        if not hasattr(arr, "shape") or isinstance(arr, (tuple, list)) or tuple(arr.shape) != tuple(shape):
             raise self.fail(port, f"expected a {shape[0]}x{shape[1]} tile, got {type(token).__name__} {np.shape(token)}")
         return arr
 

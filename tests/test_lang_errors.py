@@ -200,21 +200,21 @@ CONSTRUCTION: list = [
         lambda g: Map(src(g, (1, 4), name="a"), fn=F.accum_add, name="m"),
         StepTypeError,
         "Map 'm': fn must be a MapFn from step_lang.functions, got "
-        "AccumFn(name='accum_add', arity=1, params=())",
+        "AccumFn 'accum_add'",
         id="map-wrong-fn-class",
     ),
     pytest.param(
         lambda g: Accum(src(g, (1, 4), name="a"), fn=F.add, rank=1, name="acc"),
         StepTypeError,
         "Accum 'acc': fn must be an AccumFn from step_lang.functions, got "
-        "MapFn(name='add', arity=2, params=())",
+        "MapFn 'add'",
         id="accum-wrong-fn-class",
     ),
     pytest.param(
         lambda g: FlatMap(src(g, (2,), name="a"), fn=F.exp, name="fm"),
         StepTypeError,
         "FlatMap 'fm': fn must be a FlatMapFn from step_lang.functions, got "
-        "MapFn(name='exp', arity=1, params=())",
+        "MapFn 'exp'",
         id="flatmap-wrong-fn-class",
     ),
     pytest.param(

@@ -54,7 +54,8 @@ def _args(values: Sequence[Any], n_types: int) -> tuple[Any, ...]:
 
 def _check_fn(node: Node, fn: Any, cls: type, what: str) -> None:
     if not isinstance(fn, cls):
-        raise node.error(None, f"fn must be {what} from step_lang.functions, got {fn!r}")
+        got = f"{type(fn).__name__} '{fn}'" if hasattr(fn, "name") else repr(fn)
+        raise node.error(None, f"fn must be {what} from step_lang.functions, got {got}")
 
 
 class Map(Node):

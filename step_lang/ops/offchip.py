@@ -53,22 +53,13 @@ def tiled_shape(node: Node, tensor: OffChipTensor, tile: tuple[int, int], port: 
     return (*tensor.shape[:-2], r // tile[0], c // tile[1])
 
 
-def tile_view(array: np.ndarray, tile: tuple[int, int]) -> np.ndarray:
-    """All tiles of ``array`` as one ``[n_tiles, tr, tc]`` array (row-major tile order)."""
-    *outer, r, c = array.shape
-    tr, tc = tile
-    t = array.reshape(*outer, r // tr, tr, c // tc, tc)
-    t = np.moveaxis(t, -3, -2)
-    return t.reshape(-1, tr, tc)
-
-
-def untile(tiles: np.ndarray, shape: Sequence[int]) -> np.ndarray:
-    """Inverse of :func:`tile_view`."""
+def tile_index(shape: Sequence[int], tile: tuple[int, int], k: int) -> tuple:
+    """The numpy index of tile number ``k`` (row-major over the tiled shape) of a tensor."""
     *outer, r, c = shape
-    _, tr, tc = tiles.shape
-    t = tiles.reshape(*outer, r // tr, c // tc, tr, tc)
-    t = np.moveaxis(t, -2, -3)
-    return t.reshape(shape)
+    tr, tc = tile
+    tiled = (*outer, r // tr, c // tc)
+    idx = np.unravel_index(k, tiled)
+    return (*idx[:-2], slice(idx[-2] * tr, (idx[-2] + 1) * tr), slice(idx[-1] * tc, (idx[-1] + 1) * tc))
 
 
 def _row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
@@ -120,8 +111,6 @@ class _OffChip(Node):
             return staging * sp.Min(1, self.inputs[0].type.cardinality)
         return staging
 
-    def _tiles(self, io: Any) -> np.ndarray:
-        return tile_view(io.tensor(self.tensor), self.tile)
 
 
 class LinearOffChipLoad(_OffChip):
@@ -192,15 +181,15 @@ class LinearOffChipLoad(_OffChip):
     def offchip_bytes(self, convention: str) -> Dim:
         return self.out_types[0].cardinality * self.tile_bytes
 
-    def _block(self, tiles: np.ndarray) -> list:
+    def _block(self, io: Any) -> list:
         def at(m: tuple[int, ...]) -> list:
             k = self.base + sum(i * s for i, s in zip(m, self.stride, strict=True))
-            return [np.array(tiles[k], copy=True)]
+            return [io.read_tile(self.tensor, self.tile, k)]
 
         return grid_tokens(self.out_shape, at)
 
     def execute(self, io: Any) -> Iterator[Any]:
-        block = self._block(self._tiles(io))
+        block = self._block(io)
         if not self.inputs:
             for t in block:
                 yield from io.send(0, t)
@@ -215,7 +204,7 @@ class LinearOffChipLoad(_OffChip):
             if isinstance(tok, Stop):
                 yield from writer.outer_stop(tok.level)
             else:
-                block = self._block(self._tiles(io))  # re-read: stores may have changed memory
+                block = self._block(io)  # re-read: stores may have changed memory
                 yield from writer.block(block)
 
 
@@ -253,7 +242,6 @@ class LinearOffChipStore(_OffChip):
         return self.inputs[0].type.cardinality * self.tile_bytes
 
     def execute(self, io: Any) -> Iterator[Any]:
-        tiles = np.array(self._tiles(io), copy=True)
         k = 0
         while True:
             tok = yield from io.recv(0)
@@ -263,11 +251,10 @@ class LinearOffChipStore(_OffChip):
                 continue
             if k >= self.n_tiles:
                 raise io.fail("in", f"more than {self.n_tiles} tiles for tensor '{self.tensor.name}'")
-            tiles[k] = io.check_tile(tok, self.tile, "in")
+            io.write_tile(self.tensor, self.tile, k, io.check_tile(tok, self.tile, "in"))
             k += 1
         if k != self.n_tiles:
             raise io.fail("in", f"{k} tiles arrived but tensor '{self.tensor.name}' has {self.n_tiles}")
-        io.store(self.tensor, untile(tiles, self.tensor.shape))
 
 
 def _address(node: Node, s: Stream, port: str) -> Stream:
@@ -319,7 +306,7 @@ class RandomOffChipLoad(_OffChip):
             k = int(np.asarray(tok).reshape(-1)[0])
             if not 0 <= k < self.n_tiles:
                 raise io.fail("raddr", f"tile address {k} outside tensor '{self.tensor.name}' of {self.n_tiles} tiles")
-            yield from io.send(0, np.array(self._tiles(io)[k], copy=True))
+            yield from io.send(0, io.read_tile(self.tensor, self.tile, k))
 
 
 class RandomOffChipStore(_OffChip):
@@ -372,7 +359,5 @@ class RandomOffChipStore(_OffChip):
             k = int(np.asarray(addr).reshape(-1)[0])
             if not 0 <= k < self.n_tiles:
                 raise io.fail("waddr", f"tile address {k} outside tensor '{self.tensor.name}' of {self.n_tiles} tiles")
-            tiles = np.array(self._tiles(io), copy=True)
-            tiles[k] = io.check_tile(data, self.tile, "wdata")
-            io.store(self.tensor, untile(tiles, self.tensor.shape))
+            io.write_tile(self.tensor, self.tile, k, io.check_tile(data, self.tile, "wdata"))
             yield from io.send(0, np.ones((1, 1), dtype=bool))

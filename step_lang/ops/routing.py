@@ -316,6 +316,7 @@ class EagerMerge(Node):
                 if io.has(i) and io.head(i) is DONE:
                     yield from io.recv(i)
                     live.discard(i)
+                    policy.finished(i)
             ready = [i for i in sorted(live) if io.has(i)]
             choice = policy.choose(ready, n) if ready else None
             if choice is None:
