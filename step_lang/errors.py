@@ -7,6 +7,7 @@ so that a failing graph points at the line that built it.
 from __future__ import annotations
 
 __all__ = [
+    "SimDeadlock",
     "StepDeadlock",
     "StepError",
     "StepGraphError",
@@ -48,6 +49,17 @@ class StepDeadlock(StepError):
         super().__init__(message)
         self.blocked = blocked
         self.queues = queues
+
+
+class SimDeadlock(StepDeadlock):
+    """The simulator (or a co-simulation) stopped making progress before the graph finished.
+
+    Attributes as :class:`StepDeadlock`, plus ``cycle``: the simulated time it was detected at.
+    """
+
+    def __init__(self, message: str, *, blocked: dict[str, str], queues: dict[str, int], cycle: int):
+        super().__init__(message, blocked=blocked, queues=queues)
+        self.cycle = cycle
 
 
 def op_message(kind: str, name: str, port: str | None, text: str) -> str:

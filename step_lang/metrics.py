@@ -18,9 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
 import sympy as sp
 
 from .dims import Dim
+from .errors import StepValueError
 from .graph import Graph
 from .passes import insert_broadcasts
 
@@ -98,6 +100,9 @@ class Metrics:
     def evaluate(self, values: Mapping[sp.Symbol | str, int]) -> Metrics:
         """Substitute dim values (symbols or their names); returns metrics with the results."""
         by_name = {str(k): v for k, v in values.items()}
+        for k, v in by_name.items():
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise StepValueError(f"value of dim {k} must be an integer, not {v!r}")
         subs = {s: sp.Integer(by_name[str(s)]) for s in self.free_symbols if str(s) in by_name}
 
         def ev(x: Dim) -> Dim:

@@ -98,10 +98,13 @@ class BlockWriter:
     the simulator): call them with ``yield from``.
     """
 
-    def __init__(self, put: Callable[[Token], Iterator[Any]], inner: int):
+    def __init__(self, put: Callable[[Token], Iterator[Any]], inner: int, *, input_rank: int | None = None):
         self._put = put
         self.inner = inner
         self._pending = False
+        # A rank-0 input has no stops, so nothing can merge with a block's closing stop: write it
+        # at once rather than on the next token (which, inside a feedback loop, may never come).
+        self._eager = input_rank == 0
 
     def _flush(self) -> Iterator[Any]:
         if self._pending:
@@ -123,6 +126,8 @@ class BlockWriter:
         if self.inner > 0:
             yield from self._flush()
             self._pending = True
+            if self._eager:
+                yield from self._flush()
 
     def block(self, tokens: list[Token]) -> Iterator[Any]:
         """Write a complete block given as tokens; a final ``Stop(inner)`` is held back."""
@@ -133,6 +138,8 @@ class BlockWriter:
             for t in tokens[:-1]:
                 yield from self._put(t)
             self._pending = True
+            if self._eager:
+                yield from self._flush()
         else:
             for t in tokens:
                 yield from self._put(t)

@@ -151,3 +151,26 @@ def test_interpreter_checks_declared_static_dims():
     Sink(x)
     with pytest.raises(Exception, match=r"declared 3, observed 2"):
         interpret(g, inputs={"x": [[sc(1), sc(2)]]})
+
+
+@pytest.mark.parametrize("lift", ["promote", "repeat"])
+def test_rank0_blocks_close_eagerly_inside_loops(lift):
+    """A block's closing stop on a rank-0 input is written at once, or this loop would deadlock."""
+    from step_lang import Accum, Promote, RepeatStatic
+    from step_lang.types import bool_, int64
+
+    g = Graph("held")
+    seed_t, keep_t = g.tensor("seed", (1, 1), int64), g.tensor("keep", (4, 1), bool_)
+    seed = Flatten(LinearOffChipLoad(seed_t, tile=(1, 1), out_shape=(1,)).out, 0, 1).out
+    keep = Flatten(LinearOffChipLoad(keep_t, tile=(1, 1), out_shape=(4,)).out, 0, 1).out
+    fb = Feedback(g, StreamType(Tile(int64, 1, 1), (regular("F"),)), name="fb")
+    m = EagerMerge([seed, fb.out])
+    Sink(m.outputs[1])
+    x = Partition(m.outputs[0], Map(keep, fn=F.to_selector(1)).out, 0).outputs[0]
+    y = Promote(x, 0, name="lift").out if lift == "promote" else RepeatStatic(x, 2, name="lift").out
+    counted = Map(
+        Accum(y, fn=F.accum_count, rank=1, name="count").out, fn=F.scalar_op("mul", 0), name="zero"
+    ).out
+    fb.bind(counted)
+    r = interpret(g, {"seed": np.zeros((1, 1), np.int64), "keep": np.array([[1], [1], [1], [0]], bool)})
+    assert show(r.tokens("count.out")) == ("1 1 1 D" if lift == "promote" else "2 2 2 D")

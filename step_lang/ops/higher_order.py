@@ -242,7 +242,7 @@ class FlatMap(Node):
 
     def execute(self, io: Any) -> Iterator[Any]:
         out = self.out_types[0].elem
-        writer = BlockWriter(lambda t: io.send(0, t), self.fn.rank)
+        writer = BlockWriter(lambda t: io.send(0, t), self.fn.rank, input_rank=self.inputs[0].rank)
         while True:
             toks = yield from recv_aligned(io)
             first = toks[0]

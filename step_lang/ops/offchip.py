@@ -195,7 +195,7 @@ class LinearOffChipLoad(_OffChip):
                 yield from io.send(0, t)
             yield from io.send(0, DONE)
             return
-        writer = BlockWriter(lambda t: io.send(0, t), len(self.out_shape))
+        writer = BlockWriter(lambda t: io.send(0, t), len(self.out_shape), input_rank=self.inputs[0].rank)
         while True:
             tok = yield from io.recv(0)
             if tok is DONE:

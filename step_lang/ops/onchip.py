@@ -186,7 +186,7 @@ class Streamify(Node):
             yield from self._by_ref(io)
 
     def _static(self, io: Any) -> Iterator[Any]:
-        writer = BlockWriter(lambda t: io.send(0, t), len(self.repeat) + self._read_rank)
+        writer = BlockWriter(lambda t: io.send(0, t), len(self.repeat) + self._read_rank, input_rank=self.inputs[0].rank)
         while True:
             tok = yield from io.recv(0)
             if tok is DONE:
@@ -200,7 +200,7 @@ class Streamify(Node):
 
     def _by_ref(self, io: Any) -> Iterator[Any]:
         c = self.ref_inner
-        writer = BlockWriter(lambda t: io.send(0, t), self._read_rank)
+        writer = BlockWriter(lambda t: io.send(0, t), self._read_rank, input_rank=self.inputs[1].rank)
         while True:
             buf = yield from io.recv(0)
             if buf is DONE:

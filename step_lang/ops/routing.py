@@ -250,7 +250,7 @@ class Reassemble(Node):
         a = self.chunk_rank
         n = len(self.inputs) - 1
         sel_port = n
-        writer = BlockWriter(lambda t: io.send(0, t), a + 1)
+        writer = BlockWriter(lambda t: io.send(0, t), a + 1, input_rank=self.inputs[-1].rank)
         while True:
             s = yield from io.recv(sel_port)
             if s is DONE:

@@ -130,8 +130,9 @@ class Reshape(Node):
 
     def _inner(self, io: Any) -> Iterator[Any]:
         two = len(self.out_types) == 2
-        data = BlockWriter(lambda t: io.send(0, t), 1)
-        flags = BlockWriter(lambda t: io.send(1, t), 1) if two else None
+        rank = self.inputs[0].rank
+        data = BlockWriter(lambda t: io.send(0, t), 1, input_rank=rank)
+        flags = BlockWriter(lambda t: io.send(1, t), 1, input_rank=rank) if two else None
         writers = [w for w in (data, flags) if w is not None]
         count = 0
 
@@ -203,7 +204,7 @@ class Promote(Node):
         if self.rank is None:
             yield from self._outermost(io)
         elif self.rank == 0:
-            writer = BlockWriter(lambda t: io.send(0, t), 1)
+            writer = BlockWriter(lambda t: io.send(0, t), 1, input_rank=self.inputs[0].rank)
             while True:
                 tok = yield from io.recv(0)
                 if tok is DONE:
@@ -323,7 +324,7 @@ class RepeatStatic(Node):
         return self.out_types[0].elem.size_bytes
 
     def execute(self, io: Any) -> Iterator[Any]:
-        writer = BlockWriter(lambda t: io.send(0, t), 1)
+        writer = BlockWriter(lambda t: io.send(0, t), 1, input_rank=self.inputs[0].rank)
         while True:
             tok = yield from io.recv(0)
             if tok is DONE:

@@ -1,0 +1,580 @@
+"""Decode attention with a KV cache, parallelized over the batch three ways (paper §5, Fig. 16).
+
+One decode step of one KV-head group per request. For every request ``b`` of a batch with current
+KV length ``L_b`` the graph
+
+1. appends the new token's key and value rows at row ``L_b`` of the request's K and V cache;
+2. computes ``softmax(q_b · K_bᵀ) · V_b`` over the ``L_b + 1`` valid rows (scale 1; the query
+   data of :func:`inputs` is drawn with standard deviation ``1/sqrt(head_dim)`` instead);
+3. stores the output row.
+
+**Softmax without max-subtraction.** As in the paper's artifact the graph computes
+``exp(s) / sum(exp(s))`` directly. That is exact maths but overflows float32 once a score passes
+~88; fine for the data :func:`inputs` draws, not for arbitrary activations.
+
+Memory layout (every dynamic quantity is a tensor in memory, read by the graph):
+
+* ``q``, ``k_new``, ``v_new``, ``out``: ``[B, head_dim]``, one row per request;
+* ``k_cache``, ``v_cache``: ``[B * max_len, head_dim]``, one block of ``max_len`` rows per request,
+  read and written in ``[kv_tile, head_dim]`` tiles (``max_len / kv_tile`` tiles per request);
+* ``req_idx`` ``[B, 1]``: the request queue (request ids in dispatch order);
+* ``n_tiles`` ``[B, 1]``: ``ceil((L_b + 1) / kv_tile)``, the KV tiles request ``b`` reads;
+* ``offset`` ``[B, 1]``: ``L_b mod kv_tile``, the row of the new token inside its last tile;
+* ``dispatch_seed`` ``[B, 1]`` and ``dispatch_keep`` ``[2B, 1]``: control data of the dynamic
+  schedule (see below). Every schedule declares them, so that one memory image from
+  :func:`inputs` fits every graph; only ``"dynamic"`` reads them.
+
+Metadata is int64 (the tile addresses the library's address generators produce are int64). The
+KV lengths themselves are not stored: ``L_b = (n_tiles - 1) * kv_tile + offset``
+(:func:`kv_lengths_of`). ``dispatch_seed`` holds ``0, 1, ..., B - 1``; the dynamic schedule reads
+its first ``R`` entries as the regions' initial free slots.
+
+**The append.** Each region turns ``(request id, n_tiles)`` into KV tile addresses
+(``cache_read_addr``) and marks the last tile of every request (``last_tile_flags``). A Partition
+by those flags splits the *addresses* into the tiles before the last and the last tile; both are
+read with RandomOffChipLoad, the new row is written into the last tile at ``offset``
+(``row_append``), the modified tile is written back to the same address (RandomOffChipStore) and
+Reassemble, by the same flags, puts the request's tiles back in order for the compute. Splitting
+the addresses (the artifact splits the loaded tiles and computes the write address separately)
+keeps every load's tile count a regular symbol (``split{r}_n000``: tiles before the last,
+``split{r}_n001``: last tiles), so the off-chip traffic evaluates exactly from a run's bindings.
+
+**Padding.** The last tile holds ``kv_tile - offset - 1`` rows past the valid ones (stale data of
+the cache, never assumed to be zero). A FlatMap makes one ``[1, kv_tile]`` bias tile per KV tile
+from ``(n_tiles, offset)``: zero on valid columns and ``-inf`` on padding ones. It is added to the
+scores before ``exp``, so padding weights are exactly ``exp(-inf) = 0`` whatever the padding rows
+hold (as long as they are finite: ``0 · inf`` would be NaN in ``P · V``).
+
+**Schedules** (``regions`` parallel regions, each a full copy of the per-request pipeline):
+
+* ``"interleaved"``: Parallelize deals requests round-robin;
+* ``"coarse"``: region ``r`` owns the contiguous block ``r·B/R .. (r+1)·B/R - 1`` of the queue
+  (Reshape into ``R`` blocks, Parallelize the blocks);
+* ``"dynamic"``: each request goes to the region that became free first. Every region emits its
+  id when it has read the whole K cache of a request; those signals are merged by EagerMerge
+  (``merge_done``) and fed back (``Feedback`` ``free``) into a second EagerMerge (``merge_free``)
+  after one seed id per region (the first ``R`` entries of ``dispatch_seed``). The first ``B``
+  availability ids (``dispatch_keep`` is ``B`` trues then falses; the Partition ``cut`` reads
+  ``B + R`` of them) become the one-hot selectors of the Partition ``dispatch``; the last ``R``
+  signals are dropped. This is the loop of the paper's Fig. 16 (and of
+  ``dynamic_parallel_graph`` in ``tests/test_lang_graph.py``), with region ids instead of one-hot
+  tiles on the loop. It works because Partition closes its outputs as soon as its selector ends:
+  ``cut``'s selector is a finite memory read, so ``cut`` ends after ``B + R`` ids, ``dispatch``
+  then ends, the regions drain and the loop's streams close.
+
+Outputs are routed back to memory by request id (RandomOffChipStore), so no schedule needs to
+restore the queue order on chip, and the per-request arithmetic is the same in every region:
+all schedules give bit-identical results.
+
+Run ``python -m examples.attention`` for the graphs' sizes and costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import sympy as sp
+
+from step_lang import (
+    Accum,
+    EagerMerge,
+    Expand,
+    Feedback,
+    FlatMap,
+    Flatten,
+    Graph,
+    InterpretResult,
+    LinearOffChipLoad,
+    Map,
+    Metrics,
+    OffChipTensor,
+    Parallelize,
+    Partition,
+    RaggedSymbol,
+    RandomOffChipLoad,
+    RandomOffChipStore,
+    Reassemble,
+    Reshape,
+    Selector,
+    Sink,
+    Stream,
+    StreamType,
+    Tile,
+    dtype,
+    interpret,
+    metrics,
+    regular,
+)
+from step_lang import functions as F
+from step_lang.errors import StepRuntimeError
+from step_lang.metrics import NodeCost
+from step_lang.tokens import is_data
+from step_lang.types import int64
+
+from .traces import load_kv_lengths, synthetic_kv_lengths
+
+__all__ = [
+    "QWEN",
+    "SCHEDULES",
+    "SMALL",
+    "AttentionConfig",
+    "build",
+    "evaluate",
+    "inputs",
+    "kv_lengths_of",
+    "main",
+    "pad_bias",
+    "reference",
+    "region_id",
+    "region_select",
+]
+
+SCHEDULES = ("interleaved", "coarse", "dynamic")
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """Sizes of one attention head group.
+
+    Attributes:
+        head_dim: columns of q, K and V.
+        kv_tile: KV rows per tile (the paper uses 32).
+        max_len: cache rows per request (a multiple of ``kv_tile``); KV lengths must stay below it.
+        dtype: element type of q, K, V and the output (a float type).
+    """
+
+    head_dim: int
+    kv_tile: int
+    max_len: int
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        for field in ("head_dim", "kv_tile", "max_len"):
+            v = getattr(self, field)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"AttentionConfig.{field} must be a positive integer, not {v!r}")
+        if self.max_len % self.kv_tile:
+            raise ValueError(
+                f"AttentionConfig.max_len ({self.max_len}) must be a multiple of kv_tile ({self.kv_tile})"
+            )
+        if not dtype(self.dtype).is_float:
+            raise ValueError(f"AttentionConfig.dtype must be a float type, not {self.dtype!r}")
+
+    @property
+    def tiles_per_request(self) -> int:
+        """KV tiles in one request's cache block (the address stride between requests)."""
+        return self.max_len // self.kv_tile
+
+    @property
+    def tile_bytes(self) -> int:
+        """Bytes of one ``[kv_tile, head_dim]`` KV tile."""
+        return self.kv_tile * self.head_dim * dtype(self.dtype).nbytes
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one ``[1, head_dim]`` row (q, new k/v, output)."""
+        return self.head_dim * dtype(self.dtype).nbytes
+
+
+QWEN = AttentionConfig(head_dim=64, kv_tile=32, max_len=6464)
+"""Qwen3-30B-A3B as in the paper's artifact: head dim 64, KV tile 32, 6464 cache rows (B = 64)."""
+
+SMALL = AttentionConfig(head_dim=8, kv_tile=4, max_len=32)
+"""A tiny configuration for tests."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Functions the graph needs beyond step_lang.functions
+
+
+def _scalar(err, t, port: str, fn: str) -> Tile:
+    if not (isinstance(t, Tile) and t.rows == 1 and t.cols == 1 and t.dtype.is_integer):
+        raise err(port, f"function '{fn}' needs a [1,1] integer tile, got {t}")
+    return t
+
+
+def pad_bias(kv_tile: int, dtype_: str = "float32") -> F.FlatMapFn:
+    """Score bias tiles of one request: ``(n_tiles, offset)`` → ``n_tiles`` ``[1, kv_tile]`` tiles.
+
+    Zero on valid KV rows, ``-inf`` on the padding rows past ``offset`` in the last tile.
+    """
+    dt = dtype(dtype_)
+
+    def type_rule(err, tiles, offset):
+        _scalar(err, tiles, "in0", "pad_bias")
+        _scalar(err, offset, "in1", "pad_bias")
+        return Tile(dt, 1, kv_tile), (), None
+
+    def apply(out, tiles, offset):
+        n, k = int(tiles[0, 0]), int(offset[0, 0])
+        if n < 1 or not 0 <= k < kv_tile:
+            raise StepRuntimeError(
+                f"function 'pad_bias': {n} tiles with offset {k} (kv_tile {kv_tile})"
+            )
+        res = [np.zeros((1, kv_tile), dtype=dt.numpy) for _ in range(n)]
+        res[-1][0, k + 1 :] = -np.inf
+        return res
+
+    return F.FlatMapFn("pad_bias", 2, 0, type_rule, apply, (("kv_tile", kv_tile),))
+
+
+def region_id(r: int) -> F.MapFn:
+    """Any element → the ``[1,1]`` int64 id ``r`` of the region that emits it (a completion signal)."""
+    return F.MapFn(
+        f"region_id{r}",
+        1,
+        lambda err, t: Tile(int64, 1, 1),
+        lambda t: 0,
+        lambda out, x: np.array([[r]], dtype=np.int64),
+        (("region", r),),
+    )
+
+
+def region_select(n: int) -> F.MapFn:
+    """A ``[1,1]`` integer region id → the one-hot ``n``-way selector of that region."""
+
+    def type_rule(err, t):
+        _scalar(err, t, "in0", "region_select")
+        return Selector(n)
+
+    def apply(out, x):
+        i = int(x[0, 0])
+        if not 0 <= i < n:
+            raise StepRuntimeError(f"function 'region_select': region id {i} outside [0, {n})")
+        sel = np.zeros(n, dtype=bool)
+        sel[i] = True
+        return sel
+
+    return F.MapFn("region_select", 1, type_rule, lambda t: 0, apply, (("n", n),))
+
+
+# ---------------------------------------------------------------------------------------------
+# The graph
+
+
+@dataclass(frozen=True)
+class _Tensors:
+    q: OffChipTensor
+    k_new: OffChipTensor
+    v_new: OffChipTensor
+    k_cache: OffChipTensor
+    v_cache: OffChipTensor
+    out: OffChipTensor
+    req_idx: OffChipTensor
+    n_tiles: OffChipTensor
+    offset: OffChipTensor
+    dispatch_seed: OffChipTensor
+    dispatch_keep: OffChipTensor
+
+
+def _declare(g: Graph, c: AttentionConfig, batch: int) -> _Tensors:
+    rows = (batch, c.head_dim)
+    meta = (batch, 1)
+    return _Tensors(
+        q=g.tensor("q", rows, c.dtype),
+        k_new=g.tensor("k_new", rows, c.dtype),
+        v_new=g.tensor("v_new", rows, c.dtype),
+        k_cache=g.tensor("k_cache", (batch * c.max_len, c.head_dim), c.dtype),
+        v_cache=g.tensor("v_cache", (batch * c.max_len, c.head_dim), c.dtype),
+        out=g.tensor("out", rows, c.dtype),
+        req_idx=g.tensor("req_idx", meta, "int64"),
+        n_tiles=g.tensor("n_tiles", meta, "int64"),
+        offset=g.tensor("offset", meta, "int64"),
+        dispatch_seed=g.tensor("dispatch_seed", meta, "int64"),
+        dispatch_keep=g.tensor("dispatch_keep", (2 * batch, 1), "bool"),
+    )
+
+
+def _check_build_args(config: AttentionConfig, schedule: str, batch: int, regions: int) -> None:
+    if not isinstance(config, AttentionConfig):
+        raise TypeError(f"config must be an AttentionConfig, not {config!r}")
+    if schedule not in SCHEDULES:
+        raise ValueError(
+            f"schedule must be one of {', '.join(repr(s) for s in SCHEDULES)}, not {schedule!r}"
+        )
+    for name, v in (("batch", batch), ("regions", regions)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, not {v!r}")
+    if regions > batch:
+        raise ValueError(
+            f"regions ({regions}) must not exceed batch ({batch}): a region would never get a request"
+        )
+    if schedule == "coarse" and batch % regions:
+        raise ValueError(f"coarse schedule: regions ({regions}) must divide batch ({batch})")
+
+
+def build(config: AttentionConfig, schedule: str, batch: int, regions: int = 4) -> Graph:
+    """Decode attention for ``batch`` requests over ``regions`` parallel regions.
+
+    ``schedule`` is ``"interleaved"``, ``"coarse"`` or ``"dynamic"`` (see the module docstring).
+    Raises ``ValueError`` for an unknown schedule, non-positive sizes, more regions than requests,
+    or (coarse) regions that do not divide the batch.
+    """
+    _check_build_args(config, schedule, batch, regions)
+    g = Graph(f"attention_{schedule}")
+    t = _declare(g, config, batch)
+    # The request queue as [B, 1]: one single-element vector per request. Per-request FlatMaps
+    # then keep a stop between requests (over a rank-0 [B] stream they would concatenate every
+    # request's tiles into one vector), and Partition/Parallelize move one request per chunk.
+    queue = LinearOffChipLoad(t.req_idx, tile=(1, 1), out_shape=(batch, 1), name="queue").out
+    queue = Flatten(queue, 1, 2, name="requests").out
+    if schedule == "interleaved":
+        lanes = Parallelize(queue, regions, rank=1, name="dispatch").outputs
+    elif schedule == "coarse":
+        blocks = Reshape(queue, batch // regions, rank=1, name="blocks").out
+        dealt = Parallelize(blocks, regions, rank=2, name="dispatch").outputs
+        lanes = [Flatten(s, 1, 2, name=f"block{r}").out for r, s in enumerate(dealt)]
+    else:
+        free = Feedback(g, StreamType(Tile(int64, 1, 1), (regular("free_n"),)), name="free")
+        lanes = _dynamic_dispatch(t, queue, free.out, batch, regions)
+    signals = [
+        _region(t, config, r, lane, signal=schedule == "dynamic") for r, lane in enumerate(lanes)
+    ]
+    if schedule == "dynamic":
+        done = EagerMerge(signals, name="merge_done")
+        Sink(done.output("sel"), name="merge_done_sel")
+        free.bind(done.output("data"))
+    return g
+
+
+def _dynamic_dispatch(
+    t: _Tensors, queue: Stream, free: Stream, batch: int, regions: int
+) -> list[Stream]:
+    """Route requests to the region whose id arrives first on the availability stream."""
+    seed = LinearOffChipLoad(t.dispatch_seed, tile=(1, 1), out_shape=(regions,), name="seed").out
+    seed = Flatten(seed, 0, 1, name="seed_ids").out
+    avail = EagerMerge([seed, free], name="merge_free")
+    Sink(avail.output("sel"), name="merge_free_sel")
+    keep = LinearOffChipLoad(
+        t.dispatch_keep, tile=(1, 1), out_shape=(batch + regions,), name="keep"
+    ).out
+    keep = Map(Flatten(keep, 0, 1, name="keep_flat").out, fn=F.to_selector(1), name="keep_sel").out
+    granted = Partition(avail.output("data"), keep, 0, name="cut").outputs[0]
+    route = Map(granted, fn=region_select(regions), name="route").out
+    return Partition(queue, route, 1, name="dispatch").outputs
+
+
+def _region(t: _Tensors, c: AttentionConfig, r: int, req: Stream, *, signal: bool) -> Stream | None:
+    """The per-request pipeline of region ``r``; ``req`` holds its request ids as ``[n, 1]``.
+
+    Shapes in the comments: ``n`` requests, ``T`` = ``tiles{r}_n`` KV tiles per request (ragged).
+    With ``signal`` set, returns one ``[1,1]`` region id per request whose K tiles were all read.
+    """
+    hd, tile = c.head_dim, (c.kv_tile, c.head_dim)
+    ntiles = RandomOffChipLoad(req, t.n_tiles, tile=(1, 1), name=f"ntiles{r}").out  # [n, 1]
+    offset = RandomOffChipLoad(req, t.offset, tile=(1, 1), name=f"offset{r}").out  # [n, 1]
+    q = RandomOffChipLoad(req, t.q, tile=(1, hd), name=f"qload{r}").out  # [n, 1]
+    ids = Flatten(req, 0, 1, name=f"ids{r}").out  # [n]
+    offs = Flatten(offset, 0, 1, name=f"offs{r}").out  # [n]
+
+    # KV tile addresses of every request, split by the last-tile flags into the tiles before the
+    # last (split{r}_n000 of them) and the last tiles (split{r}_n001, one per request).
+    addr = FlatMap(
+        req, ntiles, fn=F.cache_read_addr(c.tiles_per_request), name=f"addr{r}"
+    ).out  # [n, T]
+    last = FlatMap(ntiles, fn=F.last_tile_flags, name=f"tiles{r}").out  # [n, T] of Sel<2>
+    mid_addr, last_addr = Partition(addr, last, 0, name=f"split{r}").outputs
+
+    def cache(x: str, cache_t: OffChipTensor, new_t: OffChipTensor) -> Stream:
+        """Read one cache (K or V), append the new row, write the last tile back; [n, T] tiles."""
+        mid = RandomOffChipLoad(mid_addr, cache_t, tile=tile, name=f"{x}load{r}").out
+        lst = RandomOffChipLoad(last_addr, cache_t, tile=tile, name=f"{x}last{r}").out
+        row = RandomOffChipLoad(ids, new_t, tile=(1, hd), name=f"{x}new{r}").out
+        app = Map(lst, row, offs, fn=F.row_append, name=f"{x}append{r}").out
+        Sink(
+            RandomOffChipStore(last_addr, app, cache_t, name=f"{x}store{r}").out, name=f"{x}ack{r}"
+        )
+        whole = Reassemble([mid, app], last, count=1, name=f"{x}gather{r}").out  # [n, T, 1]
+        return Flatten(whole, 0, 1, name=f"{x}full{r}").out
+
+    k = cache("k", t.k_cache, t.k_new)
+    v = cache("v", t.v_cache, t.v_new)
+
+    qx = Expand(q, k, rank=1, name=f"qexpand{r}").out  # [n, T]
+    scores = Map(qx, k, fn=F.matmul(transpose_b=True), name=f"qk{r}").out  # [1, kv_tile] each
+    bias = FlatMap(ntiles, offset, fn=pad_bias(c.kv_tile, c.dtype), name=f"bias{r}").out
+    p = Map(Map(scores, bias, fn=F.add, name=f"mask{r}").out, fn=F.exp, name=f"exp{r}").out
+    num = Accum(p, v, fn=F.matmul_acc(), rank=1, name=f"pv{r}").out  # [n] of [1, hd]
+    psum = Accum(p, fn=F.accum_add, rank=1, name=f"psum{r}").out  # [n] of [1, kv_tile]
+    den = Map(psum, fn=F.row_sum, name=f"rowsum{r}").out  # [n] of [1, 1]
+    o = Map(num, den, fn=F.div, name=f"div{r}").out
+    Sink(RandomOffChipStore(ids, o, t.out, name=f"ostore{r}").out, name=f"oack{r}")
+
+    if not signal:
+        return None
+    read = Accum(k, fn=F.accum_count, rank=1, name=f"kread{r}").out  # [n]
+    return Map(read, fn=region_id(r), name=f"done{r}").out
+
+
+# ---------------------------------------------------------------------------------------------
+# Data and the numpy reference
+
+
+def _kv_lengths(config: AttentionConfig, kv_lengths: Sequence[int] | np.ndarray) -> np.ndarray:
+    kv = np.asarray(kv_lengths)
+    if kv.ndim != 1 or kv.size == 0 or not np.issubdtype(kv.dtype, np.integer):
+        raise ValueError(
+            f"kv_lengths must be a non-empty 1-D integer array, got {kv.dtype} {kv.shape}"
+        )
+    if (kv < 0).any() or (kv >= config.max_len).any():
+        bad = kv[(kv < 0) | (kv >= config.max_len)][0]
+        raise ValueError(
+            f"KV length {bad} outside [0, {config.max_len - 1}] (max_len {config.max_len}, room for the new token)"
+        )
+    return kv.astype(np.int64)
+
+
+def inputs(
+    config: AttentionConfig, kv_lengths: Sequence[int] | np.ndarray, seed: int = 0
+) -> dict[str, np.ndarray]:
+    """Memory for one decode step of ``len(kv_lengths)`` requests (fits every schedule's graph).
+
+    q rows have standard deviation ``1/sqrt(head_dim)`` (the usual attention scale folded into the
+    query), new rows and the valid cache prefix are standard normal; cache rows at and past
+    ``L_b`` hold stale values (uniform in ``[-4, 4]``), so missing masking would show.
+    """
+    kv = _kv_lengths(config, kv_lengths)
+    b, hd, ml = len(kv), config.head_dim, config.max_len
+    dt = dtype(config.dtype).numpy
+    rng = np.random.default_rng(seed)
+    caches = {}
+    for name in ("k_cache", "v_cache"):
+        cache = rng.uniform(-4, 4, (b, ml, hd))
+        valid = np.arange(ml)[None, :, None] < kv[:, None, None]
+        cache = np.where(valid, rng.standard_normal((b, ml, hd)), cache)
+        caches[name] = cache.reshape(b * ml, hd).astype(dt)
+    return {
+        "q": (rng.standard_normal((b, hd)) / math.sqrt(hd)).astype(dt),
+        "k_new": rng.standard_normal((b, hd)).astype(dt),
+        "v_new": rng.standard_normal((b, hd)).astype(dt),
+        **caches,
+        "req_idx": np.arange(b, dtype=np.int64).reshape(b, 1),
+        "n_tiles": (kv // config.kv_tile + 1).reshape(b, 1),  # ceil((L + 1) / kv_tile)
+        "offset": (kv % config.kv_tile).reshape(b, 1),
+        "dispatch_seed": np.arange(b, dtype=np.int64).reshape(b, 1),
+        "dispatch_keep": (np.arange(2 * b) < b).reshape(2 * b, 1),
+    }
+
+
+def kv_lengths_of(config: AttentionConfig, memory: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The KV lengths a memory image encodes: ``(n_tiles - 1) * kv_tile + offset``."""
+    n = np.asarray(memory["n_tiles"]).reshape(-1)
+    off = np.asarray(memory["offset"]).reshape(-1)
+    return (n - 1) * config.kv_tile + off
+
+
+def reference(config: AttentionConfig, memory: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Plain numpy: the expected ``out`` and the K/V caches after the append (float64 maths)."""
+    kv = kv_lengths_of(config, memory)
+    ml = config.max_len
+    dt = dtype(config.dtype).numpy
+    k_cache = np.array(memory["k_cache"], copy=True)
+    v_cache = np.array(memory["v_cache"], copy=True)
+    out = np.zeros_like(np.asarray(memory["q"]))
+    for b, n in enumerate(kv):
+        k_cache[b * ml + n] = memory["k_new"][b]
+        v_cache[b * ml + n] = memory["v_new"][b]
+        keys = k_cache[b * ml : b * ml + n + 1].astype(np.float64)
+        vals = v_cache[b * ml : b * ml + n + 1].astype(np.float64)
+        w = np.exp(keys @ memory["q"][b].astype(np.float64))  # no max-subtraction, as the graph
+        out[b] = ((w @ vals) / w.sum()).astype(dt)
+    return {"out": out, "k_cache": k_cache, "v_cache": v_cache}
+
+
+# ---------------------------------------------------------------------------------------------
+# Costs
+
+
+def evaluate(m: Metrics, graph: Graph, result: InterpretResult) -> Metrics:
+    """Metrics of ``graph`` with the dims a run of it observed.
+
+    Regular symbols take their values from ``result.bindings``. A ragged symbol (here: KV tiles
+    per request) has no single value; it is replaced by its mean over the stream it indexes
+    (data tokens divided by the product of the stream's other dims), which makes every
+    cardinality ``n * T`` - and so traffic, FLOPs and on-chip sizes that scale with it - exact.
+    """
+    known: dict[sp.Symbol, sp.Expr] = {k: sp.Integer(v) for k, v in result.bindings.regular.items()}
+    for node in graph.nodes.values():
+        for s in node.outputs:
+            rag = [d for d in s.shape if isinstance(d, RaggedSymbol)]
+            if len(rag) != 1 or rag[0] in known:
+                continue
+            others = sp.Mul(*[sp.sympify(d) for d in s.shape if d is not rag[0]]).subs(known)
+            if others.free_symbols:
+                continue
+            count = sum(1 for tok in result.tokens(s) if is_data(tok))
+            known[rag[0]] = sp.Rational(count, int(others)) if others else sp.Integer(0)
+
+    def ev(x):
+        if isinstance(x, int):
+            return x
+        y = sp.sympify(x).xreplace(known)
+        return int(y) if y.is_Integer else y
+
+    # Metrics.evaluate takes integers only, hence the substitution here.
+    nodes = tuple(
+        NodeCost(n.name, n.kind, ev(n.onchip_bytes), ev(n.offchip_bytes), ev(n.flops))
+        for n in m.nodes
+    )
+    return Metrics(m.convention, nodes)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Build every schedule for one batch, run it, and print its size and costs."""
+    ap = argparse.ArgumentParser(
+        prog="python -m examples.attention", description=__doc__.splitlines()[0]
+    )
+    ap.add_argument(
+        "--batch", type=int, default=16, help="requests of the synthetic batch (default 16)"
+    )
+    ap.add_argument("--regions", type=int, default=4, help="parallel regions (default 4)")
+    ap.add_argument(
+        "--mean", type=float, default=400.0, help="median synthetic KV length (default 400)"
+    )
+    ap.add_argument(
+        "--trace", help="a recorded KV-length trace (.npy) instead of synthetic lengths"
+    )
+    args = ap.parse_args(argv)
+    if args.trace:
+        kv = load_kv_lengths(args.trace)
+        source = args.trace
+    else:
+        kv = synthetic_kv_lengths(args.batch, mean=args.mean, high=QWEN.max_len - 1, seed=0)
+        source = f"synthetic (median {args.mean:g}, seed 0)"
+    config = QWEN
+    if kv.max() >= config.max_len:  # the paper pads the cache to the batch's longest request
+        config = replace(config, max_len=(int(kv.max()) // config.kv_tile + 1) * config.kv_tile)
+    memory = inputs(config, kv)
+    want = reference(config, memory)
+    print(
+        f"{config}\nbatch {len(kv)}, {args.regions} regions, KV lengths from {source}:\n  {kv.tolist()}"
+    )
+    for schedule in SCHEDULES:
+        g = build(config, schedule, len(kv), args.regions)
+        kinds = Counter(n.kind for n in g.nodes.values())
+        m = metrics(g, "paper")  # inserts the broadcasts
+        result = interpret(g, memory)
+        if not np.allclose(result.memory["out"], want["out"], rtol=1e-4, atol=1e-6):
+            raise SystemExit(f"{schedule}: the graph's output differs from the numpy reference")
+        ev = evaluate(m, g, result)
+        per_region = [sum(map(is_data, result.tokens(f"ids{r}.out"))) for r in range(args.regions)]
+        print(
+            f"\n{schedule}: {sum(kinds.values())} nodes (+{len(g.nodes) - sum(kinds.values())} broadcasts), requests per region {per_region}"
+        )
+        print("  " + ", ".join(f"{k} {v}" for k, v in kinds.most_common()))
+        for label, attr in (
+            ("off-chip bytes", "offchip_bytes"),
+            ("on-chip bytes", "onchip_bytes"),
+            ("FLOPs", "flops"),
+        ):
+            print(f"  {label:<14} {getattr(m, attr)}")
+            print(f"  {'':<14} = {getattr(ev, attr):,}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,436 @@
+"""The discrete-event engine.
+
+Every node of the graph is a process: the very generator that defines its semantics
+(``Node.execute``), driven through a timed :class:`SimIO`. Every edge is a bounded queue with a
+capacity and a latency; a token sent at ``t`` becomes visible to the consumer at ``t + latency``
+and a full queue blocks its sender (back-pressure). Processes sleep for the cycles their timing
+profile charges and wait for off-chip transfers in the shared fluid memory (:mod:`sim.memory`).
+Events are processed in time order, so arbitration (EagerMerge: earliest arrival) and memory
+sharing see a consistent global clock.
+
+When no event is left but some process has not finished, the graph is deadlocked:
+:class:`~step_lang.errors.SimDeadlock` names each blocked node, what it waits for, and the
+occupancy of every queue.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from step_lang.arrival import ArrivalPolicy
+from step_lang.errors import SimDeadlock, StepRuntimeError, StepValueError, op_message
+from step_lang.graph import Graph, Node, OffChipTensor, Stream
+from step_lang.meta import MetaTile
+from step_lang.observe import Bindings, check_stream
+from step_lang.ops.offchip import tile_index
+from step_lang.passes import insert_broadcasts
+from step_lang.tokens import DONE, Token, to_tokens
+
+from .memory import FluidMemory
+from .profiles.base import MemRequest, NodeTiming, TimingProfile
+from .result import NodeStats, SimResult
+
+__all__ = ["Engine", "SimIO"]
+
+_PASS_THROUGH = {
+    "Broadcast", "Partition", "Parallelize", "Reassemble", "EagerMerge", "Flatten", "Reshape",
+    "Promote", "RepeatStatic", "Expand", "Feedback", "Streamify", "LinearOffChipLoad", "RandomOffChipLoad",
+}  # fmt: skip
+
+
+class _Chan:
+    __slots__ = ("cap", "hwm", "latency", "name", "occ", "q", "recv_waiter", "send_waiter", "history")
+
+    def __init__(self, name: str, cap: int, latency: int, record: bool):
+        self.name, self.cap, self.latency = name, cap, latency
+        self.q: deque[tuple[float, Token]] = deque()
+        self.occ = 0
+        self.hwm = 0
+        self.recv_waiter: tuple[_Proc, int] | None = None
+        self.send_waiter: tuple[_Proc, int] | None = None
+        self.history: list[Token] | None = [] if record else None
+
+
+class _Proc:
+    __slots__ = ("done", "epoch", "gen", "idx", "io", "node", "since", "state", "stats", "timing", "waiting")
+
+    def __init__(self, idx: int, node: Node, timing: NodeTiming, stats: NodeStats):
+        self.idx, self.node, self.timing, self.stats = idx, node, timing, stats
+        self.epoch = 0
+        self.state = "stalled_in"
+        self.since = 0.0
+        self.done = False
+        self.waiting = "start"
+        self.gen: Iterator[Any] | None = None
+        self.io: SimIO | None = None
+
+
+class _EarliestArrival(ArrivalPolicy):
+    """EagerMerge in the simulator: the ready input whose head arrived first (ties: lowest index)."""
+
+    def __init__(self, io: SimIO):
+        self.io = io
+
+    def fresh(self) -> _EarliestArrival:
+        return self
+
+    def choose(self, ready, n_inputs):
+        return min(ready, key=lambda i: (self.io.inputs[i].q[0][0], i))
+
+
+class SimIO:
+    """The timed counterpart of the interpreter's ``NodeIO``."""
+
+    def __init__(self, engine: Engine, proc: _Proc, inputs: list[_Chan], outputs: list[_Chan]):
+        self.engine, self.proc, self.node = engine, proc, proc.node
+        self.inputs, self.outputs = inputs, outputs
+        self._timing = proc.timing
+
+    # -- streams --------------------------------------------------------------------------------
+
+    def recv(self, i: int) -> Iterator[Any]:
+        ch, eng = self.inputs[i], self.engine
+        while True:
+            if ch.q:
+                t = ch.q[0][0]
+                if t <= eng.now:
+                    break
+                yield ("until", t, ch)
+            else:
+                yield ("recv", ch)
+        _, tok = ch.q.popleft()
+        if eng.counts(tok):
+            ch.occ -= 1
+            if ch.send_waiter is not None:
+                proc, ep = ch.send_waiter
+                ch.send_waiter = None
+                eng.push(eng.now, proc, ep)
+        cost = self._timing.on_recv(i, tok)
+        if cost:
+            yield from self._charge(cost)
+        return tok
+
+    def peek(self, i: int) -> Iterator[Any]:
+        ch, eng = self.inputs[i], self.engine
+        while True:
+            if ch.q:
+                t = ch.q[0][0]
+                if t <= eng.now:
+                    return ch.q[0][1]
+                yield ("until", t, ch)
+            else:
+                yield ("recv", ch)
+
+    def has(self, i: int) -> bool:
+        q = self.inputs[i].q
+        return bool(q) and q[0][0] <= self.engine.now
+
+    def head(self, i: int) -> Token:
+        return self.inputs[i].q[0][1]
+
+    def send(self, j: int, token: Token) -> Iterator[Any]:
+        eng = self.engine
+        cost = self._timing.on_send(j, token)
+        if cost:
+            yield from self._charge(cost)
+        ch = self.outputs[j]
+        if eng.counts(token):
+            while ch.occ >= ch.cap:
+                yield ("send", ch)
+            ch.occ += 1
+            if ch.occ > ch.hwm:
+                ch.hwm = ch.occ
+        visible = eng.now + ch.latency
+        ch.q.append((visible, token))
+        if ch.history is not None:
+            ch.history.append(token)
+        if ch.recv_waiter is not None:
+            proc, ep = ch.recv_waiter
+            ch.recv_waiter = None
+            eng.push(visible, proc, ep)
+
+    def _charge(self, cost: int | MemRequest) -> Iterator[Any]:
+        if isinstance(cost, MemRequest):
+            yield ("mem", cost)
+        else:
+            yield ("sleep", cost)
+
+    # -- memory and context ---------------------------------------------------------------------
+
+    def read_tile(self, t: OffChipTensor, tile: tuple[int, int], k: int) -> Any:
+        arr = self.engine.memory[t.name]
+        if isinstance(arr, _MetaTensor):
+            return MetaTile(tile, t.dtype.numpy)
+        return np.array(arr[tile_index(t.shape, tile, k)], copy=True)
+
+    def write_tile(self, t: OffChipTensor, tile: tuple[int, int], k: int, value: Any) -> None:
+        arr = self.engine.memory[t.name]
+        if isinstance(arr, _MetaTensor) or isinstance(value, MetaTile):
+            if not isinstance(arr, _MetaTensor):
+                raise self.fail(None, f"shape-only data written to tensor '{t.name}', which holds real values")
+            return
+        arr[tile_index(t.shape, tile, k)] = value
+
+    def check_tile(self, token: Any, shape: tuple[int, int], port: str) -> Any:
+        if not hasattr(token, "shape") or isinstance(token, tuple) or tuple(token.shape) != tuple(shape):
+            raise self.fail(port, f"expected a {shape[0]}x{shape[1]} tile, got {type(token).__name__}")
+        return token
+
+    def fail(self, port: str | None, text: str) -> StepRuntimeError:
+        return StepRuntimeError(op_message(self.node.kind, self.node.name, port, text))
+
+    def policy(self) -> ArrivalPolicy:
+        return _EarliestArrival(self)
+
+    def source_tokens(self) -> list[Token]:
+        return self.engine.source_tokens(self.node)
+
+
+class _MetaTensor:
+    """Stands for a float tensor whose values a timing-only run does not need."""
+
+
+class Engine:
+    """One simulation run; use :func:`sim.simulate`."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        profile: TimingProfile,
+        memory: Mapping[str, np.ndarray] | None,
+        *,
+        functional: bool,
+        inputs: Mapping[str, Any] | None,
+        queue_depths: Mapping[str, int] | None = None,
+        trace: bool = False,
+    ):
+        insert_broadcasts(graph)
+        graph.validate()
+        self.graph, self.profile, self.functional, self.trace = graph, profile, functional, trace
+        self.inputs = dict(inputs or {})
+        self.memory = self._prepare_memory(memory or {})
+        self.mem = FluidMemory(profile.memory_config())
+        self.mem_version = 0
+        self.now = 0.0
+        self.heap: list[tuple[float, int, int, int]] = []
+        self.seq = 0
+        self.events = 0
+        self.read_bytes = 0
+        self.write_bytes = 0
+        self.spans: list[tuple[str, str, int, int]] = []
+        self.counts = profile.counts_against_capacity
+        depths = dict(queue_depths or {})
+        order = graph.topo_order()
+        self.chans: dict[Stream, _Chan] = {}
+        for node in order:
+            for s in node.outputs:
+                cap = depths.get(s.name, profile.channel_depth)
+                if not isinstance(cap, int) or cap < 1:
+                    raise StepValueError(f"queue depth of {s.name} must be a positive integer, not {cap!r}")
+                self.chans[s] = _Chan(s.name, cap, profile.channel_latency, record=functional)
+        resident = self._residency(order)
+        self.procs: list[_Proc] = []
+        for idx, node in enumerate(order):
+            flags = [resident[s] for s in node.inputs]
+            stats = NodeStats(node.name, node.kind, compute_bw=profile.compute_bw(node))
+            proc = _Proc(idx, node, profile.node_timing(node, flags), stats)
+            proc.io = SimIO(self, proc, [self.chans[s] for s in node.inputs], [self.chans[s] for s in node.outputs])
+            proc.gen = node.execute(proc.io)
+            self.procs.append(proc)
+
+    # -- set-up ---------------------------------------------------------------------------------
+
+    def _prepare_memory(self, memory: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        g = self.graph
+        unknown = sorted(set(memory) - set(g.tensors))
+        if unknown:
+            raise StepValueError(f"memory holds {', '.join(unknown)}, which graph '{g.name}' does not declare")
+        read = {n.tensor.name for n in g.nodes.values() if n.kind in ("LinearOffChipLoad", "RandomOffChipLoad")}
+        out: dict[str, Any] = {}
+        for name, t in g.tensors.items():
+            if name in memory:
+                arr = np.asarray(memory[name])
+                if arr.shape != t.shape or arr.dtype != t.dtype.numpy:
+                    raise StepValueError(
+                        f"tensor '{name}': array {arr.dtype} {list(arr.shape)}, declared {t.dtype} {list(t.shape)}"
+                    )
+                out[name] = np.array(arr, copy=True)
+            elif not self.functional and t.dtype.is_float:
+                out[name] = _MetaTensor()
+            elif not self.functional and name in read:
+                raise StepValueError(
+                    f"timing-only simulation needs the values of tensor '{name}' ({t.dtype}): "
+                    "integer and bool tensors steer routing"
+                )
+            else:
+                out[name] = np.zeros(t.shape, dtype=t.dtype.numpy)
+        return out
+
+    def _residency(self, order: list[Node]) -> dict[Stream, bool]:
+        """Whether each stream's tiles sit in a memory unit (fresh from memory or passed on)."""
+        res: dict[Stream, bool] = {}
+        for node in order:
+            for s in node.outputs:
+                if node.kind in ("LinearOffChipLoad", "RandomOffChipLoad", "Streamify"):
+                    res[s] = node.kind != "RandomOffChipLoad" or s.port == 0
+                elif node.kind in _PASS_THROUGH and node.inputs:
+                    res[s] = res.get(node.inputs[0], False)
+                else:
+                    res[s] = False
+        for node in order:  # feedback edges were not known in the first pass
+            if node.kind == "Feedback" and node.inputs:
+                res[node.outputs[0]] = res.get(node.inputs[0], False)
+        return res
+
+    def source_tokens(self, node: Node) -> list[Token]:
+        if node.name not in self.inputs:
+            raise StepValueError(f"Source '{node.name}' has no tokens; pass inputs={{'{node.name}': ...}}")
+        toks = self.inputs[node.name]
+        if not (toks and toks[-1] is DONE):
+            toks = to_tokens(toks, node.out_types[0].rank)
+        check_stream(toks, node.out_types[0], Bindings(), f"inputs['{node.name}']")
+        return list(toks)
+
+    # -- the event loop -------------------------------------------------------------------------
+
+    def push(self, t: float, proc: _Proc, epoch: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, proc.idx, epoch))
+
+    def _schedule_memory(self) -> None:
+        self.mem_version += 1
+        t = self.mem.next_completion()
+        if t is not None:
+            self.seq += 1
+            heapq.heappush(self.heap, (max(t, self.now), self.seq, -1, self.mem_version))
+
+    def _set_state(self, proc: _Proc, state: str) -> None:
+        dt = self.now - proc.since
+        if dt > 0:
+            setattr(proc.stats, proc.state, getattr(proc.stats, proc.state) + dt)
+            if self.trace:
+                self.spans.append((proc.node.name, proc.state, proc.since, self.now))
+        proc.state, proc.since = state, self.now
+
+    def run(self) -> SimResult:
+        for proc in self.procs:
+            self.push(0.0, proc, 0)
+        finished = 0
+        heap = self.heap
+        while heap:
+            t, _, idx, epoch = heapq.heappop(heap)
+            self.now = t
+            self.events += 1
+            if idx < 0:
+                if epoch == self.mem_version:
+                    self.mem.complete_due(t)
+                    self._schedule_memory()
+                continue
+            proc = self.procs[idx]
+            if proc.done or proc.epoch != epoch:
+                continue
+            finished += self._resume(proc)
+        if finished != len(self.procs):
+            self._deadlock()
+        return self._result()
+
+    def _resume(self, proc: _Proc) -> int:
+        while True:
+            try:
+                cmd = next(proc.gen)
+            except StopIteration:
+                self._set_state(proc, "idle")
+                proc.done = True
+                proc.stats.finish = math.ceil(self.now)
+                return 1
+            except StepRuntimeError as exc:
+                node = proc.node
+                if str(exc).startswith(f"{node.kind} '{node.name}'"):
+                    raise
+                raise StepRuntimeError(op_message(node.kind, node.name, None, str(exc))) from exc
+            proc.epoch += 1
+            ep = proc.epoch
+            if isinstance(cmd, str):  # EagerMerge waits for any input
+                self._set_state(proc, "stalled_in")
+                proc.waiting = cmd
+                soonest = None
+                for ch in proc.io.inputs:
+                    if ch.q:
+                        soonest = ch.q[0][0] if soonest is None else min(soonest, ch.q[0][0])
+                    else:
+                        ch.recv_waiter = (proc, ep)
+                if soonest is not None:
+                    self.push(max(soonest, self.now), proc, ep)
+                return 0
+            op = cmd[0]
+            if op == "sleep":
+                self._set_state(proc, "busy")
+                self.push(self.now + cmd[1], proc, ep)
+            elif op == "until":
+                self._set_state(proc, "stalled_in")
+                proc.waiting = f"a token on {cmd[2].name} visible at {cmd[1]}"
+                self.push(cmd[1], proc, ep)
+            elif op == "recv":
+                self._set_state(proc, "stalled_in")
+                proc.waiting = f"a token on {cmd[1].name}"
+                cmd[1].recv_waiter = (proc, ep)
+            elif op == "send":
+                self._set_state(proc, "stalled_out")
+                proc.waiting = f"room on {cmd[1].name}"
+                cmd[1].send_waiter = (proc, ep)
+            elif op == "mem":
+                req: MemRequest = cmd[1]
+                self._set_state(proc, "busy")
+                proc.waiting = "its off-chip transfer"
+                if req.write:
+                    self.write_bytes += req.bytes
+                else:
+                    self.read_bytes += req.bytes
+                self.mem.start(self.now, req.bus_bytes, lambda tt, proc=proc, ep=ep: self.push(tt, proc, ep))
+                self._schedule_memory()
+            else:  # pragma: no cover - engine bug
+                raise RuntimeError(f"unknown command {cmd!r}")
+            return 0
+
+    def _deadlock(self) -> None:
+        blocked = {p.node.name: p.waiting for p in self.procs if not p.done}
+        queues = {ch.name: len(ch.q) for ch in self.chans.values()}
+        lines = [f"  {p.node.kind} '{p.node.name}' waits for {p.waiting}" for p in self.procs if not p.done]
+        full = [f"  {name}: {n} token(s)" for name, n in queues.items() if n]
+        msg = f"graph '{self.graph.name}' deadlocked at cycle {math.ceil(self.now)}; blocked nodes:\n" + "\n".join(lines)
+        if full:
+            msg += "\nqueues holding tokens:\n" + "\n".join(full)
+        raise SimDeadlock(msg, blocked=blocked, queues=queues, cycle=math.ceil(self.now))
+
+    def _result(self) -> SimResult:
+        end = math.ceil(self.now)
+        nodes = {}
+        for p in self.procs:
+            self._set_state(p, p.state)
+            st = p.stats
+            st.idle += end - math.ceil(self.now)
+            st.flops = int(p.timing.flops)
+            st.footprint_bytes = int(p.timing.footprint)
+            st.busy, st.stalled_in, st.stalled_out, st.idle = (
+                round(st.busy), round(st.stalled_in), round(st.stalled_out), round(st.idle)
+            )
+            nodes[p.node.name] = st
+        memory = {k: v for k, v in self.memory.items() if not isinstance(v, _MetaTensor)}
+        streams = {ch.name: ch.history for ch in self.chans.values() if ch.history is not None}
+        return SimResult(
+            cycles=end,
+            nodes=nodes,
+            offchip_read_bytes=self.read_bytes,
+            offchip_write_bytes=self.write_bytes,
+            queue_high_water={ch.name: ch.hwm for ch in self.chans.values()},
+            memory=memory,
+            streams=streams,
+            events=self.events,
+            spans=self.spans,
+        )

@@ -1,0 +1,68 @@
+"""The timing-profile interface.
+
+A :class:`TimingProfile` says how long every operator takes. The engine asks it once per node for
+a :class:`NodeTiming`, then calls ``on_recv`` after every token a node receives and ``on_send``
+before every token it sends. Each returns what the node spends on that token: a number of cycles
+(the node is busy), or a :class:`MemRequest` (the node waits for an off-chip transfer).
+
+To add a profile (the ``rtl`` profile derived from ``step_hw.HwConfig`` is the intended next
+one), subclass :class:`TimingProfile`, give it a ``name`` and implement :meth:`node_timing`,
+:meth:`memory_config`, :attr:`channel_depth`, :attr:`channel_latency` and
+:meth:`counts_against_capacity`; register it in ``sim.profiles.PROFILES``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from step_lang.graph import Node
+
+from ..memory import MemoryConfig
+
+__all__ = ["MemRequest", "NodeTiming", "TimingProfile"]
+
+
+@dataclass(frozen=True)
+class MemRequest:
+    """An off-chip transfer: ``bus_bytes`` occupy the channels, ``bytes`` count as traffic."""
+
+    bus_bytes: int
+    bytes: int
+    write: bool
+
+
+class NodeTiming:
+    """Per-node timing state; the default costs nothing."""
+
+    flops = 0  # arithmetic performed so far (for utilisation)
+    footprint = 0  # largest on-chip bytes this node has held so far
+
+    def on_recv(self, port: int, token: Any) -> int | MemRequest:
+        return 0
+
+    def on_send(self, port: int, token: Any) -> int | MemRequest:
+        return 0
+
+
+class TimingProfile:
+    """Base class of timing profiles."""
+
+    name = "abstract"
+    channel_depth = 2
+    channel_latency = 1
+
+    def memory_config(self) -> MemoryConfig:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def node_timing(self, node: Node, resident: list[bool]) -> NodeTiming:  # pragma: no cover
+        """Timing of ``node``; ``resident[i]`` says input ``i``'s tiles sit in a memory unit."""
+        raise NotImplementedError
+
+    def counts_against_capacity(self, token: Any) -> bool:
+        """Whether ``token`` occupies a queue slot (and so can block its sender)."""
+        return True
+
+    def compute_bw(self, node: Node) -> int:
+        """FLOPs per cycle allocated to ``node`` (0 for nodes that do no arithmetic)."""
+        return 0

@@ -1,0 +1,197 @@
+"""The ``paper`` profile: the timing model of the paper's simulator (STEP_REFERENCE §5).
+
+* Compute (Map, Accum, Scan): per element ``max(load, compute)`` with ``load`` the sum of
+  ``ceil(bytes / pmu_bw)`` over inputs whose tiles sit in a memory unit (tiles fresh from an
+  off-chip load, a Streamify or a router passing them on) and ``compute = ceil(FLOPs /
+  compute_bw)``. FLOPs come from the actual tile shapes, so dynamic tiles cost what they hold.
+* Off-chip loads and stores: one transfer per tile of ``rows x ceil(cols * bytes / 64)``
+  requests through the shared memory (:mod:`sim.memory`); a node waits for its tile before it
+  sends it (or takes the next one), so one node never overlaps two tiles.
+* Partition/Parallelize: per element, a memory-unit read when resident plus ``switch_cycles``;
+  Reassemble: ``switch_cycles`` per element; EagerMerge: 1 cycle per element, earliest arrival
+  first; RepeatStatic, Expand: 1 cycle per output element; Streamify: ``ceil(bytes / pmu_bw)`` per
+  element read; address generators (FlatMap): 1 cycle per output element; RetileStreamify and
+  the shape operators: free.
+* Stop and done tokens are fused into the data in the paper's simulator: they cost nothing and
+  take no queue slot.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from step_lang.graph import Node
+from step_lang.tokens import is_data
+from step_lang.types import Tile
+
+from ..memory import MemoryConfig
+from .base import MemRequest, NodeTiming, TimingProfile
+
+__all__ = ["PaperProfile"]
+
+_LOADS = ("LinearOffChipLoad", "RandomOffChipLoad")
+
+
+def nbytes(token: Any) -> int:
+    """Bytes of a data token (tiles, selectors, tuples)."""
+    if isinstance(token, tuple):
+        return sum(nbytes(t) for t in token)
+    return int(getattr(token, "nbytes", 0))
+
+
+def _concrete(elem: Any, value: Any) -> Any:
+    if isinstance(elem, Tile) and hasattr(value, "shape") and not isinstance(value, tuple):
+        rows, cols = value.shape
+        return Tile(elem.dtype, int(rows), int(cols))
+    return elem
+
+
+@dataclass
+class PaperProfile(TimingProfile):
+    """The paper's timing model; defaults are the evaluation's settings (§5.6)."""
+
+    name = "paper"
+    compute_bw_default: int = 4096
+    compute_bw_overrides: dict[str, int] = field(default_factory=dict)
+    pmu_bw: int = 64
+    switch_cycles: int = 1
+    channel_depth: int = 2
+    channel_latency: int = 1
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    onchip_convention: str = "artifact"
+
+    @classmethod
+    def hdl_validation(cls) -> PaperProfile:
+        """The settings of the paper's HDL-validation runs (Fig. 8)."""
+        return cls(pmu_bw=256, channel_depth=1, memory=MemoryConfig(channels=8, dispatch=4))
+
+    def memory_config(self) -> MemoryConfig:
+        return self.memory
+
+    def counts_against_capacity(self, token: Any) -> bool:
+        return is_data(token)
+
+    def compute_bw(self, node: Node) -> int:
+        if node.kind in ("Map", "Accum", "Scan"):
+            return self.compute_bw_overrides.get(node.name, self.compute_bw_default)
+        return 0
+
+    def node_timing(self, node: Node, resident: list[bool]) -> NodeTiming:
+        kind = node.kind
+        if kind in _LOADS:
+            return _OffChipTiming(self, node, send_port=0, recv_port=None)
+        if kind == "LinearOffChipStore":
+            return _OffChipTiming(self, node, send_port=None, recv_port=0)
+        if kind == "RandomOffChipStore":
+            return _OffChipTiming(self, node, send_port=None, recv_port=1)
+        if kind in ("Map", "Accum", "Scan"):
+            return _ComputeTiming(self, node, resident)
+        if kind in ("Partition", "Parallelize"):
+            return _RecvCost(lambda tok: (math.ceil(nbytes(tok) / self.pmu_bw) if resident[0] else 0) + self.switch_cycles, port=0)
+        if kind == "Reassemble":
+            return _SendCost(lambda tok: self.switch_cycles)
+        if kind == "EagerMerge":
+            return _SendCost(lambda tok: 1, port=0)
+        if kind in ("RepeatStatic", "Expand"):
+            return _SendCost(lambda tok: 1, footprint=True)
+        if kind == "Streamify":
+            return _SendCost(lambda tok: math.ceil(nbytes(tok) / self.pmu_bw))
+        if kind == "FlatMap":
+            return _SendCost(lambda tok: 1)
+        return NodeTiming()
+
+
+class _SendCost(NodeTiming):
+    def __init__(self, cost, port: int | None = None, footprint: bool = False):
+        self.cost, self.port, self.track = cost, port, footprint
+        self.footprint = 0
+
+    def on_send(self, port: int, token: Any) -> int:
+        if not is_data(token) or (self.port is not None and port != self.port):
+            return 0
+        if self.track:
+            self.footprint = max(self.footprint, nbytes(token))
+        return self.cost(token)
+
+
+class _RecvCost(NodeTiming):
+    def __init__(self, cost, port: int):
+        self.cost, self.port = cost, port
+
+    def on_recv(self, port: int, token: Any) -> int:
+        return self.cost(token) if port == self.port and is_data(token) else 0
+
+
+class _OffChipTiming(NodeTiming):
+    def __init__(self, profile: PaperProfile, node: Node, send_port: int | None, recv_port: int | None):
+        self.mem = profile.memory
+        self.node = node
+        self.send_port, self.recv_port = send_port, recv_port
+        self.elem_bytes = node.elem_bytes if node.elem_bytes is not None else node.tensor.dtype.nbytes
+        self.staging = 2 if profile.onchip_convention == "paper" else 1
+        self.footprint = 0
+
+    def _request(self, token: Any, write: bool) -> MemRequest:
+        rows, cols = self.node.tile
+        counted = rows * cols * self.elem_bytes
+        self.footprint = self.staging * counted
+        return MemRequest(self.mem.request_bytes_of_tile(rows, cols, self.elem_bytes), counted, write)
+
+    def on_send(self, port: int, token: Any) -> int | MemRequest:
+        if port == self.send_port and is_data(token):
+            return self._request(token, write=False)
+        return 0
+
+    def on_recv(self, port: int, token: Any) -> int | MemRequest:
+        if port == self.recv_port and is_data(token):
+            return self._request(token, write=True)
+        return 0
+
+
+class _ComputeTiming(NodeTiming):
+    def __init__(self, profile: PaperProfile, node: Node, resident: list[bool]):
+        self.node = node
+        self.resident = resident
+        self.pmu = profile.pmu_bw
+        self.bw = profile.compute_bw(node)
+        self.last = len(node.inputs) - 1
+        self.load = 0
+        self.args: list[Any] = []
+        self.flops = 0
+        self.footprint = 0
+        self._flop_cache: dict[tuple, int] = {}
+
+    def _flops_of(self, values: list[Any]) -> int:
+        key = tuple(tuple(v.shape) if hasattr(v, "shape") and not isinstance(v, tuple) else None for v in values)
+        hit = self._flop_cache.get(key)
+        if hit is None:
+            types = [_concrete(t, v) for t, v in zip(self.node.arg_types, self._unpack(values), strict=False)]
+            hit = int(self.node.fn.flops(*types))
+            self._flop_cache[key] = hit
+        return hit
+
+    def _unpack(self, values: list[Any]) -> list[Any]:
+        if len(values) == 1 and isinstance(values[0], tuple):
+            return list(values[0])
+        return values
+
+    def on_recv(self, port: int, token: Any) -> int:
+        if not is_data(token):
+            return 0
+        if self.resident[port]:
+            self.load += math.ceil(nbytes(token) / self.pmu)
+        self.args.append(token)
+        if port != self.last:
+            return 0
+        flops = self._flops_of(self.args)
+        self.flops += flops
+        cycles = max(self.load, math.ceil(flops / self.bw) if self.bw else 0)
+        self.load, self.args = 0, []
+        return cycles
+
+    def on_send(self, port: int, token: Any) -> int:
+        if is_data(token):
+            self.footprint = max(self.footprint, nbytes(token))
+        return 0

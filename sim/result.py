@@ -1,0 +1,90 @@
+"""What a simulation reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["NodeStats", "SimResult"]
+
+
+@dataclass
+class NodeStats:
+    """Cycle accounting of one node: every cycle until the end of the run is in exactly one bin."""
+
+    name: str
+    kind: str
+    busy: int = 0  # computing or waiting for its own off-chip transfers
+    stalled_in: int = 0  # waiting for an input token
+    stalled_out: int = 0  # waiting for room in an output queue
+    idle: int = 0  # finished before the run ended
+    flops: int = 0
+    compute_bw: int = 0
+    footprint_bytes: int = 0  # largest on-chip bytes held at once
+    finish: int = 0
+
+
+@dataclass
+class SimResult:
+    """The outcome of :func:`sim.simulate`.
+
+    Attributes:
+        cycles: simulated cycles until the last node finished.
+        nodes: per-node statistics by name.
+        offchip_read_bytes / offchip_write_bytes: traffic counted per tile (the cost model's bytes).
+        queue_high_water: largest occupancy (data tokens) seen on each stream, by stream name.
+        memory: off-chip tensors after the run (functional mode; float tensors are absent in
+            timing-only mode).
+        streams: tokens of every stream (functional mode only).
+        events: number of engine events processed.
+    """
+
+    cycles: int
+    nodes: dict[str, NodeStats]
+    offchip_read_bytes: int
+    offchip_write_bytes: int
+    queue_high_water: dict[str, int]
+    memory: dict[str, np.ndarray] = field(repr=False)
+    streams: dict[str, list[Any]] = field(repr=False)
+    events: int = 0
+    spans: list[tuple[str, str, int, int]] = field(default_factory=list, repr=False)
+
+    @property
+    def offchip_bytes(self) -> int:
+        return self.offchip_read_bytes + self.offchip_write_bytes
+
+    @property
+    def flops(self) -> int:
+        return sum(n.flops for n in self.nodes.values())
+
+    @property
+    def allocated_compute(self) -> int:
+        """FLOPs per cycle allocated to all compute nodes."""
+        return sum(n.compute_bw for n in self.nodes.values())
+
+    @property
+    def compute_utilization(self) -> float:
+        """Achieved FLOPs per cycle over allocated FLOPs per cycle."""
+        alloc = self.allocated_compute
+        return self.flops / (self.cycles * alloc) if self.cycles and alloc else 0.0
+
+    @property
+    def peak_onchip_bytes(self) -> int:
+        """Sum over nodes of the largest on-chip footprint each held (all assumed live at once)."""
+        return sum(n.footprint_bytes for n in self.nodes.values())
+
+    def summary(self) -> str:
+        """A short human-readable report."""
+        lines = [
+            f"cycles            {self.cycles}",
+            f"off-chip read     {self.offchip_read_bytes} B",
+            f"off-chip written  {self.offchip_write_bytes} B",
+            f"FLOPs             {self.flops}",
+            f"compute util.     {self.compute_utilization:.3f}",
+            f"peak on-chip      {self.peak_onchip_bytes} B",
+        ]
+        top = sorted(self.nodes.values(), key=lambda n: -n.busy)[:5]
+        lines.append("busiest nodes     " + ", ".join(f"{n.name} ({n.busy})" for n in top))
+        return "\n".join(lines)
