@@ -120,8 +120,13 @@ def build(config: MoEConfig, schedule: MoESchedule, batch: int, *, elem_bytes: i
     out_t = g.tensor("out", (batch, D), c.dtype)
 
     rows = _rows(LinearOffChipLoad(x_t, tile=(1, D), elem_bytes=elem_bytes, name="load_x").out)
+    # Routing and gathering read the token selector separately: gathering runs far behind routing
+    # (an expert's tile closes only when its last token arrives), and one shared stream would make
+    # routing wait for gathering.
     sel_raw = _rows(LinearOffChipLoad(sel_t, tile=(1, E), name="load_sel").out)
     sel = Map(sel_raw, fn=F.to_selector(E), name="token_sel").out
+    gather_raw = _rows(LinearOffChipLoad(sel_t, tile=(1, E), name="load_gather_sel").out)
+    gather_sel = Map(gather_raw, fn=F.to_selector(E), name="gather_sel").out
     slot_raw = _rows(LinearOffChipLoad(slot_sel_t, tile=(1, E), name="load_slot_sel").out)
     slot_sel = Map(slot_raw, fn=F.to_selector(E), name="slot_sel").out
     weights = _rows(LinearOffChipLoad(w_t, tile=(1, 1), elem_bytes=elem_bytes, name="load_w").out)
@@ -159,7 +164,10 @@ def build(config: MoEConfig, schedule: MoESchedule, batch: int, *, elem_bytes: i
     for e in range(E):
         rows_e = RetileStreamify(outs[e], is_pad=pad_masks[e], name=f"unpack{e}").out
         scaled.append(Map(rows_e, per_expert_w[e], fn=F.mul, name=f"scale{e}").out)
-    gathered = Reassemble(scaled, sel, count=k, name="gather").out
+        # Gathering takes rows in token order, so one expert's results wait for another's: its
+        # queue holds up to every token of the batch (one expert may receive them all).
+        g.set_queue_depth(scaled[-1], batch)
+    gathered = Reassemble(scaled, gather_sel, count=k, name="gather").out
     combined = Accum(gathered, fn=F.accum_add, rank=1, name="combine").out
     LinearOffChipStore(combined, out_t, name="store")
     return g

@@ -225,7 +225,7 @@ class Engine:
         self.write_bytes = 0
         self.spans: list[tuple[str, str, int, int]] = []
         self.counts = profile.counts_against_capacity
-        depths = dict(queue_depths or {})
+        depths = {**graph.queue_depths, **(queue_depths or {})}
         order = graph.topo_order()
         self.chans: dict[Stream, _Chan] = {}
         for node in order:
@@ -279,6 +279,8 @@ class Engine:
             for s in node.outputs:
                 if node.kind in ("LinearOffChipLoad", "RandomOffChipLoad", "Streamify"):
                     res[s] = node.kind != "RandomOffChipLoad" or s.port == 0
+                elif self.profile.writes_back(node):
+                    res[s] = True
                 elif node.kind in _PASS_THROUGH and node.inputs:
                     res[s] = res.get(node.inputs[0], False)
                 else:

@@ -192,6 +192,7 @@ class Graph:
         self.name = name
         self.nodes: dict[str, Node] = {}
         self.tensors: dict[str, OffChipTensor] = {}
+        self.queue_depths: dict[str, int] = {}
         self._counters: dict[str, int] = {}
 
     # -- building -------------------------------------------------------------------------------
@@ -208,6 +209,17 @@ class Graph:
         t = OffChipTensor(self, name, dims, dtype(dtype_))
         self.tensors[name] = t
         return t
+
+    def set_queue_depth(self, stream: Stream, depth: int) -> None:
+        """Ask every backend for a queue of ``depth`` tokens on ``stream`` (default: the backend's).
+
+        Streams that fan out keep the depth on each Broadcast output.
+        """
+        if not isinstance(stream, Stream) or stream.graph is not self:
+            raise StepGraphError(f"set_queue_depth needs a stream of graph '{self.name}', not {stream!r}")
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise StepGraphError(f"queue depth of {stream.name} must be a positive integer, not {depth!r}")
+        self.queue_depths[stream.name] = depth
 
     def _propose_name(self, kind: str, name: str | None) -> str:
         if name is None:

@@ -23,4 +23,6 @@ def insert_broadcasts(graph: Graph) -> Graph:
         bc = Broadcast(s, len(uses), name=f"{s.node.name}_{s.node.output_names[s.port]}_bc")
         for k, (node, i) in enumerate(uses):
             node.inputs[i] = bc.outputs[k]
+            if s.name in graph.queue_depths:
+                graph.queue_depths[bc.outputs[k].name] = graph.queue_depths[s.name]
     return graph

@@ -63,6 +63,10 @@ class TimingProfile:
         """Whether ``token`` occupies a queue slot (and so can block its sender)."""
         return True
 
+    def writes_back(self, node: Node) -> bool:
+        """Whether ``node`` writes its results to a memory unit (so its consumers read them there)."""
+        return False
+
     def compute_bw(self, node: Node) -> int:
         """FLOPs per cycle allocated to ``node`` (0 for nodes that do no arithmetic)."""
         return 0

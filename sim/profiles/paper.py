@@ -61,6 +61,7 @@ class PaperProfile(TimingProfile):
     channel_latency: int = 1
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     onchip_convention: str = "artifact"
+    write_back: frozenset[str] = frozenset()  # nodes whose results are written to a memory unit
 
     @classmethod
     def hdl_validation(cls) -> PaperProfile:
@@ -72,6 +73,9 @@ class PaperProfile(TimingProfile):
 
     def counts_against_capacity(self, token: Any) -> bool:
         return is_data(token)
+
+    def writes_back(self, node: Node) -> bool:
+        return node.name in self.write_back
 
     def compute_bw(self, node: Node) -> int:
         if node.kind in ("Map", "Accum", "Scan"):
@@ -157,6 +161,8 @@ class _ComputeTiming(NodeTiming):
         self.pmu = profile.pmu_bw
         self.bw = profile.compute_bw(node)
         self.last = len(node.inputs) - 1
+        self.store = profile.writes_back(node)
+        self.charged = 0
         self.load = 0
         self.args: list[Any] = []
         self.flops = 0
@@ -188,10 +194,13 @@ class _ComputeTiming(NodeTiming):
         flops = self._flops_of(self.args)
         self.flops += flops
         cycles = max(self.load, math.ceil(flops / self.bw) if self.bw else 0)
-        self.load, self.args = 0, []
+        self.load, self.args, self.charged = 0, [], cycles
         return cycles
 
     def on_send(self, port: int, token: Any) -> int:
-        if is_data(token):
-            self.footprint = max(self.footprint, nbytes(token))
+        if not is_data(token):
+            return 0
+        self.footprint = max(self.footprint, nbytes(token))
+        if self.store:  # the roofline's third term: max(load, compute, store)
+            return max(0, math.ceil(nbytes(token) / self.pmu) - self.charged)
         return 0

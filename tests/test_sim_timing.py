@@ -1,0 +1,170 @@
+"""Simulator timing against hand-computed cycles, back-pressure, deadlocks, traces."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from lang_helpers import SCALAR, parse
+
+from sim import MemoryConfig, PaperProfile, SimDeadlock, simulate, write_trace
+from step_lang import (
+    Accum,
+    Expand,
+    Graph,
+    LinearOffChipLoad,
+    Map,
+    Partition,
+    Promote,
+    Selector,
+    Sink,
+    Source,
+    StreamType,
+    Tile,
+)
+from step_lang import functions as F
+from step_lang.types import float32
+
+
+def load_graph(n_tiles: int) -> Graph:
+    g = Graph("load")
+    t = g.tensor("t", (16, 16 * n_tiles), "float32")
+    Sink(LinearOffChipLoad(t, tile=(16, 16), name="load").out, name="sink")
+    return g
+
+
+# One 16x16 fp32 tile = 16 rows of one 64-byte request = 1024 bus bytes.
+# dispatch 1: 16 cycles of issue, + latency 2, + start-up 14 (cold) = 32; the token is visible to
+# the sink one cycle later (queue latency 1).
+@pytest.mark.parametrize(("dispatch", "tiles", "cycles"), [(1, 1, 33), (4, 1, 21), (1, 2, 33 + 18), (4, 3, 21 + 2 * 6)])
+def test_offchip_load_dispatch_rate(dispatch, tiles, cycles):
+    profile = PaperProfile(memory=MemoryConfig(dispatch=dispatch))
+    r = simulate(load_graph(tiles), functional=False, profile=profile)
+    assert r.cycles == cycles
+    assert r.offchip_read_bytes == tiles * 1024
+    assert r.nodes["load"].busy == cycles - 1
+
+
+def test_memory_bandwidth_is_shared():
+    """Two loads at 1 request/cycle each share 2 channels of 32 B/cycle: 64 B/cycle in total."""
+    g = Graph("two")
+    for i in range(2):
+        t = g.tensor(f"t{i}", (16, 16), "float32")
+        Sink(LinearOffChipLoad(t, tile=(16, 16), name=f"load{i}").out)
+    mem = MemoryConfig(channels=2, dispatch=1)  # 64 B/cycle peak, each node may take 64
+    r = simulate(g, functional=False, profile=PaperProfile(memory=mem))
+    # 2048 bus bytes at 64 B/cycle = 32 cycles, + 2 latency + 14 start-up, + 1 to the sinks.
+    assert r.cycles == 32 + 16 + 1
+
+
+def tile_source_graph(fn, n: int, two: bool = True, from_memory: bool = False):
+    g = Graph("roof")
+    if from_memory:
+        ins = [LinearOffChipLoad(g.tensor(f"t{i}", (16, 16 * n), "float32"), tile=(16, 16), name=f"in{i}").out for i in range(1 + two)]
+    else:
+        ins = [Source(g, StreamType(Tile(float32, 16, 16), (1, n)), name=f"in{i}").out for i in range(1 + two)]
+    Sink(Map(*ins, fn=fn, name="op").out, name="sink")
+    return g
+
+
+def tile_tokens(n: int) -> list:
+    return [[np.ones((16, 16), np.float32) for _ in range(n)]]
+
+
+def test_roofline_compute_bound():
+    # matmul 16x16x16: 8192 FLOPs at 1024 FLOPs/cycle = 8 cycles per element; inputs stream
+    # between units (no memory-unit reads).
+    g = tile_source_graph(F.matmul(), 4)
+    p = PaperProfile(compute_bw_default=1024)
+    r = simulate(g, inputs={"in0": tile_tokens(4), "in1": tile_tokens(4)}, profile=p)
+    assert r.nodes["op"].busy == 4 * 8
+    assert r.nodes["op"].flops == 4 * 8192
+    assert r.compute_utilization == pytest.approx(4 * 8192 / (r.cycles * 1024))
+
+
+def test_roofline_load_bound():
+    # add of two 1 KiB tiles that sit in memory units: 16 + 16 cycles of 64-byte reads per
+    # element (operand loads add up), against 1 cycle of compute.
+    g = tile_source_graph(F.add, 3, from_memory=True)
+    r = simulate(g, functional=False)
+    assert r.nodes["op"].busy == 3 * 32
+
+
+def test_roofline_store_bound():
+    # exp of a streamed tile: 4 FLOPs/element = 1024 FLOPs -> 1 cycle; writing the 1 KiB result
+    # back to a memory unit takes 16 cycles.
+    g = tile_source_graph(F.exp, 5, two=False)
+    p = PaperProfile(write_back=frozenset({"op"}))
+    r = simulate(g, inputs={"in0": tile_tokens(5)}, profile=p)
+    assert r.nodes["op"].busy == 5 * 16
+
+
+def test_router_switch_cycles():
+    g = Graph("route")
+    x = Source(g, StreamType(SCALAR, (6,)), name="x").out
+    s = Source(g, StreamType(Selector(2), (6,)), name="s").out
+    for i, o in enumerate(Partition(x, s, 0, name="part").outputs):
+        Sink(o, name=f"sink{i}")
+    p = PaperProfile(switch_cycles=3)
+    r = simulate(g, inputs={"x": parse("1 2 3 4 5 6 D"), "s": parse("[10] [01] [11] [10] [01] [10] D")}, profile=p)
+    assert r.nodes["part"].busy == 6 * 3
+    assert [t for t in r.streams["part.out0"] if isinstance(t, np.ndarray)] != []
+
+
+def test_back_pressure_through_a_slow_consumer():
+    # A fast source feeds a 10-cycle-per-element consumer through a depth-2 queue: the source
+    # spends its time stalled on output and the queue never holds more than 2 tokens.
+    g = Graph("bp")
+    x = Source(g, StreamType(Tile(float32, 16, 16), (1, 8)), name="x").out
+    y = Map(x, fn=F.exp, name="slow").out
+    Sink(y, name="sink")
+    p = PaperProfile(compute_bw_default=103)  # 1024 FLOPs -> ceil(1024/103) = 10 cycles
+    r = simulate(g, inputs={"x": tile_tokens(8)}, profile=p)
+    assert r.nodes["slow"].busy == 80
+    assert r.nodes["x"].stalled_out > 0
+    assert r.queue_high_water["x.out"] == 2
+    assert r.cycles == pytest.approx(80 + 3, abs=2)
+
+
+def reconvergent_graph(n: int) -> Graph:
+    """x - sum(x): the sum needs the whole vector while the direct path waits in a queue."""
+    g = Graph("reconv")
+    x = Source(g, StreamType(SCALAR, (1, n)), name="x").out
+    total = Accum(x, fn=F.accum_add, rank=1, name="total").out
+    spread = Expand(Promote(total, 0, name="lift").out, x, 1, name="spread").out
+    Sink(Map(x, spread, fn=F.sub, name="center").out, name="sink")
+    return g
+
+
+def test_constructed_deadlock_names_nodes_and_queues():
+    g = reconvergent_graph(8)
+    with pytest.raises(SimDeadlock) as info:
+        simulate(g, inputs={"x": parse("1 2 3 4 5 6 7 8 S1 D")})
+    err = info.value
+    # Broadcast outputs follow the readers: 0 -> total, 1 -> spread's reference, 2 -> center.
+    assert err.blocked["x_out_bc"] == "room on x_out_bc.out1"
+    assert err.blocked["spread"] == "a token on lift.out"
+    assert err.blocked["total"] == "a token on x_out_bc.out0"
+    assert err.queues["x_out_bc.out1"] == 2 and err.queues["x_out_bc.out0"] == 0
+    assert "deadlocked at cycle" in str(err)
+
+
+def test_deep_enough_queue_resolves_the_deadlock():
+    g = reconvergent_graph(8)
+    depths = {"x_out_bc.out1": 8, "x_out_bc.out2": 8}
+    r = simulate(g, inputs={"x": parse("1 2 3 4 5 6 7 8 S1 D")}, queue_depths=depths)
+    vals = [int(t[0, 0]) for t in r.streams["center.out"] if isinstance(t, np.ndarray)]
+    assert vals == [v - 36 for v in range(1, 9)]
+    assert 2 < r.queue_high_water["x_out_bc.out2"] <= 8
+
+
+def test_perfetto_trace(tmp_path):
+    r = simulate(load_graph(2), functional=False, trace=True)
+    path = write_trace(r, tmp_path / "t.json")
+    data = json.loads(path.read_text())
+    spans = [e for e in data["traceEvents"] if e["ph"] == "X"]
+    names = {e["args"]["name"] for e in data["traceEvents"] if e["name"] == "thread_name"}
+    assert names == {"load", "sink"}
+    busy = [e for e in spans if e["name"] == "busy"]
+    assert sum(e["dur"] for e in busy) == pytest.approx(r.nodes["load"].busy / 1000)
