@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 LINT_DIRS := step_lang step_hw sim rtl_tests tests examples bench
 
-.PHONY: venv test lint clean
+.PHONY: venv test lint bench clean
 
 venv: $(STAMP)
 
@@ -23,6 +23,10 @@ $(STAMP): pyproject.toml
 # Verilator builds go to build/.
 test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# Benchmarks write JSON under build/bench/.
+bench: $(STAMP)
+	$(PY) -m bench.sim_speed
 
 lint: $(STAMP)
 	$(PY) -m ruff check $(LINT_DIRS)

@@ -453,6 +453,17 @@ def inputs(
         "k_new": rng.standard_normal((b, hd)).astype(dt),
         "v_new": rng.standard_normal((b, hd)).astype(dt),
         **caches,
+        **control_inputs(config, kv),
+    }
+
+
+def control_inputs(
+    config: AttentionConfig, kv_lengths: Sequence[int] | np.ndarray
+) -> dict[str, np.ndarray]:
+    """The integer and bool tensors of :func:`inputs` (all a timing-only simulation needs)."""
+    kv = _kv_lengths(config, kv_lengths)
+    b = len(kv)
+    return {
         "req_idx": np.arange(b, dtype=np.int64).reshape(b, 1),
         "n_tiles": (kv // config.kv_tile + 1).reshape(b, 1),  # ceil((L + 1) / kv_tile)
         "offset": (kv % config.kv_tile).reshape(b, 1),

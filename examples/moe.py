@@ -52,7 +52,17 @@ from step_lang import functions as F
 
 from .traces import routing_weights, synthetic_routing
 
-__all__ = ["MIXTRAL", "QWEN", "SMALL", "MoEConfig", "MoESchedule", "build", "dim_values", "inputs", "reference"]
+__all__ = [
+    "MIXTRAL",
+    "QWEN",
+    "SMALL",
+    "MoEConfig",
+    "MoESchedule",
+    "build",
+    "dim_values",
+    "inputs",
+    "reference",
+]
 
 
 @dataclass(frozen=True)
@@ -91,7 +101,9 @@ class MoESchedule:
         if self.tiling == "static" and (not isinstance(self.tile_n, int) or self.tile_n < 1):
             raise ValueError(f"static tiling needs a positive tile_n, not {self.tile_n!r}")
         if config.intermediate % self.tile_f:
-            raise ValueError(f"tile_f {self.tile_f} must divide the intermediate size {config.intermediate}")
+            raise ValueError(
+                f"tile_f {self.tile_f} must divide the intermediate size {config.intermediate}"
+            )
         if self.regions is not None and (self.regions < 1 or config.experts % self.regions):
             raise ValueError(f"regions {self.regions} must divide the {config.experts} experts")
 
@@ -101,14 +113,20 @@ def _rows(load: Stream) -> Stream:
     return Flatten(load, 0, 2).out
 
 
-def build(config: MoEConfig, schedule: MoESchedule, batch: int, *, elem_bytes: int | None = 2) -> Graph:
+def build(
+    config: MoEConfig, schedule: MoESchedule, batch: int, *, elem_bytes: int | None = 2
+) -> Graph:
     """The MoE layer for ``batch`` tokens under ``schedule``."""
     c, s = config, schedule
     s.check(c)
     D, Fdim, E, k, tf = c.hidden, c.intermediate, c.experts, c.top_k, s.tile_f
     nf = Fdim // tf
     dyn = s.tiling == "dynamic"
-    name = f"moe_{c.name}_{s.tiling}" + (f"{s.tile_n}" if not dyn else "") + (f"_tm{s.regions}" if s.regions else "")
+    name = (
+        f"moe_{c.name}_{s.tiling}"
+        + (f"{s.tile_n}" if not dyn else "")
+        + (f"_tm{s.regions}" if s.regions else "")
+    )
     g = Graph(name)
     x_t = g.tensor("x", (batch, D), c.dtype)
     sel_t = g.tensor("token_sel", (batch, E), "int32")
@@ -141,7 +159,13 @@ def build(config: MoEConfig, schedule: MoESchedule, batch: int, *, elem_bytes: i
             grouped = Promote(xs, name=f"promote{e}").out
             pad_masks.append(None)
         else:
-            r = Reshape(xs, s.tile_n, pad=np.zeros((1, D), np.dtype(c.dtype)), pad_flags=True, name=f"chunk{e}")
+            r = Reshape(
+                xs,
+                s.tile_n,
+                pad=np.zeros((1, D), np.dtype(c.dtype)),
+                pad_flags=True,
+                name=f"chunk{e}",
+            )
             grouped = r.outputs[0]
             pad_masks.append(Accum(r.outputs[1], fn=F.retile_row, rank=1, name=f"padmask{e}").out)
         packed.append(Accum(grouped, fn=F.retile_row, rank=1, name=f"pack{e}").out)
@@ -156,7 +180,17 @@ def build(config: MoEConfig, schedule: MoESchedule, batch: int, *, elem_bytes: i
         group = E // s.regions
         for r in range(s.regions):
             experts = list(range(r * group, (r + 1) * group))
-            ys = _region(g, r, [packed[e] for e in experts], experts[0], (wg_t, wu_t, wd_t), nf, tf, D, elem_bytes)
+            ys = _region(
+                g,
+                r,
+                [packed[e] for e in experts],
+                experts[0],
+                (wg_t, wu_t, wd_t),
+                nf,
+                tf,
+                D,
+                elem_bytes,
+            )
             for e, y in zip(experts, ys, strict=True):
                 outs[e] = y
 
@@ -173,11 +207,20 @@ def build(config: MoEConfig, schedule: MoESchedule, batch: int, *, elem_bytes: i
     return g
 
 
-def _expert(g: Graph, e: int, packed: Stream, weights, nf: int, tf: int, D: int, dyn: bool, elem_bytes) -> Stream:
+def _expert(
+    g: Graph, e: int, packed: Stream, weights, nf: int, tf: int, D: int, dyn: bool, elem_bytes
+) -> Stream:
     """One expert's SwiGLU on its packed token tiles: ``[T] -> [T]`` of ``[rows, D]`` tiles."""
     wg_t, wu_t, wd_t = weights
     rep = RepeatStatic(packed, nf, name=f"repeat{e}").out
-    opts = {"ref": packed, "out_shape": (nf,), "stride": (1,), "base": e * nf, "elem_bytes": elem_bytes, "on_demand": dyn}
+    opts = {
+        "ref": packed,
+        "out_shape": (nf,),
+        "stride": (1,),
+        "base": e * nf,
+        "elem_bytes": elem_bytes,
+        "on_demand": dyn,
+    }
     wg = LinearOffChipLoad(wg_t, tile=(D, tf), name=f"load_gate{e}", **opts).out
     wu = LinearOffChipLoad(wu_t, tile=(D, tf), name=f"load_up{e}", **opts).out
     wd = LinearOffChipLoad(wd_t, tile=(tf, D), name=f"load_down{e}", **opts).out
@@ -191,15 +234,35 @@ def _swiglu(tag: str, rep: Stream, wg: Stream, wu: Stream, wd: Stream) -> Stream
     return Accum(h, wd, fn=F.matmul_acc(), rank=1, name=f"down{tag}").out
 
 
-def _region(g: Graph, r: int, packed: list[Stream], first: int, weights, nf: int, tf: int, D: int, elem_bytes) -> list[Stream]:
+def _region(
+    g: Graph,
+    r: int,
+    packed: list[Stream],
+    first: int,
+    weights,
+    nf: int,
+    tf: int,
+    D: int,
+    elem_bytes,
+) -> list[Stream]:
     """A time-multiplexed region: the experts ``first..`` share one SwiGLU pipeline."""
     wg_t, wu_t, wd_t = weights
     merge = EagerMerge(packed, name=f"merge{r}")
     data, which = merge.outputs
-    addr = FlatMap(Promote(which, 0, name=f"slot{r}").out, fn=F.expert_addr(nf, base=first * nf), name=f"addr{r}").out
-    wg = RandomOffChipLoad(addr, wg_t, tile=(D, tf), elem_bytes=elem_bytes, name=f"load_gate_r{r}").out
-    wu = RandomOffChipLoad(addr, wu_t, tile=(D, tf), elem_bytes=elem_bytes, name=f"load_up_r{r}").out
-    wd = RandomOffChipLoad(addr, wd_t, tile=(tf, D), elem_bytes=elem_bytes, name=f"load_down_r{r}").out
+    addr = FlatMap(
+        Promote(which, 0, name=f"slot{r}").out,
+        fn=F.expert_addr(nf, base=first * nf),
+        name=f"addr{r}",
+    ).out
+    wg = RandomOffChipLoad(
+        addr, wg_t, tile=(D, tf), elem_bytes=elem_bytes, name=f"load_gate_r{r}"
+    ).out
+    wu = RandomOffChipLoad(
+        addr, wu_t, tile=(D, tf), elem_bytes=elem_bytes, name=f"load_up_r{r}"
+    ).out
+    wd = RandomOffChipLoad(
+        addr, wd_t, tile=(tf, D), elem_bytes=elem_bytes, name=f"load_down_r{r}"
+    ).out
     rep = RepeatStatic(data, nf, name=f"repeat_r{r}").out
     y = _swiglu(f"_r{r}", rep, wg, wu, wd)
     return Partition(y, which, 0, name=f"unmerge{r}").outputs
@@ -224,9 +287,15 @@ def inputs(config: MoEConfig, choices: np.ndarray, *, seed: int = 0) -> dict[str
         "token_sel": token_sel,
         "slot_sel": slot_sel,
         "route_w": w.reshape(batch * k, 1).astype(dt),
-        "w_gate": (rng.standard_normal((c.experts, c.hidden, c.intermediate)) / np.sqrt(c.hidden)).astype(dt),
-        "w_up": (rng.standard_normal((c.experts, c.hidden, c.intermediate)) / np.sqrt(c.hidden)).astype(dt),
-        "w_down": (rng.standard_normal((c.experts, c.intermediate, c.hidden)) / np.sqrt(c.intermediate)).astype(dt),
+        "w_gate": (
+            rng.standard_normal((c.experts, c.hidden, c.intermediate)) / np.sqrt(c.hidden)
+        ).astype(dt),
+        "w_up": (
+            rng.standard_normal((c.experts, c.hidden, c.intermediate)) / np.sqrt(c.hidden)
+        ).astype(dt),
+        "w_down": (
+            rng.standard_normal((c.experts, c.intermediate, c.hidden)) / np.sqrt(c.intermediate)
+        ).astype(dt),
     }
 
 
@@ -263,7 +332,9 @@ def main() -> None:
         for sched in (MoESchedule("static", 16), MoESchedule("static", 64), MoESchedule("dynamic")):
             m = metrics(build(cfg, sched, batch), "artifact").evaluate(vals)
             label = f"{sched.tiling} {sched.tile_n if sched.tiling == 'static' else ''}"
-            print(f"  {label:<12} on-chip {m.onchip_bytes / 2**20:9.2f} MiB  off-chip {m.offchip_bytes / 2**20:9.2f} MiB")
+            print(
+                f"  {label:<12} on-chip {m.onchip_bytes / 2**20:9.2f} MiB  off-chip {m.offchip_bytes / 2**20:9.2f} MiB"
+            )
 
 
 if __name__ == "__main__":

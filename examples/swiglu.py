@@ -53,15 +53,23 @@ def build(config: SwiGLUConfig = SwiGLUConfig(), tile_b: int = 16, tile_i: int =
     out = g.tensor("out", (c.batch, c.hidden), c.dtype)
 
     # [1, nb, ni]: row block m of x for every (m, n); column block n of the weights.
-    xs = LinearOffChipLoad(x, tile=(tile_b, c.hidden), out_shape=(nb, ni), stride=(1, 0), name="load_x").out
-    gs = LinearOffChipLoad(wg, tile=(c.hidden, tile_i), out_shape=(nb, ni), stride=(0, 1), name="load_gate").out
-    us = LinearOffChipLoad(wu, tile=(c.hidden, tile_i), out_shape=(nb, ni), stride=(0, 1), name="load_up").out
+    xs = LinearOffChipLoad(
+        x, tile=(tile_b, c.hidden), out_shape=(nb, ni), stride=(1, 0), name="load_x"
+    ).out
+    gs = LinearOffChipLoad(
+        wg, tile=(c.hidden, tile_i), out_shape=(nb, ni), stride=(0, 1), name="load_gate"
+    ).out
+    us = LinearOffChipLoad(
+        wu, tile=(c.hidden, tile_i), out_shape=(nb, ni), stride=(0, 1), name="load_up"
+    ).out
     gate = Map(xs, gs, fn=F.matmul(), name="gate").out
     up = Map(xs, us, fn=F.matmul(), name="up").out
     act = Map(gate, fn=F.silu, name="silu").out
     h = Map(act, up, fn=F.mul, name="mul").out
     # Down projection: K = tile_i, reduced over the ni tiles of each row block.
-    ds = LinearOffChipLoad(wd, tile=(tile_i, c.hidden), out_shape=(nb, ni), stride=(0, 1), name="load_down").out
+    ds = LinearOffChipLoad(
+        wd, tile=(tile_i, c.hidden), out_shape=(nb, ni), stride=(0, 1), name="load_down"
+    ).out
     y = Accum(h, ds, fn=F.matmul_acc(), rank=1, name="down").out
     LinearOffChipStore(y, out, name="store")
     return g
@@ -76,7 +84,9 @@ def inputs(config: SwiGLUConfig = SwiGLUConfig(), seed: int = 0) -> dict[str, np
         "x": rng.standard_normal((c.batch, c.hidden)).astype(dt),
         "w_gate": (rng.standard_normal((c.hidden, c.intermediate)) / np.sqrt(c.hidden)).astype(dt),
         "w_up": (rng.standard_normal((c.hidden, c.intermediate)) / np.sqrt(c.hidden)).astype(dt),
-        "w_down": (rng.standard_normal((c.intermediate, c.hidden)) / np.sqrt(c.intermediate)).astype(dt),
+        "w_down": (
+            rng.standard_normal((c.intermediate, c.hidden)) / np.sqrt(c.intermediate)
+        ).astype(dt),
     }
 
 
@@ -90,10 +100,14 @@ def reference(memory: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def main() -> None:
-    print(f"{'tile_b':>6} {'tile_i':>6} {'off-chip MB':>12} {'on-chip KB (paper)':>19} {'GFLOP':>7}")
+    print(
+        f"{'tile_b':>6} {'tile_i':>6} {'off-chip MB':>12} {'on-chip KB (paper)':>19} {'GFLOP':>7}"
+    )
     for tb, ti in SWEEP:
         m = metrics(build(SwiGLUConfig(), tb, ti), "paper")
-        print(f"{tb:>6} {ti:>6} {m.offchip_bytes / 1e6:>12.3f} {m.onchip_bytes / 1e3:>19.1f} {m.flops / 1e9:>7.3f}")
+        print(
+            f"{tb:>6} {ti:>6} {m.offchip_bytes / 1e6:>12.3f} {m.onchip_bytes / 1e3:>19.1f} {m.flops / 1e9:>7.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -45,12 +45,16 @@ def load_routing(path: str | pathlib.Path, num_experts: int | None = None) -> np
             raise
         raise TraceError(f"routing trace {path}: cannot read ({exc})") from exc
     if data.ndim != 2 or not np.issubdtype(data.dtype, np.integer):
-        raise TraceError(f"routing trace {path}: expected an integer [B, top_k] array, got {data.dtype} {data.shape}")
+        raise TraceError(
+            f"routing trace {path}: expected an integer [B, top_k] array, got {data.dtype} {data.shape}"
+        )
     if (data < 0).any() or (num_experts is not None and (data >= num_experts).any()):
         raise TraceError(f"routing trace {path}: expert ids outside [0, {num_experts})")
     for row, ids in enumerate(data):
         if len(set(ids.tolist())) != len(ids):
-            raise TraceError(f"routing trace {path}: token {row} selects expert(s) twice: {ids.tolist()}")
+            raise TraceError(
+                f"routing trace {path}: token {row} selects expert(s) twice: {ids.tolist()}"
+            )
     return data.astype(np.int64)
 
 
@@ -62,7 +66,9 @@ def load_kv_lengths(path: str | pathlib.Path) -> np.ndarray:
     except (OSError, ValueError) as exc:
         raise TraceError(f"KV-length trace {path}: cannot read ({exc})") from exc
     if data.ndim != 1 or not np.issubdtype(data.dtype, np.integer) or (data < 0).any():
-        raise TraceError(f"KV-length trace {path}: expected 1-D non-negative ints, got {data.dtype} {data.shape}")
+        raise TraceError(
+            f"KV-length trace {path}: expected 1-D non-negative ints, got {data.dtype} {data.shape}"
+        )
     return data.astype(np.int64)
 
 
@@ -86,7 +92,9 @@ def kv_length_files(root: str | pathlib.Path, batch: int) -> list[tuple[int, pat
     return sorted(out)
 
 
-def synthetic_routing(batch: int, num_experts: int, top_k: int, *, skew: float = 1.0, seed: int = 0) -> np.ndarray:
+def synthetic_routing(
+    batch: int, num_experts: int, top_k: int, *, skew: float = 1.0, seed: int = 0
+) -> np.ndarray:
     """Routing choices with Zipf-like expert popularity (``skew = 0`` is uniform).
 
     Each token picks ``top_k`` distinct experts, weighted by ``1 / rank**skew`` over a random
@@ -98,10 +106,20 @@ def synthetic_routing(batch: int, num_experts: int, top_k: int, *, skew: float =
     weights = 1.0 / np.arange(1, num_experts + 1) ** skew
     weights = weights[rng.permutation(num_experts)]
     weights /= weights.sum()
-    return np.stack([rng.choice(num_experts, size=top_k, replace=False, p=weights) for _ in range(batch)])
+    return np.stack(
+        [rng.choice(num_experts, size=top_k, replace=False, p=weights) for _ in range(batch)]
+    )
 
 
-def synthetic_kv_lengths(batch: int, *, mean: float = 1000.0, sigma: float = 0.8, low: int = 2, high: int = 8000, seed: int = 0) -> np.ndarray:
+def synthetic_kv_lengths(
+    batch: int,
+    *,
+    mean: float = 1000.0,
+    sigma: float = 0.8,
+    low: int = 2,
+    high: int = 8000,
+    seed: int = 0,
+) -> np.ndarray:
     """Log-normal KV-cache lengths with median ``mean`` and log-spread ``sigma``, clipped to ``[low, high]``."""
     rng = np.random.default_rng(seed)
     x = rng.lognormal(np.log(mean), sigma, size=batch)

@@ -45,7 +45,17 @@ _PASS_THROUGH = {
 
 
 class _Chan:
-    __slots__ = ("cap", "hwm", "latency", "name", "occ", "q", "recv_waiter", "send_waiter", "history")
+    __slots__ = (
+        "cap",
+        "history",
+        "hwm",
+        "latency",
+        "name",
+        "occ",
+        "q",
+        "recv_waiter",
+        "send_waiter",
+    )
 
     def __init__(self, name: str, cap: int, latency: int, record: bool):
         self.name, self.cap, self.latency = name, cap, latency
@@ -58,7 +68,19 @@ class _Chan:
 
 
 class _Proc:
-    __slots__ = ("done", "epoch", "gen", "idx", "io", "node", "since", "state", "stats", "timing", "waiting")
+    __slots__ = (
+        "done",
+        "epoch",
+        "gen",
+        "idx",
+        "io",
+        "node",
+        "since",
+        "state",
+        "stats",
+        "timing",
+        "waiting",
+    )
 
     def __init__(self, idx: int, node: Node, timing: NodeTiming, stats: NodeStats):
         self.idx, self.node, self.timing, self.stats = idx, node, timing, stats
@@ -173,13 +195,21 @@ class SimIO:
         arr = self.engine.memory[t.name]
         if isinstance(arr, _MetaTensor) or isinstance(value, MetaTile):
             if not isinstance(arr, _MetaTensor):
-                raise self.fail(None, f"shape-only data written to tensor '{t.name}', which holds real values")
+                raise self.fail(
+                    None, f"shape-only data written to tensor '{t.name}', which holds real values"
+                )
             return
         arr[tile_index(t.shape, tile, k)] = value
 
     def check_tile(self, token: Any, shape: tuple[int, int], port: str) -> Any:
-        if not hasattr(token, "shape") or isinstance(token, tuple) or tuple(token.shape) != tuple(shape):
-            raise self.fail(port, f"expected a {shape[0]}x{shape[1]} tile, got {type(token).__name__}")
+        if (
+            not hasattr(token, "shape")
+            or isinstance(token, tuple)
+            or tuple(token.shape) != tuple(shape)
+        ):
+            raise self.fail(
+                port, f"expected a {shape[0]}x{shape[1]} tile, got {type(token).__name__}"
+            )
         return token
 
     def fail(self, port: str | None, text: str) -> StepRuntimeError:
@@ -232,7 +262,9 @@ class Engine:
             for s in node.outputs:
                 cap = depths.get(s.name, profile.channel_depth)
                 if not isinstance(cap, int) or cap < 1:
-                    raise StepValueError(f"queue depth of {s.name} must be a positive integer, not {cap!r}")
+                    raise StepValueError(
+                        f"queue depth of {s.name} must be a positive integer, not {cap!r}"
+                    )
                 self.chans[s] = _Chan(s.name, cap, profile.channel_latency, record=functional)
         resident = self._residency(order)
         self.procs: list[_Proc] = []
@@ -240,7 +272,12 @@ class Engine:
             flags = [resident[s] for s in node.inputs]
             stats = NodeStats(node.name, node.kind, compute_bw=profile.compute_bw(node))
             proc = _Proc(idx, node, profile.node_timing(node, flags), stats)
-            proc.io = SimIO(self, proc, [self.chans[s] for s in node.inputs], [self.chans[s] for s in node.outputs])
+            proc.io = SimIO(
+                self,
+                proc,
+                [self.chans[s] for s in node.inputs],
+                [self.chans[s] for s in node.outputs],
+            )
             proc.gen = node.execute(proc.io)
             self.procs.append(proc)
 
@@ -250,8 +287,14 @@ class Engine:
         g = self.graph
         unknown = sorted(set(memory) - set(g.tensors))
         if unknown:
-            raise StepValueError(f"memory holds {', '.join(unknown)}, which graph '{g.name}' does not declare")
-        read = {n.tensor.name for n in g.nodes.values() if n.kind in ("LinearOffChipLoad", "RandomOffChipLoad")}
+            raise StepValueError(
+                f"memory holds {', '.join(unknown)}, which graph '{g.name}' does not declare"
+            )
+        read = {
+            n.tensor.name
+            for n in g.nodes.values()
+            if n.kind in ("LinearOffChipLoad", "RandomOffChipLoad")
+        }
         out: dict[str, Any] = {}
         for name, t in g.tensors.items():
             if name in memory:
@@ -292,7 +335,9 @@ class Engine:
 
     def source_tokens(self, node: Node) -> list[Token]:
         if node.name not in self.inputs:
-            raise StepValueError(f"Source '{node.name}' has no tokens; pass inputs={{'{node.name}': ...}}")
+            raise StepValueError(
+                f"Source '{node.name}' has no tokens; pass inputs={{'{node.name}': ...}}"
+            )
         toks = self.inputs[node.name]
         if not (toks and toks[-1] is DONE):
             toks = to_tokens(toks, node.out_types[0].rank)
@@ -394,7 +439,9 @@ class Engine:
                     self.write_bytes += req.bytes
                 else:
                     self.read_bytes += req.bytes
-                self.mem.start(self.now, req.bus_bytes, lambda tt, proc=proc, ep=ep: self.push(tt, proc, ep))
+                self.mem.start(
+                    self.now, req.bus_bytes, lambda tt, proc=proc, ep=ep: self.push(tt, proc, ep)
+                )
                 self._schedule_memory()
             else:  # pragma: no cover - engine bug
                 raise RuntimeError(f"unknown command {cmd!r}")
@@ -403,9 +450,16 @@ class Engine:
     def _deadlock(self) -> None:
         blocked = {p.node.name: p.waiting for p in self.procs if not p.done}
         queues = {ch.name: len(ch.q) for ch in self.chans.values()}
-        lines = [f"  {p.node.kind} '{p.node.name}' waits for {p.waiting}" for p in self.procs if not p.done]
+        lines = [
+            f"  {p.node.kind} '{p.node.name}' waits for {p.waiting}"
+            for p in self.procs
+            if not p.done
+        ]
         full = [f"  {name}: {n} token(s)" for name, n in queues.items() if n]
-        msg = f"graph '{self.graph.name}' deadlocked at cycle {math.ceil(self.now)}; blocked nodes:\n" + "\n".join(lines)
+        msg = (
+            f"graph '{self.graph.name}' deadlocked at cycle {math.ceil(self.now)}; blocked nodes:\n"
+            + "\n".join(lines)
+        )
         if full:
             msg += "\nqueues holding tokens:\n" + "\n".join(full)
         raise SimDeadlock(msg, blocked=blocked, queues=queues, cycle=math.ceil(self.now))
@@ -420,7 +474,10 @@ class Engine:
             st.flops = int(p.timing.flops)
             st.footprint_bytes = int(p.timing.footprint)
             st.busy, st.stalled_in, st.stalled_out, st.idle = (
-                round(st.busy), round(st.stalled_in), round(st.stalled_out), round(st.idle)
+                round(st.busy),
+                round(st.stalled_in),
+                round(st.stalled_out),
+                round(st.idle),
             )
             nodes[p.node.name] = st
         memory = {k: v for k, v in self.memory.items() if not isinstance(v, _MetaTensor)}

@@ -56,7 +56,9 @@ class FluidMemory:
         self.config = config
         self._served = 0.0  # bytes each active transfer has received since time 0 (virtual clock)
         self._t = 0.0
-        self._active: list[tuple[float, int, float, Callable[[float], None]]] = []  # (mark, id, delay, done)
+        self._active: list[
+            tuple[float, int, float, Callable[[float], None]]
+        ] = []  # (mark, id, delay, done)
         self._next_id = 0
         self._cold_until: float | None = None
         self.busy_bytes = 0

@@ -18,7 +18,9 @@ def to_trace_events(result: SimResult, *, clock_mhz: float = 1000.0) -> dict:
     tids = {name: i for i, name in enumerate(result.nodes)}
     events = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "STeP graph"}}]
     for name, tid in tids.items():
-        events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": {"name": name}})
+        events.append(
+            {"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": {"name": name}}
+        )
     scale = 1.0 / clock_mhz
     for name, state, start, end in result.spans:
         if state == "idle":

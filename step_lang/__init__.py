@@ -7,13 +7,29 @@ with :func:`metrics`. This package never imports Amaranth.
 from . import functions, ops
 from .arrival import ArrivalPolicy, FixedOrder, LowestIndexFirst, RandomArrival, RoundRobin
 from .dims import RaggedSymbol, ragged, regular
-from .errors import StepDeadlock, StepError, StepGraphError, StepRuntimeError, StepTypeError, StepValueError
+from .errors import (
+    StepDeadlock,
+    StepError,
+    StepGraphError,
+    StepRuntimeError,
+    StepTypeError,
+    StepValueError,
+)
 from .graph import Graph, Node, OffChipTensor, Stream
 from .interpret import InterpretResult, interpret
 from .metrics import Metrics, metrics
 from .ops import *  # noqa: F403 - the operators are the language
 from .passes import insert_broadcasts
-from .tokens import DONE, Stop, array_to_tokens, canonical, format_tokens, from_tokens, to_tokens, tokens_to_array
+from .tokens import (
+    DONE,
+    Stop,
+    array_to_tokens,
+    canonical,
+    format_tokens,
+    from_tokens,
+    to_tokens,
+    tokens_to_array,
+)
 from .types import BufferType, DType, Selector, StreamType, Tile, TupleType, dtype
 
 __all__ = [

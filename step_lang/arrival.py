@@ -81,7 +81,9 @@ class FixedOrder(ArrivalPolicy):
             return min(ready)
         want = self.order[self._pos]
         if want in self._ended:
-            raise StepValueError(f"FixedOrder: step {self._pos} names input {want}, which has already ended")
+            raise StepValueError(
+                f"FixedOrder: step {self._pos} names input {want}, which has already ended"
+            )
         if want in ready:
             self._pos += 1
             return want

@@ -57,7 +57,9 @@ class SimDeadlock(StepDeadlock):
     Attributes as :class:`StepDeadlock`, plus ``cycle``: the simulated time it was detected at.
     """
 
-    def __init__(self, message: str, *, blocked: dict[str, str], queues: dict[str, int], cycle: int):
+    def __init__(
+        self, message: str, *, blocked: dict[str, str], queues: dict[str, int], cycle: int
+    ):
         super().__init__(message, blocked=blocked, queues=queues)
         self.cycle = cycle
 

@@ -66,7 +66,9 @@ def checked_cast(value: Any, dt: DType, fn: str) -> np.ndarray:
         info = np.iinfo(dt.numpy)
         if arr.size and (arr.min() < info.min or arr.max() > info.max):
             bad = arr.max() if arr.max() > info.max else arr.min()
-            raise StepRuntimeError(f"function '{fn}': result {bad} does not fit {dt} [{info.min}, {info.max}]")
+            raise StepRuntimeError(
+                f"function '{fn}': result {bad} does not fit {dt} [{info.min}, {info.max}]"
+            )
         return arr.astype(dt.numpy)
     return arr.astype(dt.numpy)
 
@@ -134,7 +136,9 @@ class MapFn:
 
     def out_type(self, err: ErrorFn, *in_types: ElemType) -> ElemType:
         if len(in_types) != self.arity:
-            raise err(None, f"function '{self.name}' takes {self.arity} input(s), got {len(in_types)}")
+            raise err(
+                None, f"function '{self.name}' takes {self.arity} input(s), got {len(in_types)}"
+            )
         return self._type(err, *in_types)
 
     def flops(self, *in_types: ElemType) -> Dim:
@@ -238,7 +242,15 @@ def matmul(transpose_b: bool = False, out_dtype: DType | str | None = None) -> M
         n = b.rows if transpose_b else b.cols
         return 2 * product((a.rows, a.cols, n))
 
-    return MapFn(name, 2, type_rule, flops, apply, (("transpose_b", transpose_b),), meta="matmul_t" if transpose_b else "matmul")
+    return MapFn(
+        name,
+        2,
+        type_rule,
+        flops,
+        apply,
+        (("transpose_b", transpose_b),),
+        meta="matmul_t" if transpose_b else "matmul",
+    )
 
 
 def to_selector(n: int) -> MapFn:
@@ -250,7 +262,14 @@ def to_selector(n: int) -> MapFn:
             raise err("in0", f"function 'to_selector' needs a [1, {n}] tile, got {t}")
         return Selector(n)
 
-    return MapFn("to_selector", 1, type_rule, lambda a: 0, lambda out, a: np.asarray(a).reshape(-1) != 0, (("n", n),))
+    return MapFn(
+        "to_selector",
+        1,
+        type_rule,
+        lambda a: 0,
+        lambda out, a: np.asarray(a).reshape(-1) != 0,
+        (("n", n),),
+    )
 
 
 def _scalar_tile(err: ErrorFn, t: ElemType, port: str, fn: str) -> Tile:
@@ -293,9 +312,15 @@ def cache_write_addr(row_offset: int) -> MapFn:
         return _scalar_tile(err, idx, "in0", "cache_write_addr")
 
     def apply(out: Tile, idx: np.ndarray, tiles: np.ndarray) -> np.ndarray:
-        return checked_cast(np.array([[int(idx[0, 0]) * row_offset + int(tiles[0, 0]) - 1]]), out.dtype, "cache_write_addr")
+        return checked_cast(
+            np.array([[int(idx[0, 0]) * row_offset + int(tiles[0, 0]) - 1]]),
+            out.dtype,
+            "cache_write_addr",
+        )
 
-    return MapFn("cache_write_addr", 2, type_rule, lambda a, b: 0, apply, (("row_offset", row_offset),))
+    return MapFn(
+        "cache_write_addr", 2, type_rule, lambda a, b: 0, apply, (("row_offset", row_offset),)
+    )
 
 
 def _row_append_type(err: ErrorFn, tile: ElemType, row: ElemType, offset: ElemType) -> ElemType:
@@ -310,7 +335,9 @@ def _row_append_type(err: ErrorFn, tile: ElemType, row: ElemType, offset: ElemTy
 def _row_append(out: Tile, tile: np.ndarray, row: np.ndarray, offset: np.ndarray) -> np.ndarray:
     k = int(offset[0, 0])
     if not 0 <= k < tile.shape[0]:
-        raise StepRuntimeError(f"function 'row_append': row offset {k} outside a tile of {tile.shape[0]} rows")
+        raise StepRuntimeError(
+            f"function 'row_append': row offset {k} outside a tile of {tile.shape[0]} rows"
+        )
     res = np.array(tile, copy=True)
     res[k] = row[0]
     return res
@@ -340,23 +367,29 @@ class AccumFn:
     params: tuple = ()
     meta: str | None = None  # shape rule of an update with MetaTile inputs
 
-    def out_type(self, err: ErrorFn, in_types: tuple[ElemType, ...], reduced: tuple[Dim, ...]) -> ElemType:
+    def out_type(
+        self, err: ErrorFn, in_types: tuple[ElemType, ...], reduced: tuple[Dim, ...]
+    ) -> ElemType:
         if len(in_types) != self.arity:
-            raise err(None, f"function '{self.name}' takes {self.arity} input(s), got {len(in_types)}")
+            raise err(
+                None, f"function '{self.name}' takes {self.arity} input(s), got {len(in_types)}"
+            )
         return self._type(err, in_types, reduced)
 
     def init(self, out_type: ElemType, first: tuple | None = None) -> Any:
         """The initial accumulator; ``first`` (the group's first inputs, if any) sizes dynamic tiles."""
-        if first is not None and is_meta(*first):
+        if first is not None and is_meta(*first) and self.meta != "ignores_values":
             if self.meta is None:
-                raise StepRuntimeError(f"function '{self.name}' needs real values; it has no shape-only model")
+                raise StepRuntimeError(
+                    f"function '{self.name}' needs real values; it has no shape-only model"
+                )
             if self.meta == "concat_rows":
                 return MetaTile((0, first[0].shape[1]), out_type.dtype.numpy)
             return meta_apply(self.meta, out_type.dtype.numpy, *first)
         return self._init(out_type, first)
 
     def update(self, out_type: ElemType, acc: Any, *values: Any) -> Any:
-        if is_meta(acc, *values):
+        if is_meta(acc, *values) and self.meta != "ignores_values":
             if self.meta == "concat_rows":
                 return meta_apply("concat_rows", out_type.dtype.numpy, acc, *values)
             return _meta(self.name, self.meta, out_type, *values)
@@ -373,17 +406,27 @@ def _zeros(t: ElemType, fn: str, fill: float = 0, like: np.ndarray | None = None
     if like is not None:
         return np.full(np.shape(like), fill, dtype=t.dtype.numpy)
     if not isinstance(t, Tile) or not t.is_static:
-        raise StepRuntimeError(f"function '{fn}': cannot build an initial value for an empty group of {t} (dynamic shape)")
+        raise StepRuntimeError(
+            f"function '{fn}': cannot build an initial value for an empty group of {t} (dynamic shape)"
+        )
     return np.full((t.rows, t.cols), fill, dtype=t.dtype.numpy)
 
 
-def _fold(name: str, op: Callable[[np.ndarray, np.ndarray], np.ndarray], init: Callable[[Tile], np.ndarray]) -> AccumFn:
-    def type_rule(err: ErrorFn, in_types: tuple[ElemType, ...], reduced: tuple[Dim, ...]) -> ElemType:
+def _fold(
+    name: str,
+    op: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    init: Callable[[Tile], np.ndarray],
+) -> AccumFn:
+    def type_rule(
+        err: ErrorFn, in_types: tuple[ElemType, ...], reduced: tuple[Dim, ...]
+    ) -> ElemType:
         return _tile(in_types[0], err, "in0", name)
 
     def update(out: Tile, acc: np.ndarray, x: np.ndarray) -> np.ndarray:
         if acc.shape != x.shape:
-            raise StepRuntimeError(f"function '{name}': accumulator {acc.shape} and element {x.shape} differ")
+            raise StepRuntimeError(
+                f"function '{name}': accumulator {acc.shape} and element {x.shape} differ"
+            )
         return checked_cast(op(_wide(acc), _wide(x)), out.dtype, name)
 
     return AccumFn(name, 1, type_rule, init, update, lambda a: a.elements, meta="same")
@@ -407,13 +450,17 @@ def matmul_acc(transpose_b: bool = False, out_dtype: DType | str | None = None) 
     """``acc += a @ b`` (or ``a @ b.T``): the fused Map+Accum of a K-tiled matmul."""
     mm = matmul(transpose_b, out_dtype)
 
-    def type_rule(err: ErrorFn, in_types: tuple[ElemType, ...], reduced: tuple[Dim, ...]) -> ElemType:
+    def type_rule(
+        err: ErrorFn, in_types: tuple[ElemType, ...], reduced: tuple[Dim, ...]
+    ) -> ElemType:
         return mm.out_type(err, *in_types)
 
     def update(out: Tile, acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         bb = b.T if transpose_b else b
         if a.shape[1] != bb.shape[0]:
-            raise StepRuntimeError(f"function '{mm.name}_acc': inner dims differ, {a.shape} @ {bb.shape}")
+            raise StepRuntimeError(
+                f"function '{mm.name}_acc': inner dims differ, {a.shape} @ {bb.shape}"
+            )
         return checked_cast(_wide(acc) + _dot(a, bb), out.dtype, mm.name + "_acc")
 
     def init(t: Tile, first: tuple | None) -> np.ndarray:
@@ -426,7 +473,9 @@ def matmul_acc(transpose_b: bool = False, out_dtype: DType | str | None = None) 
     return AccumFn(mm.name + "_acc", 2, type_rule, init, update, mm.flops, mm.params, meta=mm.meta)
 
 
-def _retile_type(err: ErrorFn, in_types: tuple[ElemType, ...], reduced: tuple[Dim, ...]) -> ElemType:
+def _retile_type(
+    err: ErrorFn, in_types: tuple[ElemType, ...], reduced: tuple[Dim, ...]
+) -> ElemType:
     t = _tile(in_types[0], err, "in0", "retile_row")
     return Tile(t.dtype, product((t.rows, *reduced)), t.cols)
 
@@ -435,17 +484,23 @@ def _retile_init(t: ElemType, first: tuple | None) -> Any:
     if first is not None:
         return np.zeros((0, np.shape(first[0])[1]), dtype=t.dtype.numpy)
     if not isinstance(t, Tile) or not isinstance(t.cols, int):
-        raise StepRuntimeError(f"function 'retile_row': cannot start an empty {t} (dynamic columns)")
+        raise StepRuntimeError(
+            f"function 'retile_row': cannot start an empty {t} (dynamic columns)"
+        )
     return np.zeros((0, t.cols), dtype=t.dtype.numpy)  # an empty group yields a 0-row tile
 
 
 def _retile_update(out: Tile, acc: np.ndarray, x: np.ndarray) -> np.ndarray:
     if x.shape[1] != acc.shape[1]:
-        raise StepRuntimeError(f"function 'retile_row': row of {x.shape[1]} columns into a {acc.shape[1]}-column tile")
+        raise StepRuntimeError(
+            f"function 'retile_row': row of {x.shape[1]} columns into a {acc.shape[1]}-column tile"
+        )
     return np.concatenate([acc, x.astype(acc.dtype)], axis=0)
 
 
-retile_row = AccumFn("retile_row", 1, _retile_type, _retile_init, _retile_update, lambda a: 0, meta="concat_rows")
+retile_row = AccumFn(
+    "retile_row", 1, _retile_type, _retile_init, _retile_update, lambda a: 0, meta="concat_rows"
+)
 """Concatenate tiles vertically into one tile whose rows are the sum of the inputs' rows."""
 
 
@@ -460,6 +515,7 @@ accum_count = AccumFn(
     lambda t, first: np.zeros((1, 1), dtype=np.int64),
     lambda out, acc, x: acc + 1,
     lambda a: 0,
+    meta="ignores_values",
 )
 """Count the elements of each group: one ``[1,1]`` int64 token per group (a completion signal)."""
 
@@ -487,7 +543,9 @@ class FlatMapFn:
 
     def out_type(self, err: ErrorFn, *in_types: ElemType) -> tuple[ElemType, tuple[Dim, ...], Dim]:
         if len(in_types) != self.arity:
-            raise err(None, f"function '{self.name}' takes {self.arity} input(s), got {len(in_types)}")
+            raise err(
+                None, f"function '{self.name}' takes {self.arity} input(s), got {len(in_types)}"
+            )
         return self._type(err, *in_types)
 
     def apply(self, out_type: ElemType, *values: Any) -> list[Any]:
@@ -510,29 +568,50 @@ def _retile_cols_type(err: ErrorFn, a: ElemType) -> tuple[ElemType, tuple[Dim, .
 
 
 retile_rows = FlatMapFn(
-    "retile_rows", 1, 0, _retile_rows_type, lambda out, a: [a[i : i + 1] for i in range(a.shape[0])], meta="split_rows"
+    "retile_rows",
+    1,
+    0,
+    _retile_rows_type,
+    lambda out, a: [a[i : i + 1] for i in range(a.shape[0])],
+    meta="split_rows",
 )
 retile_cols = FlatMapFn(
-    "retile_cols", 1, 0, _retile_cols_type, lambda out, a: [a[:, j : j + 1] for j in range(a.shape[1])], meta="split_cols"
+    "retile_cols",
+    1,
+    0,
+    _retile_cols_type,
+    lambda out, a: [a[:, j : j + 1] for j in range(a.shape[1])],
+    meta="split_cols",
 )
 
 
-def _retile_rows_masked_type(err: ErrorFn, a: ElemType, mask: ElemType) -> tuple[ElemType, tuple[Dim, ...], Dim]:
+def _retile_rows_masked_type(
+    err: ErrorFn, a: ElemType, mask: ElemType
+) -> tuple[ElemType, tuple[Dim, ...], Dim]:
     t = _tile(a, err, "in0", "retile_rows_masked")
     m = _tile(mask, err, "in1", "retile_rows_masked")
     if m.cols != 1 or dims_equal(m.rows, t.rows) is False:
-        raise err("in1", f"function 'retile_rows_masked' needs a [{t.rows}, 1] padding mask, got {m}")
+        raise err(
+            "in1", f"function 'retile_rows_masked' needs a [{t.rows}, 1] padding mask, got {m}"
+        )
     return Tile(t.dtype, 1, t.cols), (), None  # count is data-dependent
 
 
 def _retile_rows_masked(out: Tile, a: np.ndarray, mask: np.ndarray) -> list[Any]:
     if mask.shape[0] != a.shape[0]:
-        raise StepRuntimeError(f"function 'retile_rows_masked': mask has {mask.shape[0]} rows, tile {a.shape[0]}")
+        raise StepRuntimeError(
+            f"function 'retile_rows_masked': mask has {mask.shape[0]} rows, tile {a.shape[0]}"
+        )
     return [a[i : i + 1] for i in range(a.shape[0]) if not mask[i, 0]]
 
 
 retile_rows_masked = FlatMapFn(
-    "retile_rows_masked", 2, 0, _retile_rows_masked_type, _retile_rows_masked, meta="split_rows_masked"
+    "retile_rows_masked",
+    2,
+    0,
+    _retile_rows_masked_type,
+    _retile_rows_masked,
+    meta="split_rows_masked",
 )
 """Split a tile into rows, dropping the rows whose padding flag is set."""
 
@@ -552,17 +631,23 @@ def expert_addr(tiles_per_expert: int, base: int = 0) -> FlatMapFn:
     def apply(out: Tile, sel: np.ndarray) -> list[Any]:
         hot = np.flatnonzero(sel)
         if hot.size != 1:
-            raise StepRuntimeError(f"function 'expert_addr': selector must be one-hot, has {hot.size} bits set")
+            raise StepRuntimeError(
+                f"function 'expert_addr': selector must be one-hot, has {hot.size} bits set"
+            )
         first = base + int(hot[0]) * tiles_per_expert
         return [np.array([[first + j]], dtype=np.int64) for j in range(tiles_per_expert)]
 
-    return FlatMapFn("expert_addr", 1, 0, type_rule, apply, (("tiles", tiles_per_expert), ("base", base)))
+    return FlatMapFn(
+        "expert_addr", 1, 0, type_rule, apply, (("tiles", tiles_per_expert), ("base", base))
+    )
 
 
 def cache_read_addr(row_offset: int) -> FlatMapFn:
     """KV-cache tile addresses ``idx * row_offset + j`` for ``j < tiles`` (``[1,1]`` idx and tile count)."""
 
-    def type_rule(err: ErrorFn, idx: ElemType, tiles: ElemType) -> tuple[ElemType, tuple[Dim, ...], Dim]:
+    def type_rule(
+        err: ErrorFn, idx: ElemType, tiles: ElemType
+    ) -> tuple[ElemType, tuple[Dim, ...], Dim]:
         _scalar_tile(err, idx, "in0", "cache_read_addr")
         _scalar_tile(err, tiles, "in1", "cache_read_addr")
         return Tile(int64, 1, 1), (), None
@@ -570,7 +655,9 @@ def cache_read_addr(row_offset: int) -> FlatMapFn:
     def apply(out: Tile, idx: np.ndarray, tiles: np.ndarray) -> list[Any]:
         i, n = int(idx[0, 0]), int(tiles[0, 0])
         if n > row_offset:
-            raise StepRuntimeError(f"function 'cache_read_addr': {n} tiles exceed the row of {row_offset}")
+            raise StepRuntimeError(
+                f"function 'cache_read_addr': {n} tiles exceed the row of {row_offset}"
+            )
         return [np.array([[i * row_offset + j]], dtype=np.int64) for j in range(n)]
 
     return FlatMapFn("cache_read_addr", 2, 0, type_rule, apply, (("row_offset", row_offset),))

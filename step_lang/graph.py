@@ -100,8 +100,10 @@ class Node:
         if not isinstance(graph, Graph):
             text = f"expected a Graph, got {graph!r}"
             if graph is None:  # the operator found no Stream (or tensor) to take the graph from
-                text = ("cannot tell which graph it belongs to: its first input must be a Stream "
-                        "(a Graph for Source and Feedback, an OffChipTensor for LinearOffChipLoad)")
+                text = (
+                    "cannot tell which graph it belongs to: its first input must be a Stream "
+                    "(a Graph for Source and Feedback, an OffChipTensor for LinearOffChipLoad)"
+                )
             raise StepTypeError(op_message(type(self).kind, name or "?", None, text))
         self.graph = graph
         self.name = graph._propose_name(self.kind, name)
@@ -120,10 +122,15 @@ class Node:
         if not isinstance(value, Stream):
             raise self.error(port, f"expected a Stream, got {type(value).__name__}")
         if value.graph is not self.graph:
-            raise self.error(port, f"stream {value.name} belongs to graph '{value.graph.name}', not '{self.graph.name}'")
+            raise self.error(
+                port,
+                f"stream {value.name} belongs to graph '{value.graph.name}', not '{self.graph.name}'",
+            )
         return value
 
-    def _finish(self, inputs: Sequence[tuple[str, Stream]], outputs: Sequence[tuple[str, StreamType]]) -> None:
+    def _finish(
+        self, inputs: Sequence[tuple[str, Stream]], outputs: Sequence[tuple[str, StreamType]]
+    ) -> None:
         self.input_names = [p for p, _ in inputs]
         self.inputs = [s for _, s in inputs]
         self.output_names = [p for p, _ in outputs]
@@ -148,7 +155,9 @@ class Node:
     def out(self) -> Stream:
         """The only output of a single-output node."""
         if len(self.out_types) != 1:
-            raise StepGraphError(f"{self.kind} '{self.name}' has {len(self.out_types)} outputs; use .outputs[i]")
+            raise StepGraphError(
+                f"{self.kind} '{self.name}' has {len(self.out_types)} outputs; use .outputs[i]"
+            )
         return Stream(self, 0)
 
     def output(self, port: str) -> Stream:
@@ -156,7 +165,9 @@ class Node:
         try:
             return Stream(self, self.output_names.index(port))
         except ValueError:
-            raise StepGraphError(f"{self.kind} '{self.name}' has no output '{port}'; it has {self.output_names}") from None
+            raise StepGraphError(
+                f"{self.kind} '{self.name}' has no output '{port}'; it has {self.output_names}"
+            ) from None
 
     def params(self) -> dict[str, Any]:
         """Parameters shown in DOT export and ``repr``."""
@@ -197,7 +208,9 @@ class Graph:
 
     # -- building -------------------------------------------------------------------------------
 
-    def tensor(self, name: str, shape: Sequence[int], dtype_: DType | str = "float32") -> OffChipTensor:
+    def tensor(
+        self, name: str, shape: Sequence[int], dtype_: DType | str = "float32"
+    ) -> OffChipTensor:
         """Declare a named off-chip tensor (an input, an output or both)."""
         if not isinstance(name, str) or not _NAME.match(name):
             raise StepGraphError(f"tensor name must be an identifier, not {name!r}")
@@ -205,7 +218,9 @@ class Graph:
             raise StepGraphError(f"graph '{self.name}' already has a tensor named '{name}'")
         dims = tuple(as_dim(d, what=f"tensor '{name}' dimension") for d in shape)
         if not dims or not all(isinstance(d, int) for d in dims):
-            raise StepGraphError(f"tensor '{name}' needs a non-empty static shape, got {shape_str(dims)}")
+            raise StepGraphError(
+                f"tensor '{name}' needs a non-empty static shape, got {shape_str(dims)}"
+            )
         t = OffChipTensor(self, name, dims, dtype(dtype_))
         self.tensors[name] = t
         return t
@@ -216,9 +231,13 @@ class Graph:
         Streams that fan out keep the depth on each Broadcast output.
         """
         if not isinstance(stream, Stream) or stream.graph is not self:
-            raise StepGraphError(f"set_queue_depth needs a stream of graph '{self.name}', not {stream!r}")
+            raise StepGraphError(
+                f"set_queue_depth needs a stream of graph '{self.name}', not {stream!r}"
+            )
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-            raise StepGraphError(f"queue depth of {stream.name} must be a positive integer, not {depth!r}")
+            raise StepGraphError(
+                f"queue depth of {stream.name} must be a positive integer, not {depth!r}"
+            )
         self.queue_depths[stream.name] = depth
 
     def _propose_name(self, kind: str, name: str | None) -> str:
@@ -236,7 +255,9 @@ class Graph:
 
     def _register(self, node: Node) -> None:
         if node.name in self.nodes:
-            raise StepGraphError(f"{node.kind}: graph '{self.name}' already has a node named '{node.name}'")
+            raise StepGraphError(
+                f"{node.kind}: graph '{self.name}' already has a node named '{node.name}'"
+            )
         base = node.kind.lower()
         if node.name.startswith(base) and node.name[len(base) :].isdigit():
             self._counters[base] = max(self._counters.get(base, 0), int(node.name[len(base) :]) + 1)
@@ -281,7 +302,9 @@ class Graph:
         """Check that the graph is complete: feedback bound, every output consumed exactly once or more."""
         for node in self.nodes.values():
             if node.kind == "Feedback" and not node.inputs:
-                raise StepGraphError(f"Feedback '{node.name}' is never bound to a stream (call .bind)")
+                raise StepGraphError(
+                    f"Feedback '{node.name}' is never bound to a stream (call .bind)"
+                )
             for i, s in enumerate(node.inputs):
                 if s.node.graph is not self or self.nodes.get(s.node.name) is not s.node:
                     raise StepGraphError(
@@ -300,7 +323,11 @@ class Graph:
 
     def to_dot(self) -> str:
         """The graph in Graphviz DOT: one box per node, one edge per stream labelled with its type."""
-        lines = [f'digraph "{self.name}" {{', "  rankdir=TB;", '  node [shape=box, fontname="monospace"];']
+        lines = [
+            f'digraph "{self.name}" {{',
+            "  rankdir=TB;",
+            '  node [shape=box, fontname="monospace"];',
+        ]
         for node in self.nodes.values():
             ps = "\\n".join(f"{k}={v}" for k, v in node.params().items())
             label = f"{node.name}\\n{node.kind}" + (f"\\n{ps}" if ps else "")

@@ -77,7 +77,14 @@ class NodeIO:
         """Generator: append a token to output ``j`` (never blocks: queues are unbounded)."""
         ch = self.outputs[j]
         if ch.closed:
-            raise StepRuntimeError(op_message(self.node.kind, self.node.name, self.node.output_names[j], f"token {token!r} after done"))
+            raise StepRuntimeError(
+                op_message(
+                    self.node.kind,
+                    self.node.name,
+                    self.node.output_names[j],
+                    f"token {token!r} after done",
+                )
+            )
         if token is DONE:
             ch.closed = True
         ch.queue.append(token)
@@ -94,7 +101,9 @@ class NodeIO:
         """A copy of tile number ``k`` of tensor ``t`` in ``tile``-shaped tiles."""
         return np.array(self._run.memory[t.name][tile_index(t.shape, tile, k)], copy=True)
 
-    def write_tile(self, t: OffChipTensor, tile: tuple[int, int], k: int, value: np.ndarray) -> None:
+    def write_tile(
+        self, t: OffChipTensor, tile: tuple[int, int], k: int, value: np.ndarray
+    ) -> None:
         """Overwrite tile number ``k`` of tensor ``t``."""
         self._run.memory[t.name][tile_index(t.shape, tile, k)] = value
         self._run.written.add(t.name)
@@ -102,8 +111,15 @@ class NodeIO:
     def check_tile(self, token: Any, shape: tuple[int, int], port: str) -> Any:
         """A data token that must be a tile of ``shape``."""
         arr = token
-        if not hasattr(arr, "shape") or isinstance(arr, (tuple, list)) or tuple(arr.shape) != tuple(shape):
-            raise self.fail(port, f"expected a {shape[0]}x{shape[1]} tile, got {type(token).__name__} {np.shape(token)}")
+        if (
+            not hasattr(arr, "shape")
+            or isinstance(arr, (tuple, list))
+            or tuple(arr.shape) != tuple(shape)
+        ):
+            raise self.fail(
+                port,
+                f"expected a {shape[0]}x{shape[1]} tile, got {type(token).__name__} {np.shape(token)}",
+            )
         return arr
 
     def source_tokens(self) -> list[Token]:
@@ -140,7 +156,9 @@ class InterpretResult:
 
 
 class _Run:
-    def __init__(self, graph: Graph, memory: dict[str, np.ndarray], policy: Any, inputs: Mapping[str, Any]):
+    def __init__(
+        self, graph: Graph, memory: dict[str, np.ndarray], policy: Any, inputs: Mapping[str, Any]
+    ):
         self.graph = graph
         self.inputs = inputs
         self.memory = memory
@@ -150,7 +168,9 @@ class _Run:
 
     def source_tokens(self, node: Node) -> list[Token]:
         if node.name not in self.inputs:
-            raise StepValueError(f"Source '{node.name}' has no tokens; pass inputs={{'{node.name}': ...}}")
+            raise StepValueError(
+                f"Source '{node.name}' has no tokens; pass inputs={{'{node.name}': ...}}"
+            )
         toks = self.inputs[node.name]
         if not (toks and toks[-1] is DONE):
             try:
@@ -167,14 +187,18 @@ class _Run:
         if p is None:
             p = LowestIndexFirst()
         if not isinstance(p, ArrivalPolicy):
-            raise StepValueError(f"merge_policy for '{node.name}' must be an ArrivalPolicy, not {p!r}")
+            raise StepValueError(
+                f"merge_policy for '{node.name}' must be an ArrivalPolicy, not {p!r}"
+            )
         return p.fresh()
 
 
 def _prepare_memory(graph: Graph, memory: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     unknown = sorted(set(memory) - set(graph.tensors))
     if unknown:
-        raise StepValueError(f"memory holds {', '.join(unknown)}, which graph '{graph.name}' does not declare")
+        raise StepValueError(
+            f"memory holds {', '.join(unknown)}, which graph '{graph.name}' does not declare"
+        )
     out = {}
     for name, t in graph.tensors.items():
         if name not in memory:
@@ -182,7 +206,9 @@ def _prepare_memory(graph: Graph, memory: Mapping[str, np.ndarray]) -> dict[str,
             continue
         arr = np.asarray(memory[name])
         if arr.shape != t.shape:
-            raise StepValueError(f"tensor '{name}': array of shape {list(arr.shape)}, declared {list(t.shape)}")
+            raise StepValueError(
+                f"tensor '{name}': array of shape {list(arr.shape)}, declared {list(t.shape)}"
+            )
         if arr.dtype != t.dtype.numpy:
             raise StepValueError(f"tensor '{name}': array of dtype {arr.dtype}, declared {t.dtype}")
         out[name] = np.array(arr, copy=True)
@@ -210,13 +236,17 @@ def interpret(
     sources = {n.name for n in graph.nodes.values() if n.kind == "Source"}
     unknown = sorted(set(inputs) - sources)
     if unknown:
-        raise StepValueError(f"inputs name {', '.join(unknown)}, which are not Source nodes of graph '{graph.name}'")
+        raise StepValueError(
+            f"inputs name {', '.join(unknown)}, which are not Source nodes of graph '{graph.name}'"
+        )
     run = _Run(graph, _prepare_memory(graph, memory or {}), merge_policy, inputs)
     order = graph.topo_order()
     channels = {s: _Channel(s) for node in order for s in node.outputs}
     gens: dict[str, Iterator[Any]] = {}
     for node in order:
-        io = NodeIO(run, node, [channels[s] for s in node.inputs], [channels[s] for s in node.outputs])
+        io = NodeIO(
+            run, node, [channels[s] for s in node.inputs], [channels[s] for s in node.outputs]
+        )
         gens[node.name] = node.execute(io)
     waiting: dict[str, str] = {}
     live = [n.name for n in order]
@@ -241,7 +271,11 @@ def interpret(
     for s, ch in channels.items():
         if not ch.closed:
             node = s.node
-            raise StepRuntimeError(op_message(node.kind, node.name, node.output_names[s.port], "finished without sending done"))
+            raise StepRuntimeError(
+                op_message(
+                    node.kind, node.name, node.output_names[s.port], "finished without sending done"
+                )
+            )
     bindings = Bindings()
     if check:
         for s, ch in channels.items():
@@ -253,9 +287,13 @@ def interpret(
     return InterpretResult(run.memory, run.written, streams, bindings)
 
 
-def _deadlock(graph: Graph, live: Iterable[str], waiting: dict[str, str], channels: dict[Stream, _Channel]) -> None:
+def _deadlock(
+    graph: Graph, live: Iterable[str], waiting: dict[str, str], channels: dict[Stream, _Channel]
+) -> None:
     blocked = {name: waiting.get(name, "?") for name in live}
-    queues = {s.name: len(ch.queue) for s, ch in channels.items() if not (ch.closed and not ch.queue)}
+    queues = {
+        s.name: len(ch.queue) for s, ch in channels.items() if not (ch.closed and not ch.queue)
+    }
     lines = [f"  {graph.nodes[n].kind} '{n}' waits for {w}" for n, w in blocked.items()]
     held = [f"  {name}: {k} token(s)" for name, k in queues.items() if k]
     msg = f"graph '{graph.name}' deadlocked; blocked nodes:\n" + "\n".join(lines)

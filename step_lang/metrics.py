@@ -84,15 +84,28 @@ class Metrics:
             for n in self.nodes:
                 kinds.setdefault(n.kind, []).append(n)
             for kind, ns in kinds.items():
-                rows.append((f"{len(ns)} node(s)", kind, _sum(n.onchip_bytes for n in ns),
-                             _sum(n.offchip_bytes for n in ns), _sum(n.flops for n in ns)))
+                rows.append(
+                    (
+                        f"{len(ns)} node(s)",
+                        kind,
+                        _sum(n.onchip_bytes for n in ns),
+                        _sum(n.offchip_bytes for n in ns),
+                        _sum(n.flops for n in ns),
+                    )
+                )
         else:
             rows = [(n.name, n.kind, n.onchip_bytes, n.offchip_bytes, n.flops) for n in self.nodes]
         rows.append(("total", "", self.onchip_bytes, self.offchip_bytes, self.flops))
         head = ("node", "kind", f"on-chip B ({self.convention})", "off-chip B", "FLOPs")
         cells = [head] + [tuple(str(v) for v in r) for r in rows]
         widths = [max(len(r[i]) for r in cells) for i in range(5)]
-        lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in cells]
+        lines = [
+            "  ".join(
+                c.ljust(w) if i < 2 else c.rjust(w)
+                for i, (c, w) in enumerate(zip(r, widths, strict=True))
+            )
+            for r in cells
+        ]
         lines.insert(1, "  ".join("-" * w for w in widths))
         lines.insert(len(lines) - 1, "  ".join("-" * w for w in widths))
         return "\n".join(lines)
@@ -113,7 +126,10 @@ class Metrics:
 
         return Metrics(
             self.convention,
-            tuple(NodeCost(n.name, n.kind, ev(n.onchip_bytes), ev(n.offchip_bytes), ev(n.flops)) for n in self.nodes),
+            tuple(
+                NodeCost(n.name, n.kind, ev(n.onchip_bytes), ev(n.offchip_bytes), ev(n.flops))
+                for n in self.nodes
+            ),
         )
 
 
@@ -137,7 +153,13 @@ def metrics(graph: Graph, convention: str = "paper") -> Metrics:
         raise ValueError(f"convention must be one of {CONVENTIONS}, not {convention!r}")
     insert_broadcasts(graph)
     nodes = tuple(
-        NodeCost(n.name, n.kind, _norm(n.onchip_bytes(convention)), _norm(n.offchip_bytes(convention)), _norm(n.flops()))
+        NodeCost(
+            n.name,
+            n.kind,
+            _norm(n.onchip_bytes(convention)),
+            _norm(n.offchip_bytes(convention)),
+            _norm(n.flops()),
+        )
         for n in graph.nodes.values()
     )
     return Metrics(convention, nodes)

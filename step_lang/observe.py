@@ -48,7 +48,9 @@ class Bindings:
         if isinstance(dim, sp.Symbol):
             seen = self.regular.setdefault(dim, value)
             if seen != value:
-                raise StepRuntimeError(f"{where}: regular dim {dim} observed as {seen} and as {value}")
+                raise StepRuntimeError(
+                    f"{where}: regular dim {dim} observed as {seen} and as {value}"
+                )
             return
         self._deferred.append((dim, value, where))
 
@@ -78,7 +80,9 @@ def check_elem(elem: ElemType, value: Any, b: Bindings, where: str) -> None:
     if isinstance(elem, Tile):
         arr = value
         if not isinstance(arr, np.ndarray) or arr.ndim != 2:
-            raise StepRuntimeError(f"{where}: expected a {elem}, got {type(value).__name__} {np.shape(value)}")
+            raise StepRuntimeError(
+                f"{where}: expected a {elem}, got {type(value).__name__} {np.shape(value)}"
+            )
         if arr.dtype != elem.dtype.numpy:
             raise StepRuntimeError(f"{where}: expected dtype {elem.dtype}, got {arr.dtype}")
         b.observe(elem.rows, arr.shape[0], f"{where}: tile rows of {elem}")
@@ -91,12 +95,16 @@ def check_elem(elem: ElemType, value: Any, b: Bindings, where: str) -> None:
         from .ops.onchip import BufferValue
 
         if not isinstance(value, BufferValue):
-            raise StepRuntimeError(f"{where}: expected a buffer reference, got {type(value).__name__}")
+            raise StepRuntimeError(
+                f"{where}: expected a buffer reference, got {type(value).__name__}"
+            )
         inner = StreamType(elem.tile, (1, *elem.shape))
         _walk(from_tokens([*value.tokens, DONE], elem.rank), inner, b, f"{where}: buffer")
     elif isinstance(elem, TupleType):
         if not isinstance(value, tuple) or len(value) != len(elem.items):
-            raise StepRuntimeError(f"{where}: expected a {len(elem.items)}-tuple, got {type(value).__name__}")
+            raise StepRuntimeError(
+                f"{where}: expected a {len(elem.items)}-tuple, got {type(value).__name__}"
+            )
         for k, (t, v) in enumerate(zip(elem.items, value, strict=True)):
             check_elem(t, v, b, f"{where}[{k}]")
 

@@ -98,7 +98,9 @@ class BlockWriter:
     the simulator): call them with ``yield from``.
     """
 
-    def __init__(self, put: Callable[[Token], Iterator[Any]], inner: int, *, input_rank: int | None = None):
+    def __init__(
+        self, put: Callable[[Token], Iterator[Any]], inner: int, *, input_rank: int | None = None
+    ):
         self._put = put
         self.inner = inner
         self._pending = False
@@ -155,7 +157,9 @@ class BlockWriter:
         yield from self._put(DONE)
 
 
-def grid_tokens(shape: tuple[int, ...], block: Callable[[tuple[int, ...]], list[Token]], sub: int = 0) -> list[Token]:
+def grid_tokens(
+    shape: tuple[int, ...], block: Callable[[tuple[int, ...]], list[Token]], sub: int = 0
+) -> list[Token]:
     """Tokens of a row-major walk over a static ``shape``, each position expanded by ``block``.
 
     ``block(index)`` returns the tokens at that position: one element when ``sub == 0``, or a

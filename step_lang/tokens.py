@@ -87,7 +87,9 @@ def _check_rank(rank: int) -> None:
 def _sub_tokens(sub: Any, k: int, path: str) -> list[Token]:
     """Tokens of one rank-``k`` sub-tensor (``k >= 1``), ending with ``Stop(k)``."""
     if not isinstance(sub, (list, tuple)):
-        raise StepValueError(f"expected a nested list of depth {k} at {path}, got {type(sub).__name__}")
+        raise StepValueError(
+            f"expected a nested list of depth {k} at {path}, got {type(sub).__name__}"
+        )
     out: list[Token] = []
     if k == 1:
         for i, x in enumerate(sub):
@@ -144,9 +146,8 @@ def from_tokens(tokens: Iterable[Token], rank: int) -> list[Any]:
                 )
             done = True
             continue
-        if isinstance(tok, Stop):
-            if tok.level > rank:
-                raise StepValueError(f"token #{pos} is {tok!r} but the stream has rank {rank}")
+        if isinstance(tok, Stop) and tok.level > rank:
+            raise StepValueError(f"token #{pos} is {tok!r} but the stream has rank {rank}")
         while len(stack) < rank + 1:  # open containers down to the innermost vector
             child: list[Any] = []
             stack[-1].append(child)
@@ -203,7 +204,9 @@ def tokens_to_array(tokens: Iterable[Token], rank: int, shape: Sequence[int]) ->
     elems = [t for t in tokens if is_data(t)]
     shape = tuple(shape)
     if len(shape) != rank + 1:
-        raise StepValueError(f"shape {shape} has {len(shape)} entries; a rank-{rank} stream needs {rank + 1}")
+        raise StepValueError(
+            f"shape {shape} has {len(shape)} entries; a rank-{rank} stream needs {rank + 1}"
+        )
     count = int(np.prod(shape))
     if len(elems) != count:
         raise StepValueError(f"stream holds {len(elems)} elements, shape {shape} needs {count}")

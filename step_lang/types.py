@@ -159,7 +159,9 @@ class BufferType(ElemType):
     shape: tuple[Dim, ...]
 
     def __post_init__(self):
-        object.__setattr__(self, "shape", tuple(as_dim(d, what="buffer dimension") for d in self.shape))
+        object.__setattr__(
+            self, "shape", tuple(as_dim(d, what="buffer dimension") for d in self.shape)
+        )
         if not self.shape:
             raise ValueError("a buffer has at least one dimension")
 
@@ -204,7 +206,9 @@ class StreamType:
     shape: tuple[Dim, ...]
 
     def __post_init__(self):
-        object.__setattr__(self, "shape", tuple(as_dim(d, what="stream dimension") for d in self.shape))
+        object.__setattr__(
+            self, "shape", tuple(as_dim(d, what="stream dimension") for d in self.shape)
+        )
         if not self.shape:
             raise ValueError("a stream shape has at least one entry (the outermost count)")
 

@@ -55,6 +55,7 @@ def run_op(build, inputs: dict[str, tuple[StreamType, str]], **kw):
     outs = outs if isinstance(outs, list) else [outs]
     for o in outs:
         Sink(o)
-    result = interpret(g, kw.pop("memory", None), inputs={n: parse(t) for n, (_, t) in inputs.items()}, **kw)
+    result = interpret(
+        g, kw.pop("memory", None), inputs={n: parse(t) for n, (_, t) in inputs.items()}, **kw
+    )
     return [show(result.tokens(o)) for o in outs], result
-

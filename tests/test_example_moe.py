@@ -35,7 +35,11 @@ def skewed():
     return choices, mem, moe.reference(SMALL, mem)
 
 
-@pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"{s.tiling}{s.tile_n if s.tiling == 'static' else ''}_f{s.tile_f}_r{s.regions}")
+@pytest.mark.parametrize(
+    "schedule",
+    SCHEDULES,
+    ids=lambda s: f"{s.tiling}{s.tile_n if s.tiling == 'static' else ''}_f{s.tile_f}_r{s.regions}",
+)
 def test_schedule_matches_numpy(schedule, skewed):
     choices, mem, want = skewed
     g = moe.build(SMALL, schedule, BATCH)
@@ -95,12 +99,18 @@ def test_bad_schedules_are_rejected():
 
 # -- the paper's memory figures -----------------------------------------------------------------
 
-TRACES = pathlib.Path(os.environ.get("STEP_TRACES", pathlib.Path(__file__).resolve().parents[2] / "shared" / "traces"))
-needs_traces = pytest.mark.skipif(not (TRACES / "expert_routing").is_dir(), reason=f"routing traces not found at {TRACES}")
+TRACES = pathlib.Path(
+    os.environ.get("STEP_TRACES", pathlib.Path(__file__).resolve().parents[2] / "shared" / "traces")
+)
+needs_traces = pytest.mark.skipif(
+    not (TRACES / "expert_routing").is_dir(), reason=f"routing traces not found at {TRACES}"
+)
 
 
 def _onchip(cfg: moe.MoEConfig, batch: int, schedule: moe.MoESchedule, choices: np.ndarray) -> int:
-    m = metrics(moe.build(cfg, schedule, batch), "artifact").evaluate(moe.dim_values(choices, cfg.experts))
+    m = metrics(moe.build(cfg, schedule, batch), "artifact").evaluate(
+        moe.dim_values(choices, cfg.experts)
+    )
     return m.onchip_bytes
 
 

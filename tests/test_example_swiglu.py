@@ -20,14 +20,18 @@ def test_interpreter_matches_numpy(tile_b, tile_i):
 
 def test_tilings_agree_bit_for_bit():
     mem = swiglu.inputs(SMALL, seed=2)
-    outs = [interpret(swiglu.build(SMALL, tb, ti), mem).memory["out"] for tb, ti in [(4, 8), (16, 64)]]
+    outs = [
+        interpret(swiglu.build(SMALL, tb, ti), mem).memory["out"] for tb, ti in [(4, 8), (16, 64)]
+    ]
     # Per-element K order is fixed, but the down projection sums K tiles in different groupings.
     assert np.allclose(outs[0], outs[1], rtol=1e-5, atol=1e-6)
 
 
 def _hand_traffic(c: swiglu.SwiGLUConfig, tb: int, ti: int, elem: int = 4) -> int:
     nb, ni = c.batch // tb, c.intermediate // ti
-    per_pair = tb * c.hidden + 2 * c.hidden * ti + ti * c.hidden  # x row block, gate, up, down tiles
+    per_pair = (
+        tb * c.hidden + 2 * c.hidden * ti + ti * c.hidden
+    )  # x row block, gate, up, down tiles
     return (nb * ni * per_pair + c.batch * c.hidden) * elem
 
 
@@ -40,9 +44,14 @@ def test_paper_traffic_16x16_is_8_45_MB():
 @pytest.mark.parametrize(("tile_b", "tile_i"), swiglu.SWEEP)
 def test_sweep_traffic_follows_hand_count(tile_b, tile_i):
     c = swiglu.SwiGLUConfig()
-    assert metrics(swiglu.build(c, tile_b, tile_i), "artifact").offchip_bytes == _hand_traffic(c, tile_b, tile_i)
+    assert metrics(swiglu.build(c, tile_b, tile_i), "artifact").offchip_bytes == _hand_traffic(
+        c, tile_b, tile_i
+    )
 
 
 def test_bad_tiles_are_rejected():
-    with pytest.raises(ValueError, match=r"^tiles must divide the layer: batch 64 by tile_b 24, intermediate 512 by tile_i 16$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^tiles must divide the layer: batch 64 by tile_b 24, intermediate 512 by tile_i 16$",
+    ):
         swiglu.build(swiglu.SwiGLUConfig(), 24, 16)

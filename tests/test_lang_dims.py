@@ -98,7 +98,9 @@ def test_converters_on_empty_and_ragged(nested, rank, text):
 
 
 def test_empty_non_innermost_dim_is_rejected_and_canonicalised():
-    with pytest.raises(StepValueError, match=r"^dimension of rank 1 at \[0\] is empty; stop tokens"):
+    with pytest.raises(
+        StepValueError, match=r"^dimension of rank 1 at \[0\] is empty; stop tokens"
+    ):
         to_tokens([[]], 2)
     assert canonical([[]], 2) == [[[]]]
     assert from_tokens(to_tokens(canonical([[]], 2), 2), 2) == [[[]]]

@@ -199,22 +199,19 @@ CONSTRUCTION: list = [
     pytest.param(
         lambda g: Map(src(g, (1, 4), name="a"), fn=F.accum_add, name="m"),
         StepTypeError,
-        "Map 'm': fn must be a MapFn from step_lang.functions, got "
-        "AccumFn 'accum_add'",
+        "Map 'm': fn must be a MapFn from step_lang.functions, got AccumFn 'accum_add'",
         id="map-wrong-fn-class",
     ),
     pytest.param(
         lambda g: Accum(src(g, (1, 4), name="a"), fn=F.add, rank=1, name="acc"),
         StepTypeError,
-        "Accum 'acc': fn must be an AccumFn from step_lang.functions, got "
-        "MapFn 'add'",
+        "Accum 'acc': fn must be an AccumFn from step_lang.functions, got MapFn 'add'",
         id="accum-wrong-fn-class",
     ),
     pytest.param(
         lambda g: FlatMap(src(g, (2,), name="a"), fn=F.exp, name="fm"),
         StepTypeError,
-        "FlatMap 'fm': fn must be a FlatMapFn from step_lang.functions, got "
-        "MapFn 'exp'",
+        "FlatMap 'fm': fn must be a FlatMapFn from step_lang.functions, got MapFn 'exp'",
         id="flatmap-wrong-fn-class",
     ),
     pytest.param(

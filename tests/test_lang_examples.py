@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from lang_helpers import SCALAR, parse, run_op, sc, show
 
 from step_lang import (
     Accum,
@@ -42,8 +43,6 @@ from step_lang import (
 from step_lang import functions as F
 from step_lang.types import int32
 
-from lang_helpers import SCALAR, parse, run_op, sc, show
-
 
 def st(*shape, elem=SCALAR):
     return StreamType(elem, shape)
@@ -57,17 +56,23 @@ def test_ragged_example_decodes_to_paper_tensors():
 
 
 def test_accum_add_rank1():
-    (out,), _ = run_op(lambda x: Accum(x, fn=F.accum_add, rank=1).out, {"x": (st(1, 2, 2), "1 2 S1 3 4 S2 D")})
+    (out,), _ = run_op(
+        lambda x: Accum(x, fn=F.accum_add, rank=1).out, {"x": (st(1, 2, 2), "1 2 S1 3 4 S2 D")}
+    )
     assert out == "3 7 S1 D"
 
 
 def test_accum_rank2_reduces_whole_tensors():
-    (out,), _ = run_op(lambda x: Accum(x, fn=F.accum_add, rank=2).out, {"x": (st(1, 2, 2), "1 2 S1 3 4 S2 D")})
+    (out,), _ = run_op(
+        lambda x: Accum(x, fn=F.accum_add, rank=2).out, {"x": (st(1, 2, 2), "1 2 S1 3 4 S2 D")}
+    )
     assert out == "10 D"
 
 
 def test_scan_add():
-    (out,), _ = run_op(lambda x: Scan(x, fn=F.accum_add, rank=1).out, {"x": (st(1, 2, 2), "1 2 S1 3 4 S2 D")})
+    (out,), _ = run_op(
+        lambda x: Scan(x, fn=F.accum_add, rank=1).out, {"x": (st(1, 2, 2), "1 2 S1 3 4 S2 D")}
+    )
     assert out == "1 3 S1 3 7 S2 D"
 
 
@@ -107,7 +112,9 @@ def test_flatten_inner_two():
 
 
 def test_flatten_outer_pair_keeps_inner_stops():
-    (out,), _ = run_op(lambda x: Flatten(x, 1, 2).out, {"x": (st(1, 2, 2, 1), "1 S1 2 S2 3 S1 4 S3 D")})
+    (out,), _ = run_op(
+        lambda x: Flatten(x, 1, 2).out, {"x": (st(1, 2, 2, 1), "1 S1 2 S2 3 S1 4 S3 D")}
+    )
     assert out == "1 S1 2 S1 3 S1 4 S2 D"
 
 
@@ -120,7 +127,9 @@ def test_reshape_pads_ragged_innermost():
 
 
 def test_reshape_outer_dim():
-    (out,), _ = run_op(lambda x: Reshape(x, 2, rank=1).out, {"x": (st(1, 4, 1), "1 S1 2 S1 3 S1 4 S2 D")})
+    (out,), _ = run_op(
+        lambda x: Reshape(x, 2, rank=1).out, {"x": (st(1, 4, 1), "1 S1 2 S1 3 S1 4 S2 D")}
+    )
     assert out == "1 S1 2 S2 3 S1 4 S3 D"
 
 
@@ -154,8 +163,13 @@ def test_repeat_static():
 
 
 def test_zip_pairs_elements():
-    (out,), _ = run_op(lambda a, b: Zip(a, b).out, {"a": (st(1, 2), "1 2 S1 D"), "b": (st(1, 2), "3 4 S1 D")})
-    assert out == "(array([[1]], dtype=int32), array([[3]], dtype=int32)) (array([[2]], dtype=int32), array([[4]], dtype=int32)) S1 D"
+    (out,), _ = run_op(
+        lambda a, b: Zip(a, b).out, {"a": (st(1, 2), "1 2 S1 D"), "b": (st(1, 2), "3 4 S1 D")}
+    )
+    assert (
+        out
+        == "(array([[1]], dtype=int32), array([[3]], dtype=int32)) (array([[2]], dtype=int32), array([[4]], dtype=int32)) S1 D"
+    )
 
 
 def test_partition_rank0():
@@ -169,7 +183,10 @@ def test_partition_rank0():
 def test_partition_rank1_ragged():
     outs, res = run_op(
         lambda x, s: Partition(x, s, 1, name="route").outputs,
-        {"x": (st(1, 3, ragged("R")), "1 2 S1 3 S1 4 5 S2 D"), "s": (st(1, 3, elem=Selector(2)), "[10] [01] [10] S1 D")},
+        {
+            "x": (st(1, 3, ragged("R")), "1 2 S1 3 S1 4 5 S2 D"),
+            "s": (st(1, 3, elem=Selector(2)), "[10] [01] [10] S1 D"),
+        },
     )
     assert outs == ["1 2 S1 4 5 S1 D", "3 S1 D"]
     assert res.bindings.values() == {"route_n000": 2, "route_n001": 1}
@@ -219,12 +236,16 @@ def test_eager_merge_rank1_chunks():
 
 
 def test_parallelize_round_robin():
-    outs, _ = run_op(lambda x: Parallelize(x, 2, rank=0).outputs, {"x": (st(1, 5), "1 2 3 4 5 S1 D")})
+    outs, _ = run_op(
+        lambda x: Parallelize(x, 2, rank=0).outputs, {"x": (st(1, 5), "1 2 3 4 5 S1 D")}
+    )
     assert outs == ["1 3 5 D", "2 4 D"]
 
 
 def test_parallelize_chunks_of_rank1():
-    outs, _ = run_op(lambda x: Parallelize(x, 2).outputs, {"x": (st(3, 2), "1 2 S1 3 4 S1 5 6 S1 D")})
+    outs, _ = run_op(
+        lambda x: Parallelize(x, 2).outputs, {"x": (st(3, 2), "1 2 S1 3 4 S1 5 6 S1 D")}
+    )
     assert outs == ["1 2 S1 5 6 S1 D", "3 4 S1 D"]
 
 

@@ -72,8 +72,12 @@ def dynamic_parallel_graph(n_requests: int, regions: int) -> Graph:
     out_t = g.tensor("out", (n_requests, 1), "int32")
     init = g.tensor("init", (regions, regions), "int32")
     keep = Source(g, StreamType(Selector(1), (n_requests + regions,)), name="keep").out
-    req = Flatten(LinearOffChipLoad(req_t, tile=(1, 1), out_shape=(n_requests,), name="requests").out, 0, 1).out
-    seed = Flatten(LinearOffChipLoad(init, tile=(1, regions), out_shape=(regions,), name="seed").out, 0, 1).out
+    req = Flatten(
+        LinearOffChipLoad(req_t, tile=(1, 1), out_shape=(n_requests,), name="requests").out, 0, 1
+    ).out
+    seed = Flatten(
+        LinearOffChipLoad(init, tile=(1, regions), out_shape=(regions,), name="seed").out, 0, 1
+    ).out
     fb = Feedback(g, StreamType(Tile(int32, 1, regions), (regular("F"),)), name="free")
     avail_merge = EagerMerge([seed, fb.out], name="avail")
     avail = avail_merge.outputs[0]
@@ -97,9 +101,18 @@ def test_feedback_loop_dynamic_parallelization(policy):
     g = dynamic_parallel_graph(n, regions)
     req = np.arange(1, n + 1, dtype=np.int32).reshape(n, 1)
     keep = [np.array([True])] * n + [np.array([False])] * regions
-    r = interpret(g, {"req": req, "init": np.eye(regions, dtype=np.int32)}, inputs={"keep": keep}, merge_policy=policy)
+    r = interpret(
+        g,
+        {"req": req, "init": np.eye(regions, dtype=np.int32)},
+        inputs={"keep": keep},
+        merge_policy=policy,
+    )
     assert r.memory["out"].reshape(-1).tolist() == [k * k for k in range(1, n + 1)]
-    counts = [r.bindings.regular[s] for s in sorted(r.bindings.regular, key=str) if str(s).startswith("dispatch_n")]
+    counts = [
+        r.bindings.regular[s]
+        for s in sorted(r.bindings.regular, key=str)
+        if str(s).startswith("dispatch_n")
+    ]
     assert sum(counts) == n and all(c >= 1 for c in counts)
 
 
@@ -172,5 +185,7 @@ def test_rank0_blocks_close_eagerly_inside_loops(lift):
         Accum(y, fn=F.accum_count, rank=1, name="count").out, fn=F.scalar_op("mul", 0), name="zero"
     ).out
     fb.bind(counted)
-    r = interpret(g, {"seed": np.zeros((1, 1), np.int64), "keep": np.array([[1], [1], [1], [0]], bool)})
+    r = interpret(
+        g, {"seed": np.zeros((1, 1), np.int64), "keep": np.array([[1], [1], [1], [0]], bool)}
+    )
     assert show(r.tokens("count.out")) == ("1 1 1 D" if lift == "promote" else "2 2 2 D")

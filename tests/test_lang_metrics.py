@@ -66,21 +66,30 @@ def routed_graph() -> Graph:
     w = g.tensor("w", (1, 16), "float32")
     y = g.tensor("y", (8, 16), "float32")
     rows = Flatten(LinearOffChipLoad(x, tile=(1, 16), name="rows").out, 0, 1).out
-    sel = Map(Flatten(LinearOffChipLoad(s, tile=(1, 2), name="sels").out, 0, 1).out, fn=F.to_selector(2), name="sel").out
+    sel = Map(
+        Flatten(LinearOffChipLoad(s, tile=(1, 2), name="sels").out, 0, 1).out,
+        fn=F.to_selector(2),
+        name="sel",
+    ).out
     branches = Partition(rows, sel, 0, name="route").outputs
     outs = []
     for i, b in enumerate(branches):
         wt = LinearOffChipLoad(w, tile=(1, 16), out_shape=(1,), ref=b, name=f"weight{i}").out
         prod = Map(Promote(b, 0).out, wt, fn=F.mul, name=f"scale{i}").out
         outs.append(Flatten(prod, 0, 1).out)
-    LinearOffChipStore(Flatten(Reassemble(outs, sel, count=1, name="gather").out, 0, 1).out, y, name="store")
+    LinearOffChipStore(
+        Flatten(Reassemble(outs, sel, count=1, name="gather").out, 0, 1).out, y, name="store"
+    )
     return g
 
 
 def test_symbolic_traffic_evaluates_with_observed_dims():
     g = routed_graph()
     m = metrics(g, "paper")
-    d0, d1 = sp.Symbol("route_n000", integer=True, nonnegative=True), sp.Symbol("route_n001", integer=True, nonnegative=True)
+    d0, d1 = (
+        sp.Symbol("route_n000", integer=True, nonnegative=True),
+        sp.Symbol("route_n001", integer=True, nonnegative=True),
+    )
     assert m.node("weight0").offchip_bytes == 64 * d0
     assert m.node("weight1").offchip_bytes == 64 * d1
     assert m.free_symbols == {d0, d1}
@@ -100,5 +109,7 @@ def test_symbolic_traffic_evaluates_with_observed_dims():
 
 
 def test_unknown_convention_is_rejected():
-    with pytest.raises(ValueError, match=r"^convention must be one of \('paper', 'artifact'\), not 'mode1'$"):
+    with pytest.raises(
+        ValueError, match=r"^convention must be one of \('paper', 'artifact'\), not 'mode1'$"
+    ):
         metrics(tiled_matmul_graph(), "mode1")

@@ -37,7 +37,9 @@ def load_graph(n_tiles: int) -> Graph:
 # One 16x16 fp32 tile = 16 rows of one 64-byte request = 1024 bus bytes.
 # dispatch 1: 16 cycles of issue, + latency 2, + start-up 14 (cold) = 32; the token is visible to
 # the sink one cycle later (queue latency 1).
-@pytest.mark.parametrize(("dispatch", "tiles", "cycles"), [(1, 1, 33), (4, 1, 21), (1, 2, 33 + 18), (4, 3, 21 + 2 * 6)])
+@pytest.mark.parametrize(
+    ("dispatch", "tiles", "cycles"), [(1, 1, 33), (4, 1, 21), (1, 2, 33 + 18), (4, 3, 21 + 2 * 6)]
+)
 def test_offchip_load_dispatch_rate(dispatch, tiles, cycles):
     profile = PaperProfile(memory=MemoryConfig(dispatch=dispatch))
     r = simulate(load_graph(tiles), functional=False, profile=profile)
@@ -61,9 +63,17 @@ def test_memory_bandwidth_is_shared():
 def tile_source_graph(fn, n: int, two: bool = True, from_memory: bool = False):
     g = Graph("roof")
     if from_memory:
-        ins = [LinearOffChipLoad(g.tensor(f"t{i}", (16, 16 * n), "float32"), tile=(16, 16), name=f"in{i}").out for i in range(1 + two)]
+        ins = [
+            LinearOffChipLoad(
+                g.tensor(f"t{i}", (16, 16 * n), "float32"), tile=(16, 16), name=f"in{i}"
+            ).out
+            for i in range(1 + two)
+        ]
     else:
-        ins = [Source(g, StreamType(Tile(float32, 16, 16), (1, n)), name=f"in{i}").out for i in range(1 + two)]
+        ins = [
+            Source(g, StreamType(Tile(float32, 16, 16), (1, n)), name=f"in{i}").out
+            for i in range(1 + two)
+        ]
     Sink(Map(*ins, fn=fn, name="op").out, name="sink")
     return g
 
@@ -107,7 +117,11 @@ def test_router_switch_cycles():
     for i, o in enumerate(Partition(x, s, 0, name="part").outputs):
         Sink(o, name=f"sink{i}")
     p = PaperProfile(switch_cycles=3)
-    r = simulate(g, inputs={"x": parse("1 2 3 4 5 6 D"), "s": parse("[10] [01] [11] [10] [01] [10] D")}, profile=p)
+    r = simulate(
+        g,
+        inputs={"x": parse("1 2 3 4 5 6 D"), "s": parse("[10] [01] [11] [10] [01] [10] D")},
+        profile=p,
+    )
     assert r.nodes["part"].busy == 6 * 3
     assert [t for t in r.streams["part.out0"] if isinstance(t, np.ndarray)] != []
 

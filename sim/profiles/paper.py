@@ -93,7 +93,13 @@ class PaperProfile(TimingProfile):
         if kind in ("Map", "Accum", "Scan"):
             return _ComputeTiming(self, node, resident)
         if kind in ("Partition", "Parallelize"):
-            return _RecvCost(lambda tok: (math.ceil(nbytes(tok) / self.pmu_bw) if resident[0] else 0) + self.switch_cycles, port=0)
+            return _RecvCost(
+                lambda tok: (
+                    (math.ceil(nbytes(tok) / self.pmu_bw) if resident[0] else 0)
+                    + self.switch_cycles
+                ),
+                port=0,
+            )
         if kind == "Reassemble":
             return _SendCost(lambda tok: self.switch_cycles)
         if kind == "EagerMerge":
@@ -129,11 +135,15 @@ class _RecvCost(NodeTiming):
 
 
 class _OffChipTiming(NodeTiming):
-    def __init__(self, profile: PaperProfile, node: Node, send_port: int | None, recv_port: int | None):
+    def __init__(
+        self, profile: PaperProfile, node: Node, send_port: int | None, recv_port: int | None
+    ):
         self.mem = profile.memory
         self.node = node
         self.send_port, self.recv_port = send_port, recv_port
-        self.elem_bytes = node.elem_bytes if node.elem_bytes is not None else node.tensor.dtype.nbytes
+        self.elem_bytes = (
+            node.elem_bytes if node.elem_bytes is not None else node.tensor.dtype.nbytes
+        )
         self.staging = 2 if profile.onchip_convention == "paper" else 1
         self.footprint = 0
 
@@ -141,7 +151,9 @@ class _OffChipTiming(NodeTiming):
         rows, cols = self.node.tile
         counted = rows * cols * self.elem_bytes
         self.footprint = self.staging * counted
-        return MemRequest(self.mem.request_bytes_of_tile(rows, cols, self.elem_bytes), counted, write)
+        return MemRequest(
+            self.mem.request_bytes_of_tile(rows, cols, self.elem_bytes), counted, write
+        )
 
     def on_send(self, port: int, token: Any) -> int | MemRequest:
         if port == self.send_port and is_data(token):
@@ -170,10 +182,16 @@ class _ComputeTiming(NodeTiming):
         self._flop_cache: dict[tuple, int] = {}
 
     def _flops_of(self, values: list[Any]) -> int:
-        key = tuple(tuple(v.shape) if hasattr(v, "shape") and not isinstance(v, tuple) else None for v in values)
+        key = tuple(
+            tuple(v.shape) if hasattr(v, "shape") and not isinstance(v, tuple) else None
+            for v in values
+        )
         hit = self._flop_cache.get(key)
         if hit is None:
-            types = [_concrete(t, v) for t, v in zip(self.node.arg_types, self._unpack(values), strict=False)]
+            types = [
+                _concrete(t, v)
+                for t, v in zip(self.node.arg_types, self._unpack(values), strict=False)
+            ]
             hit = int(self.node.fn.flops(*types))
             self._flop_cache[key] = hit
         return hit

@@ -3,7 +3,7 @@
 from .higher_order import Accum, FlatMap, Map, RetileStreamify, Scan, Zip
 from .misc import Feedback, Sink, Source
 from .offchip import LinearOffChipLoad, LinearOffChipStore, RandomOffChipLoad, RandomOffChipStore
-from .onchip import BufferValue, Bufferize, Streamify
+from .onchip import Bufferize, BufferValue, Streamify
 from .routing import Broadcast, EagerMerge, Parallelize, Partition, Reassemble
 from .shape import Expand, Flatten, Promote, RepeatStatic, Reshape
 

@@ -15,10 +15,13 @@ def recv_aligned(io: Any) -> Generator[Any, Any, list[Token]]:
         toks.append((yield from io.recv(i)))
     first = toks[0]
     for port, t in enumerate(toks[1:], start=1):
-        same = (is_data(first) and is_data(t)) or (first is DONE and t is DONE) or (
-            isinstance(first, Stop) and isinstance(t, Stop) and first.level == t.level
+        same = (
+            (is_data(first) and is_data(t))
+            or (first is DONE and t is DONE)
+            or (isinstance(first, Stop) and isinstance(t, Stop) and first.level == t.level)
         )
         if not same:
+
             def show(tok: Token) -> str:  # a tile's repr would flood the message
                 return "a data element" if is_data(tok) else f"token {tok!r}"
 

@@ -21,7 +21,9 @@ from ._io import recv_aligned
 __all__ = ["Accum", "FlatMap", "Map", "RetileStreamify", "Scan", "Zip"]
 
 
-def _zip_inputs(node: Node, inputs: Sequence[Any]) -> tuple[list[tuple[str, Stream]], tuple[Dim, ...]]:
+def _zip_inputs(
+    node: Node, inputs: Sequence[Any]
+) -> tuple[list[tuple[str, Stream]], tuple[Dim, ...]]:
     if not inputs:
         raise node.error(None, "needs at least one input stream")
     ports = [f"in{i}" for i in range(len(inputs))]
@@ -29,11 +31,17 @@ def _zip_inputs(node: Node, inputs: Sequence[Any]) -> tuple[list[tuple[str, Stre
     shape = list(streams[0].shape)
     for s, p in zip(streams[1:], ports[1:], strict=True):
         if s.rank != streams[0].rank:
-            raise node.error(p, f"shape {shape_str(s.shape)} has rank {s.rank}, port 'in0' has {shape_str(streams[0].shape)} (rank {streams[0].rank})")
+            raise node.error(
+                p,
+                f"shape {shape_str(s.shape)} has rank {s.rank}, port 'in0' has {shape_str(streams[0].shape)} (rank {streams[0].rank})",
+            )
         for k, d in enumerate(s.shape):
             eq = dims_equal(d, shape[k])
             if eq is False:
-                raise node.error(p, f"shape {shape_str(s.shape)} differs from {shape_str(streams[0].shape)} on port 'in0'")
+                raise node.error(
+                    p,
+                    f"shape {shape_str(s.shape)} differs from {shape_str(streams[0].shape)} on port 'in0'",
+                )
             if eq is None and isinstance(d, int):
                 shape[k] = d  # a static dim pins the symbolic one
     return list(zip(ports, streams, strict=True)), tuple(shape)
@@ -41,7 +49,12 @@ def _zip_inputs(node: Node, inputs: Sequence[Any]) -> tuple[list[tuple[str, Stre
 
 def _arg_types(streams: Sequence[Stream], arity: int) -> tuple[ElemType, ...]:
     types = tuple(s.elem for s in streams)
-    if len(types) == 1 and isinstance(types[0], TupleType) and arity == len(types[0].items) and arity > 1:
+    if (
+        len(types) == 1
+        and isinstance(types[0], TupleType)
+        and arity == len(types[0].items)
+        and arity > 1
+    ):
         return types[0].items
     return types
 
@@ -106,7 +119,10 @@ class _Reduce(Node):
         ins, shape = _zip_inputs(self, inputs)
         rank_in = len(shape) - 1
         if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= rank_in:
-            raise self.error("in0", f"rank must be an integer in [1, {rank_in}] for input shape {shape_str(shape)}, not {rank!r}")
+            raise self.error(
+                "in0",
+                f"rank must be an integer in [1, {rank_in}] for input shape {shape_str(shape)}, not {rank!r}",
+            )
         self.fn, self.rank = fn, rank
         self.arg_types = _arg_types([s for _, s in ins], fn.arity)
         n = len(shape)
@@ -234,7 +250,11 @@ class FlatMap(Node):
         self.fn = fn
         self.arg_types = _arg_types([s for _, s in ins], fn.arity)
         elem, inner, count = fn.out_type(self.error, *self.arg_types)
-        merged = self.fresh_ragged("n") if count is None else absorb(product((shape[-1], count)), lambda: self.fresh_ragged("n"))
+        merged = (
+            self.fresh_ragged("n")
+            if count is None
+            else absorb(product((shape[-1], count)), lambda: self.fresh_ragged("n"))
+        )
         self._finish(ins, [("out", StreamType(elem, (*shape[:-1], merged, *inner)))])
 
     def params(self) -> dict[str, Any]:
@@ -265,7 +285,14 @@ class RetileStreamify(FlatMap):
 
     kind = "RetileStreamify"
 
-    def __init__(self, x: Stream, *, split: str = "rows", is_pad: Stream | None = None, name: str | None = None):
+    def __init__(
+        self,
+        x: Stream,
+        *,
+        split: str = "rows",
+        is_pad: Stream | None = None,
+        name: str | None = None,
+    ):
         graph = x.graph if isinstance(x, Stream) else None
         Node.__init__(self, graph, name)
         if split not in ("rows", "cols"):

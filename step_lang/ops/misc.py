@@ -69,10 +69,15 @@ class Feedback(Node):
             raise self.error("in", f"already bound to {self.inputs[0].name}")
         source = self._stream(source, "in")
         want = self.out_types[0]
-        if source.elem != want.elem or source.rank != want.rank or any(
-            dims_equal(a, b) is False for a, b in zip(source.shape, want.shape, strict=True)
+        if (
+            source.elem != want.elem
+            or source.rank != want.rank
+            or any(dims_equal(a, b) is False for a, b in zip(source.shape, want.shape, strict=True))
         ):
-            raise self.error("in", f"stream {source.type} does not match the declared {want} ({shape_str(want.shape)})")
+            raise self.error(
+                "in",
+                f"stream {source.type} does not match the declared {want} ({shape_str(want.shape)})",
+            )
         self.inputs = [source]
         self.input_names = ["in"]
 

@@ -14,7 +14,7 @@ import numpy as np
 import sympy as sp
 
 from ..dims import Dim, product
-from ..graph import Graph, Node, OffChipTensor, Stream
+from ..graph import Node, OffChipTensor, Stream
 from ..stoprules import BlockWriter, grid_tokens
 from ..tokens import DONE, Stop, is_data
 from ..types import StreamType, Tile, bool_
@@ -29,26 +29,36 @@ def _positive_pair(node: Node, value: Any, port: str) -> tuple[int, int]:
         or len(value) != 2
         or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
     ):
-        raise node.error(port, f"tile must be a pair of positive integers (rows, cols), not {value!r}")
+        raise node.error(
+            port, f"tile must be a pair of positive integers (rows, cols), not {value!r}"
+        )
     return int(value[0]), int(value[1])
 
 
 def _tensor(node: Node, tensor: Any, port: str) -> OffChipTensor:
     if not isinstance(tensor, OffChipTensor):
-        raise node.error(port, f"expected an OffChipTensor (Graph.tensor), got {type(tensor).__name__}")
+        raise node.error(
+            port, f"expected an OffChipTensor (Graph.tensor), got {type(tensor).__name__}"
+        )
     if tensor.graph is not node.graph:
         raise node.error(port, f"tensor '{tensor.name}' belongs to graph '{tensor.graph.name}'")
     if len(tensor.shape) < 2:
-        raise node.error(port, f"tensor '{tensor.name}' of shape {list(tensor.shape)} has fewer than 2 dims to tile")
+        raise node.error(
+            port,
+            f"tensor '{tensor.name}' of shape {list(tensor.shape)} has fewer than 2 dims to tile",
+        )
     return tensor
 
 
-def tiled_shape(node: Node, tensor: OffChipTensor, tile: tuple[int, int], port: str) -> tuple[int, ...]:
+def tiled_shape(
+    node: Node, tensor: OffChipTensor, tile: tuple[int, int], port: str
+) -> tuple[int, ...]:
     """The tensor's shape in tiles; the tile must divide its last two dims."""
     r, c = tensor.shape[-2:]
     if r % tile[0] or c % tile[1]:
         raise node.error(
-            port, f"tile {tile[0]}x{tile[1]} does not divide the last two dims {r}x{c} of tensor '{tensor.name}'"
+            port,
+            f"tile {tile[0]}x{tile[1]} does not divide the last two dims {r}x{c} of tensor '{tensor.name}'",
         )
     return (*tensor.shape[:-2], r // tile[0], c // tile[1])
 
@@ -59,7 +69,11 @@ def tile_index(shape: Sequence[int], tile: tuple[int, int], k: int) -> tuple:
     tr, tc = tile
     tiled = (*outer, r // tr, c // tc)
     idx = np.unravel_index(k, tiled)
-    return (*idx[:-2], slice(idx[-2] * tr, (idx[-2] + 1) * tr), slice(idx[-1] * tc, (idx[-1] + 1) * tc))
+    return (
+        *idx[:-2],
+        slice(idx[-2] * tr, (idx[-2] + 1) * tr),
+        slice(idx[-1] * tc, (idx[-1] + 1) * tc),
+    )
 
 
 def _row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
@@ -88,7 +102,9 @@ class _OffChip(Node):
     on_demand: bool = False
 
     def _cost_options(self, elem_bytes: int | None, on_demand: bool) -> None:
-        if elem_bytes is not None and (isinstance(elem_bytes, bool) or not isinstance(elem_bytes, int) or elem_bytes < 1):
+        if elem_bytes is not None and (
+            isinstance(elem_bytes, bool) or not isinstance(elem_bytes, int) or elem_bytes < 1
+        ):
             raise self.error(None, f"elem_bytes must be a positive integer, not {elem_bytes!r}")
         if not isinstance(on_demand, bool):
             raise self.error(None, f"on_demand must be a bool, not {on_demand!r}")
@@ -110,7 +126,6 @@ class _OffChip(Node):
         if self.on_demand and self.inputs:
             return staging * sp.Min(1, self.inputs[0].type.cardinality)
         return staging
-
 
 
 class LinearOffChipLoad(_OffChip):
@@ -149,12 +164,19 @@ class LinearOffChipLoad(_OffChip):
             out_shape = self.tiled
         out_shape = tuple(out_shape)
         if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in out_shape):
-            raise self.error("out_shape", f"out_shape must be positive integers (tiles), not {list(out_shape)}")
+            raise self.error(
+                "out_shape", f"out_shape must be positive integers (tiles), not {list(out_shape)}"
+            )
         stride = _row_major_strides(out_shape) if stride is None else tuple(stride)
         if len(stride) != len(out_shape):
-            raise self.error("stride", f"stride {list(stride)} has {len(stride)} entries, out_shape {list(out_shape)} has {len(out_shape)}")
+            raise self.error(
+                "stride",
+                f"stride {list(stride)} has {len(stride)} entries, out_shape {list(out_shape)} has {len(out_shape)}",
+            )
         if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in stride):
-            raise self.error("stride", f"strides must be non-negative integers (tiles), not {list(stride)}")
+            raise self.error(
+                "stride", f"strides must be non-negative integers (tiles), not {list(stride)}"
+            )
         if isinstance(base, bool) or not isinstance(base, int) or base < 0:
             raise self.error("base", f"base must be a non-negative tile index, not {base!r}")
         last = base + sum((n - 1) * s for n, s in zip(out_shape, stride, strict=True))
@@ -175,8 +197,12 @@ class LinearOffChipLoad(_OffChip):
         self._finish(inputs, [("out", StreamType(self.tile_type, shape))])
 
     def params(self) -> dict[str, Any]:
-        return {"tensor": self.tensor.name, "tile": self.tile, "out_shape": list(self.out_shape),
-                "stride": list(self.stride)}
+        return {
+            "tensor": self.tensor.name,
+            "tile": self.tile,
+            "out_shape": list(self.out_shape),
+            "stride": list(self.stride),
+        }
 
     def offchip_bytes(self, convention: str) -> Dim:
         return self.out_types[0].cardinality * self.tile_bytes
@@ -195,7 +221,9 @@ class LinearOffChipLoad(_OffChip):
                 yield from io.send(0, t)
             yield from io.send(0, DONE)
             return
-        writer = BlockWriter(lambda t: io.send(0, t), len(self.out_shape), input_rank=self.inputs[0].rank)
+        writer = BlockWriter(
+            lambda t: io.send(0, t), len(self.out_shape), input_rank=self.inputs[0].rank
+        )
         while True:
             tok = yield from io.recv(0)
             if tok is DONE:
@@ -216,7 +244,14 @@ class LinearOffChipStore(_OffChip):
 
     kind = "LinearOffChipStore"
 
-    def __init__(self, x: Stream, tensor: OffChipTensor, *, elem_bytes: int | None = None, name: str | None = None):
+    def __init__(
+        self,
+        x: Stream,
+        tensor: OffChipTensor,
+        *,
+        elem_bytes: int | None = None,
+        name: str | None = None,
+    ):
         graph = x.graph if isinstance(x, Stream) else None
         super().__init__(graph, name)
         self._cost_options(elem_bytes, False)
@@ -226,13 +261,19 @@ class LinearOffChipStore(_OffChip):
         if not isinstance(elem, Tile) or not elem.is_static:
             raise self.error("in", f"stores need statically shaped tiles, got {elem}")
         if elem.dtype != self.tensor.dtype:
-            raise self.error("in", f"tile dtype {elem.dtype} differs from tensor '{self.tensor.name}' dtype {self.tensor.dtype}")
+            raise self.error(
+                "in",
+                f"tile dtype {elem.dtype} differs from tensor '{self.tensor.name}' dtype {self.tensor.dtype}",
+            )
         self.tile = (elem.rows, elem.cols)
         self.tiled = tiled_shape(self, self.tensor, self.tile, "in")
         self.n_tiles = int(product(self.tiled))
         card = x.type.cardinality
         if isinstance(card, int) and card != self.n_tiles:
-            raise self.error("in", f"stream {x.type} holds {card} tiles but tensor '{self.tensor.name}' has {self.n_tiles}")
+            raise self.error(
+                "in",
+                f"stream {x.type} holds {card} tiles but tensor '{self.tensor.name}' has {self.n_tiles}",
+            )
         self._finish([("in", x)], [])
 
     def params(self) -> dict[str, Any]:
@@ -250,11 +291,15 @@ class LinearOffChipStore(_OffChip):
             if not is_data(tok):
                 continue
             if k >= self.n_tiles:
-                raise io.fail("in", f"more than {self.n_tiles} tiles for tensor '{self.tensor.name}'")
+                raise io.fail(
+                    "in", f"more than {self.n_tiles} tiles for tensor '{self.tensor.name}'"
+                )
             io.write_tile(self.tensor, self.tile, k, io.check_tile(tok, self.tile, "in"))
             k += 1
         if k != self.n_tiles:
-            raise io.fail("in", f"{k} tiles arrived but tensor '{self.tensor.name}' has {self.n_tiles}")
+            raise io.fail(
+                "in", f"{k} tiles arrived but tensor '{self.tensor.name}' has {self.n_tiles}"
+            )
 
 
 def _address(node: Node, s: Stream, port: str) -> Stream:
@@ -305,7 +350,10 @@ class RandomOffChipLoad(_OffChip):
                 continue
             k = int(np.asarray(tok).reshape(-1)[0])
             if not 0 <= k < self.n_tiles:
-                raise io.fail("raddr", f"tile address {k} outside tensor '{self.tensor.name}' of {self.n_tiles} tiles")
+                raise io.fail(
+                    "raddr",
+                    f"tile address {k} outside tensor '{self.tensor.name}' of {self.n_tiles} tiles",
+                )
             yield from io.send(0, io.read_tile(self.tensor, self.tile, k))
 
 
@@ -318,7 +366,13 @@ class RandomOffChipStore(_OffChip):
     kind = "RandomOffChipStore"
 
     def __init__(
-        self, waddr: Stream, wdata: Stream, tensor: OffChipTensor, *, elem_bytes: int | None = None, name: str | None = None
+        self,
+        waddr: Stream,
+        wdata: Stream,
+        tensor: OffChipTensor,
+        *,
+        elem_bytes: int | None = None,
+        name: str | None = None,
     ):
         graph = waddr.graph if isinstance(waddr, Stream) else None
         super().__init__(graph, name)
@@ -330,17 +384,27 @@ class RandomOffChipStore(_OffChip):
         if not isinstance(elem, Tile) or not elem.is_static:
             raise self.error("wdata", f"stores need statically shaped tiles, got {elem}")
         if elem.dtype != self.tensor.dtype:
-            raise self.error("wdata", f"tile dtype {elem.dtype} differs from tensor '{self.tensor.name}' dtype {self.tensor.dtype}")
+            raise self.error(
+                "wdata",
+                f"tile dtype {elem.dtype} differs from tensor '{self.tensor.name}' dtype {self.tensor.dtype}",
+            )
         if waddr.rank != wdata.rank or any(
-            isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(waddr.shape, wdata.shape, strict=True)
+            isinstance(a, int) and isinstance(b, int) and a != b
+            for a, b in zip(waddr.shape, wdata.shape, strict=True)
         ):
             from ..dims import shape_str
 
-            raise self.error("wdata", f"shape {shape_str(wdata.shape)} differs from waddr shape {shape_str(waddr.shape)}")
+            raise self.error(
+                "wdata",
+                f"shape {shape_str(wdata.shape)} differs from waddr shape {shape_str(waddr.shape)}",
+            )
         self.tile = (elem.rows, elem.cols)
         self.tiled = tiled_shape(self, self.tensor, self.tile, "wdata")
         self.n_tiles = int(product(self.tiled))
-        self._finish([("waddr", waddr), ("wdata", wdata)], [("ack", StreamType(Tile(bool_, 1, 1), waddr.shape))])
+        self._finish(
+            [("waddr", waddr), ("wdata", wdata)],
+            [("ack", StreamType(Tile(bool_, 1, 1), waddr.shape))],
+        )
 
     def params(self) -> dict[str, Any]:
         return {"tensor": self.tensor.name}
@@ -358,6 +422,9 @@ class RandomOffChipStore(_OffChip):
                 continue
             k = int(np.asarray(addr).reshape(-1)[0])
             if not 0 <= k < self.n_tiles:
-                raise io.fail("waddr", f"tile address {k} outside tensor '{self.tensor.name}' of {self.n_tiles} tiles")
+                raise io.fail(
+                    "waddr",
+                    f"tile address {k} outside tensor '{self.tensor.name}' of {self.n_tiles} tiles",
+                )
             io.write_tile(self.tensor, self.tile, k, io.check_tile(data, self.tile, "wdata"))
             yield from io.send(0, np.ones((1, 1), dtype=bool))

@@ -48,7 +48,9 @@ class Bufferize(Node):
         super().__init__(graph, name)
         x = self._stream(x, "in")
         if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= x.rank:
-            raise self.error("in", f"rank must be an integer in [1, {x.rank}] for input {x.type}, not {rank!r}")
+            raise self.error(
+                "in", f"rank must be an integer in [1, {x.rank}] for input {x.type}, not {rank!r}"
+            )
         if isinstance(x.elem, BufferType):
             raise self.error("in", f"cannot buffer buffer references ({x.elem})")
         self.rank = rank
@@ -112,7 +114,9 @@ class Streamify(Node):
         buffers = self._stream(buffers, "in")
         buf = buffers.elem
         if not isinstance(buf, BufferType):
-            raise self.error("in", f"expected a stream of buffer references (from Bufferize), got {buffers.type}")
+            raise self.error(
+                "in", f"expected a stream of buffer references (from Bufferize), got {buffers.type}"
+            )
         repeat = tuple(repeat)
         if not all(isinstance(r, int) and not isinstance(r, bool) and r >= 1 for r in repeat):
             raise self.error("in", f"repeat must be positive integers, not {list(repeat)}")
@@ -126,14 +130,23 @@ class Streamify(Node):
             if not all(isinstance(d, int) for d in buf.shape):
                 raise self.error("in", f"affine reads need a static buffer, got {buf}")
             out_shape, stride = tuple(out_shape), tuple(stride)
-            if len(out_shape) != len(stride) or not all(isinstance(n, int) and n >= 1 for n in out_shape):
-                raise self.error("stride", f"out_shape {list(out_shape)} and stride {list(stride)} must be equally long positive/non-negative integers")
+            if len(out_shape) != len(stride) or not all(
+                isinstance(n, int) and n >= 1 for n in out_shape
+            ):
+                raise self.error(
+                    "stride",
+                    f"out_shape {list(out_shape)} and stride {list(stride)} must be equally long positive/non-negative integers",
+                )
             if not all(isinstance(s, int) and s >= 0 for s in stride):
-                raise self.error("stride", f"strides must be non-negative integers, not {list(stride)}")
+                raise self.error(
+                    "stride", f"strides must be non-negative integers, not {list(stride)}"
+                )
             size = int(product(buf.shape))
             last = base + sum((n - 1) * s for n, s in zip(out_shape, stride, strict=True))
             if last >= size:
-                raise self.error("stride", f"the read reaches element #{last} of a buffer of {size} elements")
+                raise self.error(
+                    "stride", f"the read reaches element #{last} of a buffer of {size} elements"
+                )
             read_dims: tuple[Dim, ...] = out_shape
         else:
             read_dims = buf.shape
@@ -143,10 +156,16 @@ class Streamify(Node):
         if ref is not None:
             ref = self._stream(ref, "ref")
             if ref.rank < buffers.rank:
-                raise self.error("ref", f"reference {ref.type} has lower rank than the buffer stream {buffers.type}")
+                raise self.error(
+                    "ref",
+                    f"reference {ref.type} has lower rank than the buffer stream {buffers.type}",
+                )
             for a, b in zip(buffers.shape, ref.shape, strict=False):
                 if dims_equal(a, b) is False:
-                    raise self.error("ref", f"reference shape {shape_str(ref.shape)} does not start with the buffer stream shape {shape_str(buffers.shape)}")
+                    raise self.error(
+                        "ref",
+                        f"reference shape {shape_str(ref.shape)} does not start with the buffer stream shape {shape_str(buffers.shape)}",
+                    )
             self.ref_inner = ref.rank - buffers.rank
             inputs.append(("ref", ref))
             shape = (*ref.shape, *read_dims)
@@ -177,7 +196,10 @@ class Streamify(Node):
         size = int(product(self.inputs[0].elem.shape))
         if len(elems) != size:
             raise io.fail("in", f"buffer holds {len(elems)} elements, its static shape {size}")
-        return grid_tokens(self.read_shape, lambda m: [elems[self.base + sum(i * s for i, s in zip(m, self.stride, strict=True))]])
+        return grid_tokens(
+            self.read_shape,
+            lambda m: [elems[self.base + sum(i * s for i, s in zip(m, self.stride, strict=True))]],
+        )
 
     def execute(self, io: Any) -> Iterator[Any]:
         if len(self.inputs) == 1:
@@ -186,7 +208,11 @@ class Streamify(Node):
             yield from self._by_ref(io)
 
     def _static(self, io: Any) -> Iterator[Any]:
-        writer = BlockWriter(lambda t: io.send(0, t), len(self.repeat) + self._read_rank, input_rank=self.inputs[0].rank)
+        writer = BlockWriter(
+            lambda t: io.send(0, t),
+            len(self.repeat) + self._read_rank,
+            input_rank=self.inputs[0].rank,
+        )
         while True:
             tok = yield from io.recv(0)
             if tok is DONE:
@@ -196,11 +222,15 @@ class Streamify(Node):
                 yield from writer.outer_stop(tok.level)
                 continue
             read = self._read(io, tok)
-            yield from writer.block(grid_tokens(self.repeat, lambda m, read=read: read, sub=self._read_rank))
+            yield from writer.block(
+                grid_tokens(self.repeat, lambda m, read=read: read, sub=self._read_rank)
+            )
 
     def _by_ref(self, io: Any) -> Iterator[Any]:
         c = self.ref_inner
-        writer = BlockWriter(lambda t: io.send(0, t), self._read_rank, input_rank=self.inputs[1].rank)
+        writer = BlockWriter(
+            lambda t: io.send(0, t), self._read_rank, input_rank=self.inputs[1].rank
+        )
         while True:
             buf = yield from io.recv(0)
             if buf is DONE:
@@ -212,14 +242,18 @@ class Streamify(Node):
             if isinstance(buf, Stop):  # only reached when c == 0
                 r = yield from io.recv(1)
                 if not (isinstance(r, Stop) and r.level == buf.level):
-                    raise io.fail("ref", f"reference token {r!r} does not line up with buffer-stream {buf!r}")
+                    raise io.fail(
+                        "ref", f"reference token {r!r} does not line up with buffer-stream {buf!r}"
+                    )
                 yield from writer.outer_stop(r.level)
                 continue
             read = self._read(io, buf)
             if c == 0:
                 r = yield from io.recv(1)
                 if not is_data(r):
-                    raise io.fail("ref", f"reference token {r!r} where an element should pair with a buffer")
+                    raise io.fail(
+                        "ref", f"reference token {r!r} where an element should pair with a buffer"
+                    )
                 yield from writer.block(read)
                 continue
             while True:
@@ -234,5 +268,8 @@ class Streamify(Node):
                     if r.level > c:
                         b2 = yield from io.recv(0)
                         if not (isinstance(b2, Stop) and b2.level == r.level - c):
-                            raise io.fail("in", f"buffer-stream token {b2!r} does not line up with reference {r!r}")
+                            raise io.fail(
+                                "in",
+                                f"buffer-stream token {b2!r} does not line up with reference {r!r}",
+                            )
                     break

@@ -59,9 +59,17 @@ def unify_elem(node: Node, types: Sequence[ElemType], ports: Sequence[str]) -> E
         if t == first:
             continue
         if isinstance(first, Tile) and isinstance(t, Tile) and t.dtype == first.dtype:
-            if dims_equal(t.rows, first.rows) is False and isinstance(t.rows, int) and isinstance(first.rows, int):
+            if (
+                dims_equal(t.rows, first.rows) is False
+                and isinstance(t.rows, int)
+                and isinstance(first.rows, int)
+            ):
                 raise node.error(p, f"element {t} differs from {first} on port '{ports[0]}'")
-            if dims_equal(t.cols, first.cols) is False and isinstance(t.cols, int) and isinstance(first.cols, int):
+            if (
+                dims_equal(t.cols, first.cols) is False
+                and isinstance(t.cols, int)
+                and isinstance(first.cols, int)
+            ):
                 raise node.error(p, f"element {t} differs from {first} on port '{ports[0]}'")
             rows = first.rows if dims_equal(t.rows, first.rows) else node.fresh_ragged("rows")
             cols = first.cols if dims_equal(t.cols, first.cols) else node.fresh_ragged("cols")
@@ -81,7 +89,10 @@ def unify_inner(node: Node, streams: Sequence[Stream], ports: Sequence[str]) -> 
         for k, d in enumerate(s.shape[1:]):
             eq = dims_equal(d, inner[k])
             if eq is False and isinstance(d, int) and isinstance(inner[k], int):
-                raise node.error(p, f"shape {shape_str(s.shape)} differs from {shape_str(streams[0].shape)} on port '{ports[0]}'")
+                raise node.error(
+                    p,
+                    f"shape {shape_str(s.shape)} differs from {shape_str(streams[0].shape)} on port '{ports[0]}'",
+                )
             if not eq:
                 inner[k] = node.fresh_ragged(f"d{k}")
     return tuple(inner)
@@ -105,15 +116,23 @@ class Partition(Node):
         if not isinstance(sel.elem, Selector):
             raise self.error("sel", f"expected a selector stream, got {sel.type}")
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank <= x.rank:
-            raise self.error("in", f"rank must be an integer in [0, {x.rank}] for input {x.type}, not {rank!r}")
-        n_outer = len(x.shape) - rank
-        if sel.rank != n_outer - 1 or any(dims_equal(a, b) is False for a, b in zip(sel.shape, x.shape[:n_outer], strict=True)):
             raise self.error(
-                "sel", f"selector shape {shape_str(sel.shape)} must equal the outer dims {shape_str(x.shape[:n_outer])} of input {shape_str(x.shape)} (rank {rank})"
+                "in", f"rank must be an integer in [0, {x.rank}] for input {x.type}, not {rank!r}"
+            )
+        n_outer = len(x.shape) - rank
+        if sel.rank != n_outer - 1 or any(
+            dims_equal(a, b) is False for a, b in zip(sel.shape, x.shape[:n_outer], strict=True)
+        ):
+            raise self.error(
+                "sel",
+                f"selector shape {shape_str(sel.shape)} must equal the outer dims {shape_str(x.shape[:n_outer])} of input {shape_str(x.shape)} (rank {rank})",
             )
         self.rank, self.n = rank, sel.elem.n
         inner = x.shape[n_outer:]
-        outs = [(f"out{i}", StreamType(x.elem, (self.fresh_regular(f"n{i:03d}"), *inner))) for i in range(self.n)]
+        outs = [
+            (f"out{i}", StreamType(x.elem, (self.fresh_regular(f"n{i:03d}"), *inner)))
+            for i in range(self.n)
+        ]
         self._finish([("in", x), ("sel", sel)], outs)
 
     def params(self) -> dict[str, Any]:
@@ -137,13 +156,20 @@ class Partition(Node):
                 if b == 0:
                     x = yield from io.recv(0)
                     if not (isinstance(x, Stop) and x.level == s.level):
-                        raise io.fail("in", f"input token {x!r} does not line up with selector {s!r}")
+                        raise io.fail(
+                            "in", f"input token {x!r} does not line up with selector {s!r}"
+                        )
                 elif s.level != expect_outer:
-                    raise io.fail("sel", f"selector {s!r} does not line up with the input's closing stop S{expect_outer + b}")
+                    raise io.fail(
+                        "sel",
+                        f"selector {s!r} does not line up with the input's closing stop S{expect_outer + b}",
+                    )
                 expect_outer = 0
                 continue
             if expect_outer:
-                raise io.fail("sel", f"selector element where the input closed with S{expect_outer + b}")
+                raise io.fail(
+                    "sel", f"selector element where the input closed with S{expect_outer + b}"
+                )
             targets = _selected(io, s, self.n, "sel")
             toks, level = yield from read_chunk(io, 0, b)
             if b > 0:
@@ -171,14 +197,20 @@ class Parallelize(Node):
             raise self.error("in", f"n must be a positive integer, not {n!r}")
         rank = x.rank if rank is None else rank
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank <= x.rank:
-            raise self.error("in", f"rank must be an integer in [0, {x.rank}] for input {x.type}, not {rank!r}")
+            raise self.error(
+                "in", f"rank must be an integer in [0, {x.rank}] for input {x.type}, not {rank!r}"
+            )
         self.n, self.rank = n, rank
         n_outer = len(x.shape) - rank
         chunks = product(x.shape[:n_outer])
         inner = x.shape[n_outer:]
         outs = []
         for i in range(n):
-            d = chunks // n + (1 if i < chunks % n else 0) if isinstance(chunks, int) else self.fresh_regular(f"n{i:03d}")
+            d = (
+                chunks // n + (1 if i < chunks % n else 0)
+                if isinstance(chunks, int)
+                else self.fresh_regular(f"n{i:03d}")
+            )
             outs.append((f"out{i}", StreamType(x.elem, (d, *inner))))
         self._finish([("in", x)], outs)
 
@@ -220,7 +252,14 @@ class Reassemble(Node):
 
     kind = "Reassemble"
 
-    def __init__(self, inputs: Sequence[Stream], sel: Stream, *, count: int | None = None, name: str | None = None):
+    def __init__(
+        self,
+        inputs: Sequence[Stream],
+        sel: Stream,
+        *,
+        count: int | None = None,
+        name: str | None = None,
+    ):
         inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
         graph = inputs[0].graph if inputs and isinstance(inputs[0], Stream) else None
         super().__init__(graph, name)
@@ -233,7 +272,9 @@ class Reassemble(Node):
             raise self.error("sel", f"expected a selector over {len(ins)} inputs, got {sel.type}")
         elem = unify_elem(self, [s.elem for s in ins], ports)
         inner = unify_inner(self, ins, ports)
-        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
+        if count is not None and (
+            isinstance(count, bool) or not isinstance(count, int) or count < 0
+        ):
             raise self.error("sel", f"count must be a non-negative integer, not {count!r}")
         if count == 0 and ins[0].rank > 0:
             raise self.error("sel", "count 0 would make an empty non-innermost dimension")
@@ -265,9 +306,14 @@ class Reassemble(Node):
                 continue
             chosen = _selected(io, s, n, "sel")
             if self.count is not None and len(chosen) != self.count:
-                raise io.fail("sel", f"selector sets {len(chosen)} bits, declared count {self.count}")
+                raise io.fail(
+                    "sel", f"selector sets {len(chosen)} bits, declared count {self.count}"
+                )
             if not chosen and a > 0:
-                raise io.fail("sel", "selector selects no input; the empty non-innermost dimension cannot be written")
+                raise io.fail(
+                    "sel",
+                    "selector selects no input; the empty non-innermost dimension cannot be written",
+                )
             group: list[Token] = []
             for i in chosen:
                 toks, _ = yield from read_chunk(io, i, a)
@@ -304,7 +350,10 @@ class EagerMerge(Node):
         total = sp.Add(*[sp.sympify(s.shape[0]) for s in ins])
         total = int(total) if total.is_Integer else total
         self.chunk_rank = ins[0].rank
-        outs = [("data", StreamType(elem, (total, *inner))), ("sel", StreamType(Selector(len(ins)), (total,)))]
+        outs = [
+            ("data", StreamType(elem, (total, *inner))),
+            ("sel", StreamType(Selector(len(ins)), (total,))),
+        ]
         self._finish(list(zip(ports, ins, strict=True)), outs)
 
     def execute(self, io: Any) -> Iterator[Any]:

@@ -22,7 +22,9 @@ __all__ = ["Expand", "Flatten", "Promote", "RepeatStatic", "Reshape"]
 
 def _rank_arg(node: Node, value: Any, lo: int, hi: int, what: str, x: Stream) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise node.error("in", f"{what} must be an integer in [{lo}, {hi}] for input {x.type}, not {value!r}")
+        raise node.error(
+            "in", f"{what} must be an integer in [{lo}, {hi}] for input {x.type}, not {value!r}"
+        )
     return value
 
 
@@ -44,7 +46,11 @@ class Flatten(Node):
         if self.hi <= self.lo:
             raise self.error("in", f"hi ({hi}) must be greater than lo ({lo})")
         n = len(x.shape)
-        outer, merged, inner = x.shape[: n - 1 - self.hi], x.shape[n - 1 - self.hi : n - self.lo], x.shape[n - self.lo :]
+        outer, merged, inner = (
+            x.shape[: n - 1 - self.hi],
+            x.shape[n - 1 - self.hi : n - self.lo],
+            x.shape[n - self.lo :],
+        )
         d = absorb(product(merged), lambda: self.fresh_ragged("n"))
         self._finish([("in", x)], [("out", StreamType(x.elem, (*outer, d, *inner)))])
 
@@ -75,7 +81,16 @@ class Reshape(Node):
 
     kind = "Reshape"
 
-    def __init__(self, x: Stream, chunk: int, rank: int = 0, *, pad: Any = None, pad_flags: bool = False, name: str | None = None):
+    def __init__(
+        self,
+        x: Stream,
+        chunk: int,
+        rank: int = 0,
+        *,
+        pad: Any = None,
+        pad_flags: bool = False,
+        name: str | None = None,
+    ):
         graph = x.graph if isinstance(x, Stream) else None
         super().__init__(graph, name)
         x = self._stream(x, "in")
@@ -86,14 +101,26 @@ class Reshape(Node):
         n = len(x.shape)
         d = x.shape[n - 1 - self.rank]
         if self.rank > 0 and (not is_static(d) or d % chunk):
-            raise self.error("in", f"dim of rank {self.rank} ({d}) in {shape_str(x.shape)} must be static and divisible by {chunk}")
+            raise self.error(
+                "in",
+                f"dim of rank {self.rank} ({d}) in {shape_str(x.shape)} must be static and divisible by {chunk}",
+            )
         if self.rank == 0 and pad is None and is_static(d) and d % chunk:
-            raise self.error("in", f"innermost dim {d} is not divisible by {chunk}; give pad= to pad it")
+            raise self.error(
+                "in", f"innermost dim {d} is not divisible by {chunk}; give pad= to pad it"
+            )
         if pad is not None:
             e = x.elem
             arr = np.asarray(pad)
-            if isinstance(e, Tile) and e.is_static and (arr.shape != (e.rows, e.cols) or arr.dtype != e.dtype.numpy):
-                raise self.error("in", f"pad of shape {arr.shape} and dtype {arr.dtype} does not match element {e}")
+            if (
+                isinstance(e, Tile)
+                and e.is_static
+                and (arr.shape != (e.rows, e.cols) or arr.dtype != e.dtype.numpy)
+            ):
+                raise self.error(
+                    "in",
+                    f"pad of shape {arr.shape} and dtype {arr.dtype} does not match element {e}",
+                )
         self.pad = pad
         outs = ceil_div(d, chunk)
         outs = absorb(outs, lambda: self.fresh_ragged("chunks"))
@@ -141,7 +168,10 @@ class Reshape(Node):
             if count == 0:
                 return
             if self.pad is None:
-                raise io.fail("in", f"a vector of {count} trailing elements is not a multiple of {self.chunk} and no pad was given")
+                raise io.fail(
+                    "in",
+                    f"a vector of {count} trailing elements is not a multiple of {self.chunk} and no pad was given",
+                )
             for _ in range(self.chunk - count):
                 yield from data.data(np.array(self.pad, copy=True))
                 if flags:
@@ -218,7 +248,9 @@ class Promote(Node):
         else:
             while True:
                 tok = yield from io.recv(0)
-                yield from io.send(0, Stop(promote_stop(tok.level, self.rank)) if isinstance(tok, Stop) else tok)
+                yield from io.send(
+                    0, Stop(promote_stop(tok.level, self.rank)) if isinstance(tok, Stop) else tok
+                )
                 if tok is DONE:
                     return
 
@@ -259,14 +291,20 @@ class Expand(Node):
         x = self._stream(x, "in")
         ref = self._stream(ref, "ref")
         if x.rank != ref.rank:
-            raise self.error("ref", f"reference rank {ref.rank} ({shape_str(ref.shape)}) differs from input rank {x.rank} ({shape_str(x.shape)})")
+            raise self.error(
+                "ref",
+                f"reference rank {ref.rank} ({shape_str(ref.shape)}) differs from input rank {x.rank} ({shape_str(x.shape)})",
+            )
         self.rank = _rank_arg(self, rank, 1, x.rank, "rank", x)
         n = len(x.shape)
         if any(d != 1 for d in x.shape[n - self.rank :]):
             raise self.error("in", f"the inner {self.rank} dims of {shape_str(x.shape)} must be 1")
         for a, b in zip(x.shape[: n - self.rank], ref.shape[: n - self.rank], strict=True):
             if dims_equal(a, b) is False:
-                raise self.error("ref", f"reference shape {shape_str(ref.shape)} does not match input shape {shape_str(x.shape)} outside the inner {self.rank} dims")
+                raise self.error(
+                    "ref",
+                    f"reference shape {shape_str(ref.shape)} does not match input shape {shape_str(x.shape)} outside the inner {self.rank} dims",
+                )
         self._finish([("in", x), ("ref", ref)], [("out", StreamType(x.elem, ref.shape))])
 
     def params(self) -> dict[str, Any]:
@@ -288,7 +326,10 @@ class Expand(Node):
                 raise io.fail("in", f"expected an element, got {x!r} (inner dims must be 1)")
             closing = yield from io.recv(0)
             if not (isinstance(closing, Stop) and closing.level >= self.rank):
-                raise io.fail("in", f"element followed by {closing!r}; inner dims of size 1 close with S{self.rank} or higher")
+                raise io.fail(
+                    "in",
+                    f"element followed by {closing!r}; inner dims of size 1 close with S{self.rank} or higher",
+                )
             while True:
                 r = yield from io.recv(1)
                 if r is DONE:
@@ -297,7 +338,10 @@ class Expand(Node):
                     yield from io.send(0, x)
                     continue
                 if r.level >= self.rank and r.level != closing.level:
-                    raise io.fail("ref", f"reference closes with {r!r} where the input closes with {closing!r}")
+                    raise io.fail(
+                        "ref",
+                        f"reference closes with {r!r} where the input closes with {closing!r}",
+                    )
                 yield from io.send(0, r)
                 if r.level >= self.rank:
                     break

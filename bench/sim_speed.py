@@ -1,0 +1,78 @@
+"""Simulator speed at full model size (paper profile, timing-only mode).
+
+Writes ``build/bench/sim_speed.json``:
+``{"cases": [{"name", "wall_s", "target_s", "events_per_s", "sim_cycles"}]}``.
+Graph construction and input preparation are outside the timed region; the simulation itself
+(engine set-up included) is inside.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import time
+
+import numpy as np
+
+from examples import attention, moe, traces
+from sim import PaperProfile, simulate
+
+
+def _routing_tensors(cfg: moe.MoEConfig, choices: np.ndarray) -> dict[str, np.ndarray]:
+    batch, k = choices.shape
+    token_sel = np.zeros((batch, cfg.experts), np.int32)
+    token_sel[np.arange(batch)[:, None], choices] = 1
+    slot_sel = np.zeros((batch * k, cfg.experts), np.int32)
+    slot_sel[np.arange(batch * k), choices.reshape(-1)] = 1
+    return {"token_sel": token_sel, "slot_sel": slot_sel}
+
+
+def _moe_case(cfg: moe.MoEConfig, batch: int, schedule: moe.MoESchedule):
+    choices = traces.synthetic_routing(batch, cfg.experts, cfg.top_k, seed=0)
+    return moe.build(cfg, schedule, batch), _routing_tensors(cfg, choices)
+
+
+def _attention_case(batch: int, regions: int):
+    cfg = attention.QWEN
+    lengths = traces.synthetic_kv_lengths(batch, mean=1000, sigma=0.8, high=cfg.max_len - 1, seed=0)
+    return attention.build(cfg, "dynamic", batch, regions=regions), attention.control_inputs(
+        cfg, lengths
+    )
+
+
+CASES = [
+    (
+        "qwen3_moe_b64_static32",
+        5.0,
+        lambda: _moe_case(moe.QWEN, 64, moe.MoESchedule("static", tile_n=32)),
+    ),
+    (
+        "mixtral_moe_b1024_dynamic",
+        30.0,
+        lambda: _moe_case(moe.MIXTRAL, 1024, moe.MoESchedule("dynamic")),
+    ),
+    ("attention_b64_dynamic_r4", 5.0, lambda: _attention_case(64, 4)),
+]
+
+
+def main() -> None:
+    out = pathlib.Path("build/bench")
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name, target, make in CASES:
+        graph, memory = make()
+        t0 = time.perf_counter()
+        result = simulate(graph, memory, functional=False, profile=PaperProfile())
+        wall = time.perf_counter() - t0
+        rows.append(
+            {"name": name, "wall_s": round(wall, 3), "target_s": target,
+             "events_per_s": round(result.events / wall, 1), "sim_cycles": result.cycles}
+        )  # fmt: skip
+        print(
+            f"{name:<28} {wall:7.2f} s (target {target:4.0f} s)  {result.cycles:>12} cycles  {result.events:>8} events"
+        )
+    (out / "sim_speed.json").write_text(json.dumps({"cases": rows}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
