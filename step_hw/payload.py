@@ -1,0 +1,157 @@
+"""The token payload of every hardware stream, and packing shared by all test tiers.
+
+One beat of a stream carries one token, with the separate-token encoding of
+``docs/semantics.md``::
+
+    bit 0..1            kind    DATA = 0, STOP = 1, DONE = 2
+    bit 2..2+L-1        level   the stop level (STOP beats; 0 otherwise)
+    bit 2+L..           data    the element (DATA beats; 0 otherwise)
+
+A tile element is ``rows x cols`` two's-complement values of the element width, row-major from
+the least significant bits; a selector is ``n`` bits (bit ``i`` set: target ``i`` selected).
+Lone STOP beats write empty inner dimensions and the DONE beat ends the stream, so every stream
+the language can express has a hardware encoding (STEP_REFERENCE §11, point 1).
+
+:class:`TokenFormat` builds the Amaranth layout (``lib.data.StructLayout``) and the stream
+signature, and packs / unpacks tokens to integers, the form the Amaranth simulator and cocotb both
+use.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from amaranth.hdl import signed, unsigned
+from amaranth.lib import data, stream
+
+from step_lang.errors import StepTypeError
+from step_lang.tokens import DONE, Stop, Token
+from step_lang.types import ElemType, Selector, Tile
+
+from .config import HwConfig
+
+__all__ = ["Kind", "TokenFormat"]
+
+KIND_BITS = 2
+
+
+class Kind(enum.IntEnum):
+    """What a beat carries."""
+
+    DATA = 0
+    STOP = 1
+    DONE = 2
+
+
+@dataclass(frozen=True)
+class TokenFormat:
+    """Payload format of one stream: its element and the stop-level width.
+
+    Use :meth:`for_elem` to derive it from a step_lang element type and a :class:`HwConfig`.
+    """
+
+    kind: str  # "tile" or "selector"
+    rows: int = 1
+    cols: int = 1
+    elem_bits: int = 16
+    n: int = 0
+    level_bits: int = 3
+
+    @classmethod
+    def for_elem(cls, elem: ElemType, config: HwConfig, *, where: str = "stream") -> TokenFormat:
+        """The format of a stream of ``elem`` under ``config``; rejects what the hardware lacks."""
+        if isinstance(elem, Selector):
+            return cls("selector", n=elem.n, level_bits=config.level_bits)
+        if isinstance(elem, Tile):
+            if not elem.is_static:
+                raise StepTypeError(f"{where}: tile {elem} has a dynamic shape; hardware tiles are static")
+            if elem.rows > config.tile_rows or elem.cols > config.tile_cols:
+                raise StepTypeError(
+                    f"{where}: tile {elem} does not fit the configured {config.tile_rows}x{config.tile_cols} tile"
+                )
+            if elem.dtype.kind not in ("int", "uint", "bool") or elem.dtype.nbytes * 8 > config.acc.nbytes * 8:
+                raise StepTypeError(f"{where}: dtype {elem.dtype} is not supported by the hardware ({config.elem_dtype}/{config.acc_dtype})")
+            return cls("tile", rows=elem.rows, cols=elem.cols, elem_bits=elem.dtype.nbytes * 8 if elem.dtype.kind != "bool" else 1,
+                       level_bits=config.level_bits)  # fmt: skip
+        raise StepTypeError(f"{where}: element {elem} has no hardware encoding")
+
+    # -- Amaranth ---------------------------------------------------------------------------------
+
+    @property
+    def data_shape(self):
+        if self.kind == "selector":
+            return unsigned(self.n)
+        shape = signed(self.elem_bits) if self.elem_bits > 1 else unsigned(1)
+        return data.ArrayLayout(data.ArrayLayout(shape, self.cols), self.rows)
+
+    def layout(self) -> data.StructLayout:
+        """The payload layout: ``kind``, ``level``, ``data`` from the least significant bit."""
+        return data.StructLayout({"kind": unsigned(KIND_BITS), "level": unsigned(self.level_bits), "data": self.data_shape})
+
+    def signature(self) -> stream.Signature:
+        """The stream signature of this format."""
+        return stream.Signature(self.layout())
+
+    @property
+    def data_bits(self) -> int:
+        return self.n if self.kind == "selector" else self.rows * self.cols * self.elem_bits
+
+    @property
+    def width(self) -> int:
+        return KIND_BITS + self.level_bits + self.data_bits
+
+    # -- packing ----------------------------------------------------------------------------------
+
+    def pack(self, token: Token) -> int:
+        """The payload bits of one token."""
+        if token is DONE:
+            return int(Kind.DONE)
+        if isinstance(token, Stop):
+            if token.level >= 2**self.level_bits:
+                raise ValueError(f"stop level {token.level} does not fit {self.level_bits} level bits")
+            return int(Kind.STOP) | token.level << KIND_BITS
+        return int(Kind.DATA) | self._pack_data(token) << (KIND_BITS + self.level_bits)
+
+    def unpack(self, bits: int) -> Token:
+        """The token of some payload bits (data as numpy arrays: int64 tiles, bool selectors)."""
+        kind = bits & (2**KIND_BITS - 1)
+        if kind == Kind.DONE:
+            return DONE
+        if kind == Kind.STOP:
+            return Stop((bits >> KIND_BITS) & (2**self.level_bits - 1))
+        if kind != Kind.DATA:
+            raise ValueError(f"payload {bits:#x} has kind {kind}, which is none of DATA, STOP, DONE")
+        return self._unpack_data(bits >> (KIND_BITS + self.level_bits))
+
+    def _pack_data(self, value: Any) -> int:
+        arr = np.asarray(value)
+        if self.kind == "selector":
+            if arr.shape != (self.n,):
+                raise ValueError(f"selector of shape {arr.shape}, format has {self.n} bits")
+            return sum(1 << i for i, b in enumerate(arr) if b)
+        if arr.shape != (self.rows, self.cols):
+            raise ValueError(f"tile of shape {arr.shape}, format is {self.rows}x{self.cols}")
+        w = self.elem_bits
+        lo, hi = (0, 1) if w == 1 else (-(2 ** (w - 1)), 2 ** (w - 1) - 1)
+        out = 0
+        for i, v in enumerate(arr.reshape(-1).tolist()):
+            v = int(v)
+            if not lo <= v <= hi:
+                raise ValueError(f"value {v} does not fit a {w}-bit element")
+            out |= (v & (2**w - 1)) << (i * w)
+        return out
+
+    def _unpack_data(self, bits: int) -> np.ndarray:
+        if self.kind == "selector":
+            return np.array([(bits >> i) & 1 == 1 for i in range(self.n)], dtype=bool)
+        w = self.elem_bits
+        vals = []
+        for i in range(self.rows * self.cols):
+            v = (bits >> (i * w)) & (2**w - 1)
+            if w > 1 and v >= 2 ** (w - 1):
+                v -= 2**w
+            vals.append(v)
+        return np.array(vals, dtype=np.int64).reshape(self.rows, self.cols)
