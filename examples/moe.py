@@ -199,8 +199,10 @@ def build(
         rows_e = RetileStreamify(outs[e], is_pad=pad_masks[e], name=f"unpack{e}").out
         scaled.append(Map(rows_e, per_expert_w[e], fn=F.mul, name=f"scale{e}").out)
         # Gathering takes rows in token order, so one expert's results wait for another's: its
-        # queue holds up to every token of the batch (one expert may receive them all).
+        # queue holds up to every token of the batch (one expert may receive them all). The
+        # routing weights wait for the expert's results the same way.
         g.set_queue_depth(scaled[-1], batch)
+        g.set_queue_depth(per_expert_w[e], batch)
     gathered = Reassemble(scaled, gather_sel, count=k, name="gather").out
     combined = Accum(gathered, fn=F.accum_add, rank=1, name="combine").out
     LinearOffChipStore(combined, out_t, name="store")
