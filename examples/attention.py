@@ -99,7 +99,6 @@ from step_lang import (
     RandomOffChipLoad,
     RandomOffChipStore,
     Reassemble,
-    Reshape,
     Selector,
     Sink,
     Stream,
@@ -321,14 +320,25 @@ def build(config: AttentionConfig, schedule: str, batch: int, regions: int = 4) 
     # The request queue as [B, 1]: one single-element vector per request. Per-request FlatMaps
     # then keep a stop between requests (over a rank-0 [B] stream they would concatenate every
     # request's tiles into one vector), and Partition/Parallelize move one request per chunk.
+    if schedule == "coarse":
+        # Each region reads its own block of request ids: no shared distributor, which with
+        # shallow queues would hand a whole block to one region before the next could start.
+        block = batch // regions
+        lanes = [
+            Flatten(
+                LinearOffChipLoad(t.req_idx, tile=(1, 1), out_shape=(block, 1), base=r * block, name=f"queue{r}").out,
+                1,
+                2,
+                name=f"block{r}",
+            ).out
+            for r in range(regions)
+        ]
+        signals = [_region(t, config, r, lane, signal=False) for r, lane in enumerate(lanes)]
+        return g
     queue = LinearOffChipLoad(t.req_idx, tile=(1, 1), out_shape=(batch, 1), name="queue").out
     queue = Flatten(queue, 1, 2, name="requests").out
     if schedule == "interleaved":
         lanes = Parallelize(queue, regions, rank=1, name="dispatch").outputs
-    elif schedule == "coarse":
-        blocks = Reshape(queue, batch // regions, rank=1, name="blocks").out
-        dealt = Parallelize(blocks, regions, rank=2, name="dispatch").outputs
-        lanes = [Flatten(s, 1, 2, name=f"block{r}").out for r, s in enumerate(dealt)]
     else:
         free = Feedback(g, StreamType(Tile(int64, 1, 1), (regular("free_n"),)), name="free")
         lanes = _dynamic_dispatch(t, queue, free.out, batch, regions)

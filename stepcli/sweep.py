@@ -1,0 +1,174 @@
+"""Design-space sweeps: a TOML spec of parameter grids, run on a local process pool or on Dask.
+
+Spec::
+
+    example = "moe"            # an example of `step metrics --list`
+    functional = false          # timing-only by default
+    output = "build/sweeps/qwen_tiles.csv"   # optional
+
+    [fixed]                     # parameters common to every point
+    model = "qwen"
+    batch = 64
+
+    [grid]                      # the cartesian product of these lists
+    tiling = ["static"]
+    tile_n = [8, 16, 32, 64]
+
+Results are one CSV row per point. Points already in the output file are skipped, so an
+interrupted sweep resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import pathlib
+import sys
+import time
+import tomllib
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import Any
+
+from .registry import UsageError, example, run_point
+
+__all__ = ["SweepSpec", "load_spec", "run_sweep"]
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A parsed sweep specification."""
+
+    example: str
+    points: list[dict[str, Any]]
+    functional: bool
+    output: pathlib.Path
+
+
+def load_spec(path: str | pathlib.Path) -> SweepSpec:
+    """Read and check a sweep spec; raises :class:`UsageError` with the reason."""
+    path = pathlib.Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise UsageError(f"cannot read sweep spec {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"sweep spec {path} is not valid TOML: {exc}") from exc
+    unknown = sorted(set(raw) - {"example", "functional", "output", "fixed", "grid"})
+    if unknown:
+        raise UsageError(f"sweep spec {path}: unknown key(s) {', '.join(unknown)}")
+    if "example" not in raw:
+        raise UsageError(f"sweep spec {path}: missing 'example'")
+    ex = example(raw["example"])
+    fixed = raw.get("fixed", {})
+    grid = raw.get("grid", {})
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise UsageError(f"sweep spec {path}: grid.{key} must be a non-empty list")
+    keys = list(grid)
+    points = [dict(fixed, **dict(zip(keys, combo, strict=True))) for combo in itertools.product(*(grid[k] for k in keys))]
+    for p in points:
+        ex.params(p)  # unknown parameters fail here, before anything runs
+    output = pathlib.Path(raw.get("output", f"build/sweeps/{path.stem}.csv"))
+    return SweepSpec(raw["example"], points, bool(raw.get("functional", False)), output)
+
+
+def _key(row: dict[str, Any], params: Iterable[str]) -> str:
+    return json.dumps({k: str(row[k]) for k in sorted(params)})
+
+
+def _read_done(path: pathlib.Path, params: Iterable[str]) -> dict[str, dict[str, Any]]:
+    if not path.exists():
+        return {}
+    with path.open(newline="") as f:
+        return {_key(r, params): r for r in csv.DictReader(f)}
+
+
+def _progress(done: int, total: int, started: float, stream=sys.stderr) -> None:
+    width = 30
+    filled = int(width * done / total) if total else width
+    rate = done / (time.perf_counter() - started + 1e-9)
+    stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}  {rate:5.2f} points/s")
+    if done == total:
+        stream.write("\n")
+    stream.flush()
+
+
+def run_sweep(
+    spec: SweepSpec,
+    *,
+    workers: int = 2,
+    scheduler: str | None = None,
+    cluster: str | None = None,
+    progress: bool = True,
+    on_row: Callable[[dict], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run every point not yet in ``spec.output``; return all rows in spec order.
+
+    Runs on a local process pool of ``workers``, or on Dask: ``scheduler`` is the address of a
+    running scheduler, ``cluster="local"`` starts a ``LocalCluster`` of ``workers`` workers.
+    """
+    ex = example(spec.example)
+    names = list(ex.defaults)
+    full = [ex.params(p) for p in spec.points]
+    done = _read_done(spec.output, names)
+    todo = [p for p in full if _key(p, names) not in done]
+    rows: dict[str, dict[str, Any]] = dict(done)
+    started = time.perf_counter()
+    if progress and todo:
+        _progress(0, len(todo), started)
+
+    def collect(results: Iterable[dict[str, Any]]) -> None:
+        for i, row in enumerate(results, start=1):
+            rows[_key(row, names)] = row
+            _append(spec.output, row)
+            if on_row:
+                on_row(row)
+            if progress:
+                _progress(i, len(todo), started)
+
+    if todo:
+        if scheduler or cluster:
+            collect(_dask(spec, todo, workers, scheduler, cluster))
+        else:
+            collect(_pool(spec, todo, workers))
+    return [rows[_key(p, names)] for p in full]
+
+
+def _pool(spec: SweepSpec, todo: list[dict], workers: int) -> Iterable[dict]:
+    if workers <= 1:
+        for p in todo:
+            yield run_point(spec.example, p, spec.functional)
+        return
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(run_point, spec.example, p, spec.functional) for p in todo]
+        for fut in as_completed(futures):
+            yield fut.result()
+
+
+def _dask(spec: SweepSpec, todo: list[dict], workers: int, scheduler: str | None, cluster: str | None) -> Iterable[dict]:
+    from dask.distributed import Client, LocalCluster, as_completed as dask_completed
+
+    if cluster not in (None, "local"):
+        raise UsageError(f"--cluster takes 'local', not {cluster!r}; give a scheduler address with --scheduler")
+    local = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) if cluster else None
+    try:
+        with Client(local if local else scheduler) as client:
+            futures = [client.submit(run_point, spec.example, p, spec.functional, pure=False) for p in todo]
+            for fut in dask_completed(futures):
+                yield fut.result()
+    finally:
+        if local:
+            local.close()
+
+
+def _append(path: pathlib.Path, row: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists()
+    with path.open("a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(row))
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
