@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 LINT_DIRS := step_lang step_hw sim rtl_tests tests examples bench
 
-.PHONY: venv test lint bench clean
+.PHONY: venv test lint bench experiments clean
 
 venv: $(STAMP)
 
@@ -23,6 +23,11 @@ $(STAMP): pyproject.toml
 # Verilator builds go to build/.
 test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The paper's experiments (`step paper`); TRACES=../shared/traces uses recorded traces.
+TRACES ?=
+experiments: $(STAMP)
+	$(PY) -m bench.experiments_time $(if $(TRACES),--traces $(TRACES))
 
 # Benchmarks write JSON under build/bench/.
 bench: $(STAMP)

@@ -326,7 +326,9 @@ def build(config: AttentionConfig, schedule: str, batch: int, regions: int = 4) 
         block = batch // regions
         lanes = [
             Flatten(
-                LinearOffChipLoad(t.req_idx, tile=(1, 1), out_shape=(block, 1), base=r * block, name=f"queue{r}").out,
+                LinearOffChipLoad(
+                    t.req_idx, tile=(1, 1), out_shape=(block, 1), base=r * block, name=f"queue{r}"
+                ).out,
                 1,
                 2,
                 name=f"block{r}",

@@ -79,7 +79,7 @@ class MoEConfig:
 
 MIXTRAL = MoEConfig("mixtral", 4096, 14336, 8, 2)
 QWEN = MoEConfig("qwen", 2048, 768, 128, 8)
-SMALL = MoEConfig("small", 16, 32, 4, 2)
+SMALL = MoEConfig("small", 16, 64, 4, 2)
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,12 @@ def _routing_trace(root: pathlib.Path | None, model: str, batch: int) -> str:
 # -- Fig. 9 / 10 --------------------------------------------------------------------------------
 
 TILES = {64: [8, 16, 32, 64], 1024: [16, 32, 64, 128, 256, 512, 1024]}
-PAPER_PID = {("mixtral", 64): 1.33, ("qwen", 64): 2.11, ("mixtral", 1024): 1.86, ("qwen", 1024): 1.87}
+PAPER_PID = {
+    ("mixtral", 64): 1.33,
+    ("qwen", 64): 2.11,
+    ("mixtral", 1024): 1.86,
+    ("qwen", 1024): 1.87,
+}
 
 
 def dynamic_tiling(root, out, workers, headlines, plt) -> None:
@@ -97,16 +102,41 @@ def dynamic_tiling(root, out, workers, headlines, plt) -> None:
         sel = [r for r in rows if r["model"] == model and r["batch"] == batch]
         static = [r for r in sel if r["tiling"] == "static"]
         figure = "Fig. 9" if batch == 64 else "Fig. 10"
-        for bw, note in ((6400, "artifact compute (dynamic 6400, static 4096 FLOPs/cycle)"), (4096, "equal compute (4096 FLOPs/cycle)")):
+        for bw, note in (
+            (6400, "artifact compute (dynamic 6400, static 4096 FLOPs/cycle)"),
+            (4096, "equal compute (4096 FLOPs/cycle)"),
+        ):
             d = next(r for r in sel if r["tiling"] == "dynamic" and r["compute_bw"] == bw)
-            v = pid((d["cycles"], d["onchip_bytes"]), [(r["cycles"], r["onchip_bytes"]) for r in static])
-            headlines.append({"name": f"PID dynamic tiling, {model}, batch {batch}, {note}", "figure": figure, "paper": paper, "ours": round(v, 3)})
+            v = pid(
+                (d["cycles"], d["onchip_bytes"]), [(r["cycles"], r["onchip_bytes"]) for r in static]
+            )
+            headlines.append(
+                {
+                    "name": f"PID dynamic tiling, {model}, batch {batch}, {note}",
+                    "figure": figure,
+                    "paper": paper,
+                    "ours": round(v, 3),
+                }
+            )
             if bw == 6400:
                 dyn, value = d, v
-        ax.plot([r["onchip_bytes"] / 2**20 for r in static], [r["cycles"] / 1e6 for r in static], "o-", label="static tile_n")
+        ax.plot(
+            [r["onchip_bytes"] / 2**20 for r in static],
+            [r["cycles"] / 1e6 for r in static],
+            "o-",
+            label="static tile_n",
+        )
         for r in static:
-            ax.annotate(str(r["tile_n"]), (r["onchip_bytes"] / 2**20, r["cycles"] / 1e6), fontsize=8)
-        ax.plot([dyn["onchip_bytes"] / 2**20], [dyn["cycles"] / 1e6], "r*", markersize=12, label=f"dynamic (PID {value:.2f})")
+            ax.annotate(
+                str(r["tile_n"]), (r["onchip_bytes"] / 2**20, r["cycles"] / 1e6), fontsize=8
+            )
+        ax.plot(
+            [dyn["onchip_bytes"] / 2**20],
+            [dyn["cycles"] / 1e6],
+            "r*",
+            markersize=12,
+            label=f"dynamic (PID {value:.2f})",
+        )
         ax.set(title=f"{model}, batch {batch}", xlabel="on-chip memory (MiB)", ylabel="cycles (M)")
         ax.legend()
     _save(fig, out, "fig9_10_dynamic_tiling")
@@ -123,13 +153,25 @@ def _algorithmic_flops(choices: np.ndarray, cfg: moe.MoEConfig, tile_n: int | No
     for n in counts:
         b = int(n) if tile_n is None else math.ceil(int(n) / tile_n) * tile_n
         # gate, up and down matmuls; SiLU (8 per element) and the multiply on [b, F]
-        total += 2 * b * cfg.hidden * cfg.intermediate * 3 + 8 * b * cfg.intermediate + b * cfg.intermediate
+        total += (
+            2 * b * cfg.hidden * cfg.intermediate * 3
+            + 8 * b * cfg.intermediate
+            + b * cfg.intermediate
+        )
     return total
 
 
 def time_multiplexing(root, out, workers, headlines, plt) -> None:
     trace = _routing_trace(root, "qwen", 64)
-    base = {"model": "qwen", "batch": 64, "tile_f": 48, "compute_bw": 1024, "trace": trace, "skew": 1.2, "seed": 1}
+    base = {
+        "model": "qwen",
+        "batch": 64,
+        "tile_f": 48,
+        "compute_bw": 1024,
+        "trace": trace,
+        "skew": 1.2,
+        "seed": 1,
+    }
     variants = {"static": {"tiling": "static", "tile_n": 32}, "dynamic": {"tiling": "dynamic"}}
     jobs = [("moe", {**base, **v, "regions": r}) for v in variants.values() for r in REGIONS]
     rows = _run_all(jobs, workers)
@@ -146,14 +188,26 @@ def time_multiplexing(root, out, workers, headlines, plt) -> None:
         (("static", variants["static"]), 1.01, 2.64, "Fig. 12a"),
         (("dynamic", variants["dynamic"]), 1.05, 2.51, "Fig. 12b"),
     ):
-        sel = sorted((r for r in rows if r["tiling"] == spec["tiling"]), key=lambda r: -r["regions"])
+        sel = sorted(
+            (r for r in rows if r["tiling"] == spec["tiling"]), key=lambda r: -r["regions"]
+        )
         base_row = sel[0]
         ok = [r for r in sel if r["cycles"] <= overhead * base_row["cycles"]]
         gain = max(r["utilization"] for r in ok) / base_row["utilization"]
         headlines.append({"name": f"time-multiplexing utilisation gain, {name} tiling (<= {round((overhead - 1) * 100)}% cycles)",
                           "figure": fig_id, "paper": paper, "ours": round(gain, 3)})  # fmt: skip
-        ax.plot([128 // r["regions"] for r in sel], [r["utilization"] for r in sel], "o-", label=f"{name} tiling")
-    ax.set(xscale="log", xlabel="experts per region", ylabel="compute utilisation", title="Qwen3 MoE, batch 64")
+        ax.plot(
+            [128 // r["regions"] for r in sel],
+            [r["utilization"] for r in sel],
+            "o-",
+            label=f"{name} tiling",
+        )
+    ax.set(
+        xscale="log",
+        xlabel="experts per region",
+        ylabel="compute utilisation",
+        title="Qwen3 MoE, batch 64",
+    )
     ax.legend()
     _save(fig, out, "fig12_time_multiplexing")
 
@@ -188,11 +242,15 @@ def dynamic_parallelization(root, out, workers, headlines, plt) -> None:
     cases: list[tuple[str, int, dict]] = []  # (label, batch, kv params)
     for label, stdevs in (("low", LOW), ("high", HIGH), ("med", MED)):
         files = _kv_traces(root, 64, stdevs)
-        kvs = [{"trace": f, "batch": 64} for f in files] or [_synthetic_kv(label, 64, i) for i in range(3)]
+        kvs = [{"trace": f, "batch": 64} for f in files] or [
+            _synthetic_kv(label, 64, i) for i in range(3)
+        ]
         cases += [(label, 64, kv) for kv in kvs]
     for label, stdevs in B16.items():
         files = _kv_traces(root, 16, stdevs)
-        kvs = [{"trace": f, "batch": 16} for f in files] or [_synthetic_kv(label, 16, i) for i in range(3)]
+        kvs = [{"trace": f, "batch": 16} for f in files] or [
+            _synthetic_kv(label, 16, i) for i in range(3)
+        ]
         cases += [(label, 16, kv) for kv in kvs]
     fig15 = _kv_traces(root, 64, (996,))
     for b in (16, 32, 48, 64):
@@ -209,15 +267,43 @@ def dynamic_parallelization(root, out, workers, headlines, plt) -> None:
     _write_csv(out / "dynpar.csv", table)
     for label, paper_lo, paper_hi in (("low", 1.14, 1.26), ("high", 1.47, 1.57)):
         vals = [t["vs_interleaved"] for t in table if t["class"] == label and t["batch"] == 64]
-        headlines.append({"name": f"dynamic vs interleaved, {label} KV variation, min", "figure": "Fig. 14", "paper": paper_lo, "ours": round(min(vals), 3)})
-        headlines.append({"name": f"dynamic vs interleaved, {label} KV variation, max", "figure": "Fig. 14", "paper": paper_hi, "ours": round(max(vals), 3)})
+        headlines.append(
+            {
+                "name": f"dynamic vs interleaved, {label} KV variation, min",
+                "figure": "Fig. 14",
+                "paper": paper_lo,
+                "ours": round(min(vals), 3),
+            }
+        )
+        headlines.append(
+            {
+                "name": f"dynamic vs interleaved, {label} KV variation, max",
+                "figure": "Fig. 14",
+                "paper": paper_hi,
+                "ours": round(max(vals), 3),
+            }
+        )
     for b, paper in ((16, 2.72), (64, 1.43)):
         v = next(t["vs_coarse"] for t in table if t["class"] == "fig15" and t["batch"] == b)
-        headlines.append({"name": f"dynamic vs coarse, batch {b}", "figure": "Fig. 15", "paper": paper, "ours": round(v, 3)})
+        headlines.append(
+            {
+                "name": f"dynamic vs coarse, batch {b}",
+                "figure": "Fig. 15",
+                "paper": paper,
+                "ours": round(v, 3),
+            }
+        )
     fig21 = [t for t in table if t["class"] != "fig15"]
     for key, paper in (("vs_interleaved", 1.36), ("vs_coarse", 1.85)):
         g = math.exp(sum(math.log(t[key]) for t in fig21) / len(fig21))
-        headlines.append({"name": f"dynamic {key.replace('_', ' ')}, geomean (batch 16 and 64)", "figure": "Fig. 21", "paper": paper, "ours": round(g, 3)})
+        headlines.append(
+            {
+                "name": f"dynamic {key.replace('_', ' ')}, geomean (batch 16 and 64)",
+                "figure": "Fig. 21",
+                "paper": paper,
+                "ours": round(g, 3),
+            }
+        )
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
     for label in ("low", "med", "high"):
         sel = [t for t in table if t["class"] == label and t["batch"] == 64]
@@ -236,7 +322,13 @@ EXPERIMENTS: dict[str, Callable] = {
 }
 
 
-def run_paper(traces_dir: str | None, out: str | pathlib.Path, *, workers: int = 2, only: list[str] | None = None) -> dict:
+def run_paper(
+    traces_dir: str | None,
+    out: str | pathlib.Path,
+    *,
+    workers: int = 2,
+    only: list[str] | None = None,
+) -> dict:
     """Run the experiments; write CSVs, plots and ``summary.json`` under ``out``."""
     import matplotlib
 
@@ -257,6 +349,10 @@ def run_paper(traces_dir: str | None, out: str | pathlib.Path, *, workers: int =
             continue
         fn(root, out, workers, headlines, plt)
         plt.close("all")
-    summary = {"wall_s": round(time.perf_counter() - t0, 1), "traces": str(root) if root else "synthetic", "headlines": headlines}
+    summary = {
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "traces": str(root) if root else "synthetic",
+        "headlines": headlines,
+    }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary

@@ -113,7 +113,9 @@ def moe_choices(p: dict) -> np.ndarray:
     cfg = _moe_config(p)
     if p["trace"]:
         return traces.load_routing(pathlib.Path(p["trace"]), cfg.experts)[: p["batch"]]
-    return traces.synthetic_routing(p["batch"], cfg.experts, cfg.top_k, skew=float(p["skew"]), seed=p["seed"])
+    return traces.synthetic_routing(
+        p["batch"], cfg.experts, cfg.top_k, skew=float(p["skew"]), seed=p["seed"]
+    )
 
 
 def _moe_schedule(p: dict) -> moe.MoESchedule:
@@ -140,8 +142,18 @@ def _moe_memory(p: dict, functional: bool) -> dict[str, np.ndarray]:
 
 MOE = Example(
     "moe",
-    {"model": "qwen", "batch": 64, "tiling": "static", "tile_n": 32, "tile_f": 64, "regions": 0,
-     "trace": "", "skew": 1.0, "seed": 0, "compute_bw": 4096},  # fmt: skip
+    {
+        "model": "qwen",
+        "batch": 64,
+        "tiling": "static",
+        "tile_n": 32,
+        "tile_f": 64,
+        "regions": 0,
+        "trace": "",
+        "skew": 1.0,
+        "seed": 0,
+        "compute_bw": 4096,
+    },
     "MoE layer with SwiGLU experts: static/dynamic tiling, optional time-multiplexing (regions)",
     lambda p: moe.build(_moe_config(p), _moe_schedule(p), p["batch"]),
     _moe_memory,
@@ -159,7 +171,9 @@ def kv_lengths(p: dict) -> np.ndarray:
     if p["trace"]:
         lengths = traces.load_kv_lengths(pathlib.Path(p["trace"]))
         return np.resize(lengths, p["batch"]) if len(lengths) != p["batch"] else lengths
-    return traces.synthetic_kv_lengths(p["batch"], mean=float(p["mean"]), sigma=float(p["sigma"]), high=7900, seed=p["seed"])
+    return traces.synthetic_kv_lengths(
+        p["batch"], mean=float(p["mean"]), sigma=float(p["sigma"]), high=7900, seed=p["seed"]
+    )
 
 
 def _attn_config(p: dict) -> attention.AttentionConfig:
@@ -173,11 +187,21 @@ def _attn_config(p: dict) -> attention.AttentionConfig:
 
 ATTENTION = Example(
     "attention",
-    {"config": "qwen", "batch": 64, "schedule": "dynamic", "regions": 4, "trace": "", "mean": 1000,
-     "sigma": 0.8, "seed": 0},  # fmt: skip
+    {
+        "config": "qwen",
+        "batch": 64,
+        "schedule": "dynamic",
+        "regions": 4,
+        "trace": "",
+        "mean": 1000,
+        "sigma": 0.8,
+        "seed": 0,
+    },
     "decode attention with a KV cache: interleaved, coarse or dynamic parallelization",
     lambda p: attention.build(_attn_config(p), p["schedule"], p["batch"], regions=p["regions"]),
-    lambda p, functional: (attention.inputs if functional else attention.control_inputs)(_attn_config(p), kv_lengths(p)),
+    lambda p, functional: (attention.inputs if functional else attention.control_inputs)(
+        _attn_config(p), kv_lengths(p)
+    ),
     lambda p: {},
     lambda p: PaperProfile(compute_bw_default=2048, channel_depth=1),
 )

@@ -68,7 +68,10 @@ def load_spec(path: str | pathlib.Path) -> SweepSpec:
         if not isinstance(values, list) or not values:
             raise UsageError(f"sweep spec {path}: grid.{key} must be a non-empty list")
     keys = list(grid)
-    points = [dict(fixed, **dict(zip(keys, combo, strict=True))) for combo in itertools.product(*(grid[k] for k in keys))]
+    points = [
+        dict(fixed, **dict(zip(keys, combo, strict=True)))
+        for combo in itertools.product(*(grid[k] for k in keys))
+    ]
     for p in points:
         ex.params(p)  # unknown parameters fail here, before anything runs
     output = pathlib.Path(raw.get("output", f"build/sweeps/{path.stem}.csv"))
@@ -148,15 +151,28 @@ def _pool(spec: SweepSpec, todo: list[dict], workers: int) -> Iterable[dict]:
             yield fut.result()
 
 
-def _dask(spec: SweepSpec, todo: list[dict], workers: int, scheduler: str | None, cluster: str | None) -> Iterable[dict]:
-    from dask.distributed import Client, LocalCluster, as_completed as dask_completed
+def _dask(
+    spec: SweepSpec, todo: list[dict], workers: int, scheduler: str | None, cluster: str | None
+) -> Iterable[dict]:
+    from dask.distributed import Client, LocalCluster
+    from dask.distributed import as_completed as dask_completed
 
     if cluster not in (None, "local"):
-        raise UsageError(f"--cluster takes 'local', not {cluster!r}; give a scheduler address with --scheduler")
-    local = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) if cluster else None
+        raise UsageError(
+            f"--cluster takes 'local', not {cluster!r}; give a scheduler address with --scheduler"
+        )
+    local = (
+        LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+        )
+        if cluster
+        else None
+    )
     try:
         with Client(local if local else scheduler) as client:
-            futures = [client.submit(run_point, spec.example, p, spec.functional, pure=False) for p in todo]
+            futures = [
+                client.submit(run_point, spec.example, p, spec.functional, pure=False) for p in todo
+            ]
             for fut in dask_completed(futures):
                 yield fut.result()
     finally:

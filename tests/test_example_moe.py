@@ -93,7 +93,7 @@ def test_bad_schedules_are_rejected():
         moe.build(SMALL, moe.MoESchedule("static", 2, 16, regions=3), BATCH)
     with pytest.raises(ValueError, match=r"^tiling must be 'static' or 'dynamic', not 'adaptive'$"):
         moe.build(SMALL, moe.MoESchedule("adaptive"), BATCH)
-    with pytest.raises(ValueError, match=r"^tile_f 24 must divide the intermediate size 32$"):
+    with pytest.raises(ValueError, match=r"^tile_f 24 must divide the intermediate size 64$"):
         moe.build(SMALL, moe.MoESchedule("static", 2, 24), BATCH)
 
 

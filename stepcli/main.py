@@ -1,0 +1,187 @@
+"""The ``step`` command: metrics, simulation, graphs, sweeps and the paper's experiments."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+from collections.abc import Sequence
+
+from step_lang.errors import StepError
+
+from .registry import EXAMPLES, UsageError, example, parse_params
+
+__all__ = ["main"]
+
+
+def _add_example(p: argparse.ArgumentParser) -> None:
+    p.add_argument("example", help=f"one of: {', '.join(EXAMPLES)}")
+    p.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="set a parameter of the example (repeatable); see `step list`")  # fmt: skip
+
+
+def _load(args) -> tuple:
+    ex = example(args.example)
+    params = ex.params(parse_params(args.param))
+    return ex, params, ex.build(params)
+
+
+def cmd_list(args) -> None:
+    for ex in EXAMPLES.values():
+        print(f"{ex.name}: {ex.help}")
+        print("  " + ", ".join(f"{k}={v!r}" for k, v in ex.defaults.items()))
+
+
+def cmd_metrics(args) -> None:
+    from step_lang import metrics
+
+    ex, params, graph = _load(args)
+    m = metrics(graph, args.convention)
+    if args.evaluate:
+        m = m.evaluate(ex.dims(params))
+    print(m.table(by_kind=args.by_kind))
+
+
+def cmd_sim(args) -> None:
+    from sim import simulate, write_trace
+
+    ex, params, graph = _load(args)
+    result = simulate(graph, ex.memory(params, args.functional), profile=ex.profile(params),
+                      functional=args.functional, trace=bool(args.trace))  # fmt: skip
+    print(result.summary())
+    if args.trace:
+        print(f"trace: {write_trace(result, args.trace)}")
+    if args.json:
+        row = {"cycles": result.cycles, "offchip_bytes": result.offchip_bytes, "flops": result.flops,
+               "compute_utilization": result.compute_utilization}  # fmt: skip
+        print(json.dumps(row))
+
+
+def cmd_graph(args) -> None:
+    from step_lang.passes import insert_broadcasts
+
+    from .svg import to_svg
+
+    _, _, graph = _load(args)
+
+    insert_broadcasts(graph)
+    out = pathlib.Path(args.output or f"build/graphs/{graph.name}.dot")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(graph.to_dot())
+    svg = out.with_suffix(".svg")
+    svg.write_text(to_svg(graph))
+    print(f"wrote {out} and {svg}")
+
+
+def cmd_rtl(args) -> None:
+    try:
+        from step_hw import elaborate  # noqa: F401 - arrives with the hardware-generation issue
+    except ImportError:
+        raise UsageError(
+            "hardware generation (step_hw.elaborate) is not available in this version yet"
+        ) from None
+    raise UsageError("step rtl is not wired to the hardware generator yet")
+
+
+def cmd_sweep(args) -> None:
+    from .sweep import load_spec, run_sweep
+
+    spec = load_spec(args.spec)
+    if args.output:
+        spec = type(spec)(spec.example, spec.points, spec.functional, pathlib.Path(args.output))
+    rows = run_sweep(spec, workers=args.workers, scheduler=args.scheduler, cluster=args.cluster,
+                     progress=not args.quiet)  # fmt: skip
+    print(f"{len(rows)} points in {spec.output}")
+
+
+def cmd_paper(args) -> None:
+    from .paper import run_paper
+
+    summary = run_paper(args.traces, args.output, workers=args.workers, only=args.only or None)
+    for h in summary["headlines"]:
+        print(f"{h['figure']:<9} {h['name']:<95} paper {h['paper']:>6}  ours {h['ours']:>7}")
+    print(f"wrote {args.output}/summary.json ({summary['wall_s']} s)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="step", description="Streaming Tensor Programs: cost, simulate, explore."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("list", help="list the examples and their parameters")
+    p.set_defaults(fn=cmd_list)
+
+    p = sub.add_parser("metrics", help="print the symbolic cost table of an example")
+    _add_example(p)
+    p.add_argument(
+        "--convention", choices=("paper", "artifact"), default="paper", help="on-chip accounting"
+    )
+    p.add_argument(
+        "--evaluate", action="store_true", help="substitute the dims of the example's inputs"
+    )
+    p.add_argument("--by-kind", action="store_true", help="one row per operator kind")
+    p.set_defaults(fn=cmd_metrics)
+
+    p = sub.add_parser("sim", help="simulate an example and print a summary")
+    _add_example(p)
+    p.add_argument(
+        "--functional", action="store_true", help="carry real data (default: timing only)"
+    )
+    p.add_argument("--trace", metavar="FILE", help="write a Perfetto/Chrome trace (JSON)")
+    p.add_argument("--json", action="store_true", help="also print the figures as one JSON line")
+    p.set_defaults(fn=cmd_sim)
+
+    p = sub.add_parser("graph", help="write an example's graph as DOT and SVG")
+    _add_example(p)
+    p.add_argument("-o", "--output", metavar="FILE.dot", help="default: build/graphs/<graph>.dot")
+    p.set_defaults(fn=cmd_graph)
+
+    p = sub.add_parser("rtl", help="write Verilog for an example (needs the hardware generator)")
+    _add_example(p)
+    p.set_defaults(fn=cmd_rtl)
+
+    p = sub.add_parser("sweep", help="run a design-space sweep from a TOML spec")
+    p.add_argument("spec", help="sweep spec (TOML); see stepcli/sweep.py")
+    p.add_argument(
+        "-o", "--output", help="CSV file (default: the spec's, or build/sweeps/<spec>.csv)"
+    )
+    p.add_argument(
+        "-j", "--workers", type=int, default=2, help="local processes or Dask workers (default 2)"
+    )
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
+        "--scheduler", metavar="ADDRESS", help="run on the Dask scheduler at ADDRESS"
+    )
+    where.add_argument("--cluster", choices=("local",), help="start a local Dask cluster")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(fn=cmd_sweep)
+
+    p = sub.add_parser("paper", help="run the paper's experiments (figures 9-15, 21)")
+    p.add_argument(
+        "--traces",
+        metavar="DIR",
+        help="trace folder (layout of ../shared/traces); default synthetic",
+    )
+    p.add_argument("-o", "--output", default="build/experiments", help="output folder")
+    p.add_argument("-j", "--workers", type=int, default=2, help="parallel processes (default 2)")
+    p.add_argument("--only", action="append", choices=("dynamic_tiling", "time_multiplexing", "dynamic_parallelization"),
+                   help="run only this experiment (repeatable)")  # fmt: skip
+    p.set_defaults(fn=cmd_paper)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.fn(args)
+    except (UsageError, StepError, ValueError, OSError) as exc:
+        print(f"step: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

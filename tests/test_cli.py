@@ -1,0 +1,179 @@
+"""The `step` command: every subcommand, its outputs and its one-line errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+import pathlib
+
+import pytest
+
+from stepcli.main import main
+
+
+def run(capsys, *argv):
+    rc = main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_list(capsys):
+    rc, out, _ = run(capsys, "list")
+    assert rc == 0
+    assert out.splitlines()[0].startswith("swiglu: ")
+    assert "moe: " in out and "attention: " in out
+
+
+def test_metrics_table(capsys):
+    rc, out, _ = run(capsys, "metrics", "swiglu", "-p", "tile_b=16", "-p", "tile_i=16")
+    assert rc == 0
+    total = next(line for line in out.splitlines() if line.startswith("total"))
+    assert total.split()[2] == "8454144"  # off-chip bytes of the paper's 16x16 point
+
+
+def test_metrics_evaluated_by_kind(capsys):
+    rc, out, _ = run(capsys, "metrics", "moe", "-p", "model=small", "-p", "batch=8", "-p", "tile_f=16",
+                     "--evaluate", "--by-kind", "--convention", "artifact")  # fmt: skip
+    assert rc == 0
+    assert "on-chip B (artifact)" in out
+    assert any(line.split()[:3] == ["4", "node(s)", "RetileStreamify"] for line in out.splitlines())
+
+
+def test_sim_summary_trace_and_json(capsys, tmp_path):
+    trace = tmp_path / "t.json"
+    rc, out, _ = run(capsys, "sim", "swiglu", "-p", "batch=16", "-p", "hidden=32", "-p", "intermediate=64",
+                     "-p", "tile_b=8", "-p", "tile_i=16", "--functional", "--trace", str(trace), "--json")  # fmt: skip
+    assert rc == 0
+    row = json.loads(out.strip().splitlines()[-1])
+    assert row["offchip_bytes"] == 2 * 4 * (8 * 32 + 3 * 32 * 16) * 4 + 16 * 32 * 4
+    assert out.startswith(f"cycles            {row['cycles']}")
+    assert json.loads(trace.read_text())["otherData"]["cycles"] == row["cycles"]
+
+
+def test_graph_writes_dot_and_svg(capsys, tmp_path):
+    dot = tmp_path / "g.dot"
+    rc, _, _ = run(capsys, "graph", "moe", "-p", "model=small", "-p", "batch=4", "-o", str(dot))
+    assert rc == 0
+    assert dot.read_text().startswith('digraph "moe_small_static32" {')
+    svg = dot.with_suffix(".svg").read_text()
+    assert svg.startswith("<svg ") and svg.count("<rect ") > 50 and ">route<" in svg
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["metrics", "nope"],
+            "step: error: unknown example 'nope'; examples: swiglu, moe, attention",
+        ),
+        (
+            ["metrics", "moe", "-p", "flavour=x"],
+            "step: error: example 'moe' has no parameter flavour; it takes ",
+        ),
+        (
+            ["metrics", "moe", "-p", "batch"],
+            "step: error: parameter 'batch' is not of the form key=value",
+        ),
+        (
+            ["sim", "moe", "-p", "model=small", "-p", "trace=/no/such/trace.npz"],
+            "step: error: routing trace /no/such/trace.npz: cannot read",
+        ),
+        (
+            ["rtl", "swiglu"],
+            "step: error: hardware generation (step_hw.elaborate) is not available in this version yet",
+        ),
+        (
+            ["paper", "--traces", "/no/such/dir"],
+            "step: error: traces directory /no/such/dir does not exist",
+        ),
+    ],
+)
+def test_errors_are_one_line(capsys, argv, message):
+    rc, _, err = run(capsys, *argv)
+    assert rc == 2
+    assert err.count("\n") == 1 and err.startswith(message)
+
+
+def test_unreadable_kv_trace(capsys, tmp_path):
+    bad = tmp_path / "bad.npy"
+    bad.write_bytes(b"not numpy")
+    rc, _, err = run(capsys, "sim", "attention", "-p", "config=small", "-p", f"trace={bad}")
+    assert rc == 2 and err.startswith(f"step: error: KV-length trace {bad}: cannot read")
+
+
+SPEC = """
+example = "moe"
+[fixed]
+model = "small"
+batch = 8
+tile_f = 16
+[grid]
+tiling = ["static"]
+tile_n = [2, 4]
+seed = [0, 1]
+"""
+
+
+def _rows(path: pathlib.Path) -> list[dict]:
+    with path.open() as f:
+        return sorted(csv.DictReader(f), key=lambda r: (r["tile_n"], r["seed"]))
+
+
+def test_sweep_local_resume_and_dask(capsys, tmp_path):
+    spec = tmp_path / "s.toml"
+    spec.write_text(SPEC)
+    local = tmp_path / "local.csv"
+    rc, out, _ = run(capsys, "sweep", str(spec), "-o", str(local), "-q", "-j", "2")
+    assert rc == 0 and out.strip() == f"4 points in {local}"
+    rows = _rows(local)
+    assert [(r["tile_n"], r["seed"]) for r in rows] == [
+        ("2", "0"),
+        ("2", "1"),
+        ("4", "0"),
+        ("4", "1"),
+    ]
+    assert all(int(r["cycles"]) > 0 for r in rows)
+    # A re-run skips the points that are done: the file keeps exactly four rows.
+    local.write_text(local.read_text())
+    run(capsys, "sweep", str(spec), "-o", str(local), "-q")
+    assert len(_rows(local)) == 4
+    # The same sweep on a Dask LocalCluster with 2 workers gives the same rows.
+    dask_csv = tmp_path / "dask.csv"
+    rc, out, _ = run(
+        capsys, "sweep", str(spec), "-o", str(dask_csv), "-q", "--cluster", "local", "-j", "2"
+    )
+    assert rc == 0
+    strip = lambda rs: [{k: v for k, v in r.items() if k != "sim_wall_s"} for r in rs]  # noqa: E731
+    assert strip(_rows(dask_csv)) == strip(rows)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("example = 'moe'\n[grid]\ntile_n = 3\n", "grid.tile_n must be a non-empty list"),
+        ("exampel = 'moe'\n", "unknown key(s) exampel"),
+        ("example = 'moe'\n[fixed]\ncolour = 1\n", "example 'moe' has no parameter colour"),
+        ("example = [", "is not valid TOML"),
+    ],
+)
+def test_bad_sweep_specs(capsys, tmp_path, text, message):
+    spec = tmp_path / "bad.toml"
+    spec.write_text(text)
+    rc, _, err = run(capsys, "sweep", str(spec))
+    assert rc == 2 and message in err and err.startswith("step: error: ")
+
+
+def test_paper_writes_summary(capsys, tmp_path):
+    rc, _, _ = run(capsys, "paper", "-o", str(tmp_path), "--only", "time_multiplexing")
+    assert rc == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["traces"] == "synthetic"
+    names = [h["name"] for h in summary["headlines"]]
+    assert names == [
+        "time-multiplexing utilisation gain, static tiling (<= 1% cycles)",
+        "time-multiplexing utilisation gain, dynamic tiling (<= 5% cycles)",
+    ]
+    assert all(h["ours"] >= 1.0 for h in summary["headlines"])
+    assert (tmp_path / "timemux.csv").exists() and (
+        tmp_path / "fig12_time_multiplexing.png"
+    ).exists()
