@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from step_hw.config import HwConfig
 from step_hw.payload import Kind, TokenFormat
-from step_lang import DONE, Selector, Stop, StepTypeError, Tile, regular
+from step_lang import DONE, Selector, StepTypeError, Stop, Tile, regular
 from step_lang.types import float32, int8, int16
 
 CFG = HwConfig()
@@ -38,7 +38,9 @@ def test_round_trip(draw):
     dt = draw.draw(st.sampled_from([int8, int16]))
     fmt = TokenFormat.for_elem(Tile(dt, rows, cols), CFG)
     lo, hi = -(2 ** (dt.nbytes * 8 - 1)), 2 ** (dt.nbytes * 8 - 1) - 1
-    tile = np.array(draw.draw(st.lists(st.integers(lo, hi), min_size=rows * cols, max_size=rows * cols))).reshape(rows, cols)
+    tile = np.array(
+        draw.draw(st.lists(st.integers(lo, hi), min_size=rows * cols, max_size=rows * cols))
+    ).reshape(rows, cols)
     level = draw.draw(st.integers(1, CFG.max_level))
     assert np.array_equal(fmt.unpack(fmt.pack(tile)), tile)
     assert fmt.unpack(fmt.pack(Stop(level))) == Stop(level)
@@ -56,8 +58,14 @@ def test_selector_round_trip():
     ("elem", "message"),
     [
         (Tile(int16, 8, 4), r"^x: tile Tile<int16, 8x4> does not fit the configured 4x4 tile$"),
-        (Tile(int16, regular("n"), 4), r"^x: tile Tile<int16, nx4> has a dynamic shape; hardware tiles are static$"),
-        (Tile(float32, 4, 4), r"^x: dtype float32 is not supported by the hardware \(int16/int32\)$"),
+        (
+            Tile(int16, regular("n"), 4),
+            r"^x: tile Tile<int16, nx4> has a dynamic shape; hardware tiles are static$",
+        ),
+        (
+            Tile(float32, 4, 4),
+            r"^x: dtype float32 is not supported by the hardware \(int16/int32\)$",
+        ),
     ],
 )
 def test_unsupported_elements_are_rejected(elem, message):
@@ -76,10 +84,16 @@ def test_values_that_do_not_fit_are_rejected():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"elem_dtype": "float32"}, r"^HwConfig.elem_dtype must be one of int8, int16, int32, not 'float32'$"),
+        (
+            {"elem_dtype": "float32"},
+            r"^HwConfig.elem_dtype must be one of int8, int16, int32, not 'float32'$",
+        ),
         ({"tile_rows": 0}, r"^HwConfig.tile_rows must be a positive integer, not 0$"),
         ({"acc_dtype": "int8"}, r"^HwConfig.acc_dtype int8 is narrower than elem_dtype int16$"),
-        ({"axi_data_width": 48}, r"^HwConfig.axi_data_width must be 32, 64, 128, 256 or 512, not 48$"),
+        (
+            {"axi_data_width": 48},
+            r"^HwConfig.axi_data_width must be 32, 64, 128, 256 or 512, not 48$",
+        ),
     ],
 )
 def test_config_validation(kwargs, message):
