@@ -12,24 +12,13 @@ import json
 import pathlib
 import time
 
-import numpy as np
-
 from examples import attention, moe, traces
 from sim import PaperProfile, simulate
 
 
-def _routing_tensors(cfg: moe.MoEConfig, choices: np.ndarray) -> dict[str, np.ndarray]:
-    batch, k = choices.shape
-    token_sel = np.zeros((batch, cfg.experts), np.int32)
-    token_sel[np.arange(batch)[:, None], choices] = 1
-    slot_sel = np.zeros((batch * k, cfg.experts), np.int32)
-    slot_sel[np.arange(batch * k), choices.reshape(-1)] = 1
-    return {"token_sel": token_sel, "slot_sel": slot_sel}
-
-
 def _moe_case(cfg: moe.MoEConfig, batch: int, schedule: moe.MoESchedule):
     choices = traces.synthetic_routing(batch, cfg.experts, cfg.top_k, seed=0)
-    return moe.build(cfg, schedule, batch), _routing_tensors(cfg, choices)
+    return moe.build(cfg, schedule, batch), moe.routing_tensors(cfg, choices)
 
 
 def _attention_case(batch: int, regions: int):

@@ -278,16 +278,11 @@ def inputs(config: MoEConfig, choices: np.ndarray, *, seed: int = 0) -> dict[str
         raise ValueError(f"choices have {k} experts per token, config {c.name} has top_k {c.top_k}")
     rng = np.random.default_rng(seed)
     dt = np.dtype(c.dtype)
-    token_sel = np.zeros((batch, c.experts), np.int32)
-    token_sel[np.arange(batch)[:, None], choices] = 1
-    slot_sel = np.zeros((batch * k, c.experts), np.int32)
-    slot_sel[np.arange(batch * k), choices.reshape(-1)] = 1
     # Routing weights in slot order; the graph consumes them per expert in token order.
     w = routing_weights(choices, seed=seed)
     return {
         "x": rng.standard_normal((batch, c.hidden)).astype(dt),
-        "token_sel": token_sel,
-        "slot_sel": slot_sel,
+        **routing_tensors(c, choices),
         "route_w": w.reshape(batch * k, 1).astype(dt),
         "w_gate": (
             rng.standard_normal((c.experts, c.hidden, c.intermediate)) / np.sqrt(c.hidden)
@@ -299,6 +294,20 @@ def inputs(config: MoEConfig, choices: np.ndarray, *, seed: int = 0) -> dict[str
             rng.standard_normal((c.experts, c.intermediate, c.hidden)) / np.sqrt(c.intermediate)
         ).astype(dt),
     }
+
+
+def routing_tensors(config: MoEConfig, choices: np.ndarray) -> dict[str, np.ndarray]:
+    """The integer routing tensors for ``choices`` ([B, k]): all a timing-only simulation needs.
+
+    ``token_sel`` is the multi-hot ``[B, E]`` token selector, ``slot_sel`` the one-hot
+    ``[B*k, E]`` selector of each (token, slot).
+    """
+    batch, k = choices.shape
+    token_sel = np.zeros((batch, config.experts), np.int32)
+    token_sel[np.arange(batch)[:, None], choices] = 1
+    slot_sel = np.zeros((batch * k, config.experts), np.int32)
+    slot_sel[np.arange(batch * k), choices.reshape(-1)] = 1
+    return {"token_sel": token_sel, "slot_sel": slot_sel}
 
 
 def reference(config: MoEConfig, memory: dict[str, np.ndarray]) -> np.ndarray:

@@ -123,21 +123,15 @@ def _moe_schedule(p: dict) -> moe.MoESchedule:
     return moe.MoESchedule(p["tiling"], tile_n=p["tile_n"], tile_f=p["tile_f"], regions=regions)
 
 
-def routing_memory(cfg: moe.MoEConfig, choices: np.ndarray) -> dict[str, np.ndarray]:
-    """The integer routing tensors of a MoE memory image (all timing-only runs need)."""
-    batch, k = choices.shape
-    token_sel = np.zeros((batch, cfg.experts), np.int32)
-    token_sel[np.arange(batch)[:, None], choices] = 1
-    slot_sel = np.zeros((batch * k, cfg.experts), np.int32)
-    slot_sel[np.arange(batch * k), choices.reshape(-1)] = 1
-    return {"token_sel": token_sel, "slot_sel": slot_sel}
-
-
 def _moe_memory(p: dict, functional: bool) -> dict[str, np.ndarray]:
     cfg, choices = _moe_config(p), moe_choices(p)
     if choices.shape[0] != p["batch"]:
         raise UsageError(f"the routing trace has {choices.shape[0]} tokens, batch is {p['batch']}")
-    return moe.inputs(cfg, choices, seed=p["seed"]) if functional else routing_memory(cfg, choices)
+    return (
+        moe.inputs(cfg, choices, seed=p["seed"])
+        if functional
+        else moe.routing_tensors(cfg, choices)
+    )
 
 
 MOE = Example(
