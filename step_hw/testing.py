@@ -67,7 +67,11 @@ def stream_source(port: stream.Interface, payloads: Iterable[int], pause: Iterat
                 await ctx.tick()
             ctx.set(port.valid, 1)
             ctx.set(Value.cast(port.payload), payload)
-            await ctx.tick().until(port.ready)
+            # Plain ticks rather than `ctx.tick().until(...)`: a source abandoned mid-wait (the
+            # harness stops once every output is done) must not leave an async generator that
+            # Amaranth reports as "already running" when it is collected.
+            while not (await ctx.tick().sample(port.ready))[2]:
+                pass
             ctx.set(port.valid, 0)
 
     return bench

@@ -1,0 +1,53 @@
+"""Compute units: Map, Accum, Scan and RetileStreamify as stream components.
+
+Every unit is a :class:`amaranth.lib.wiring.Component` with token streams (``step_hw.payload``)
+named after the node's ports (``in0``, ``in1``, ``out``), listed in node order by ``in_ports``
+and ``out_ports``, and a ``from_node(node, config)`` constructor. Their arithmetic is that of
+:mod:`step_lang.numerics` (build graphs with ``step_lang.numerics.functions(config)``), so the
+interpreter predicts their outputs bit for bit. :func:`compute_unit` picks the unit for a node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from step_lang.errors import StepTypeError, op_message
+
+from ..config import HwConfig
+from .accum import ACCUM_OPS, SCAN_OPS, AccumUnit, ScanUnit
+from .elementwise import BINARY_OPS, MAP_OPS, UNARY_OPS, MapUnit
+from .matmul import MatmulUnit
+from .retile import RetileUnit
+
+__all__ = [
+    "ACCUM_OPS",
+    "BINARY_OPS",
+    "MAP_OPS",
+    "SCAN_OPS",
+    "UNARY_OPS",
+    "AccumUnit",
+    "MapUnit",
+    "MatmulUnit",
+    "RetileUnit",
+    "ScanUnit",
+    "compute_unit",
+]
+
+
+def compute_unit(node: Any, config: HwConfig) -> Any:
+    """The compute unit of a Map, Accum, Scan or RetileStreamify node (``from_node`` of the
+    right class); other nodes raise :class:`StepTypeError`."""
+    kind = getattr(node, "kind", None)
+    if kind == "Map":
+        fn = node.fn
+        if getattr(fn, "op", None) == "matmul":
+            return MatmulUnit.from_node(node, config)
+        return MapUnit.from_node(node, config)
+    if kind == "Accum":
+        return AccumUnit.from_node(node, config)
+    if kind == "Scan":
+        return ScanUnit.from_node(node, config)
+    if kind in ("RetileStreamify", "FlatMap"):
+        return RetileUnit.from_node(node, config)
+    name = getattr(node, "name", "?")
+    raise StepTypeError(op_message(str(kind), name, None, "has no compute unit"))

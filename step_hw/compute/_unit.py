@@ -1,0 +1,344 @@
+"""Shared plumbing of the compute units: zipped token inputs, the output register, the control of
+Map, Accum and Scan, parameter validation and the checks of ``from_node``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from amaranth.hdl import Const, Module, Signal, Value
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from step_lang import numerics
+from step_lang.graph import Node
+from step_lang.stoprules import accum_stop
+
+from ..config import HwConfig
+from ..payload import Kind, TokenFormat
+
+ELEM_BITS = (8, 16, 32)
+
+
+# -- parameter validation ---------------------------------------------------------------------
+
+
+def check_int(owner: str, name: str, value: Any) -> int:
+    """A positive integer parameter (``bool`` is refused: ``True`` is surely a mistake)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{owner} {name} must be a positive integer, not {value!r}")
+    if value < 1:
+        raise ValueError(f"{owner} {name} must be a positive integer, not {value!r}")
+    return value
+
+
+def check_choice(owner: str, name: str, value: Any, choices: Sequence[Any]) -> Any:
+    if isinstance(value, bool) or value not in choices:
+        shown = ", ".join(repr(c) if isinstance(c, str) else str(c) for c in choices)
+        raise ValueError(f"{owner} {name} must be one of {shown}, not {value!r}")
+    return value
+
+
+def check_bool(owner: str, name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{owner} {name} must be a bool, not {value!r}")
+    return value
+
+
+def check_shape(owner: str, name: str, value: Any) -> tuple[int, int]:
+    """A tile shape: a pair of positive integers ``(rows, cols)``."""
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise TypeError(f"{owner} {name} must be a (rows, cols) pair, not {value!r}")
+    if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in value):
+        raise ValueError(f"{owner} {name} must be a pair of positive integers, not {value!r}")
+    return (value[0], value[1])
+
+
+def check_shapes(owner: str, value: Any, count: int, what: str) -> tuple[tuple[int, int], ...]:
+    # A bare pair, `in_shapes=(2, 2)`, is the likely mistake: say so rather than "2 shapes".
+    if not isinstance(value, (tuple, list)) or (
+        value and all(isinstance(v, int) for v in value) and len(value) == 2
+    ):
+        raise TypeError(
+            f"{owner} in_shapes must be a sequence of (rows, cols) pairs, not {value!r}"
+        )
+    if len(value) != count:
+        raise ValueError(
+            f"{owner} in_shapes must hold {count} shape(s) for {what}, not {len(value)}"
+        )
+    return tuple(check_shape(owner, f"in_shapes[{i}]", s) for i, s in enumerate(value))
+
+
+def check_bits(owner: str, elem_bits: Any, frac_bits: Any) -> tuple[int, int]:
+    check_choice(owner, "elem_bits", elem_bits, ELEM_BITS)
+    if isinstance(frac_bits, bool) or not isinstance(frac_bits, int):
+        raise TypeError(
+            f"{owner} frac_bits must be an integer in [0, {elem_bits}), not {frac_bits!r}"
+        )
+    if not 0 <= frac_bits < elem_bits:
+        raise ValueError(
+            f"{owner} frac_bits must be an integer in [0, {elem_bits}), not {frac_bits!r}"
+        )
+    return elem_bits, frac_bits
+
+
+# -- from_node --------------------------------------------------------------------------------
+
+
+def node_formats(node: Any, config: HwConfig) -> tuple[list[TokenFormat], TokenFormat]:
+    """The token formats of ``node``'s inputs and its output; unsupported elements raise a
+    :class:`StepTypeError` naming the node and the port."""
+    if not isinstance(config, HwConfig):
+        raise TypeError(f"config must be a HwConfig, not {config!r}")
+
+    def where(port: str) -> str:
+        return f"{node.kind} '{node.name}', port '{port}'"
+
+    ins = [
+        TokenFormat.for_elem(s.elem, config, where=where(p))
+        for p, s in zip(node.input_names, node.inputs, strict=True)
+    ]
+    (out_type,) = node.out_types
+    return ins, TokenFormat.for_elem(out_type.elem, config, where=where(node.output_names[0]))
+
+
+def check_node(node: Any, kinds: Sequence[str], unit: str) -> None:
+    if not isinstance(node, Node):
+        raise TypeError(f"{unit}.from_node needs a step_lang node, not {node!r}")
+    if node.kind not in kinds:
+        raise node.error(None, f"{unit} builds {' or '.join(kinds)} nodes only")
+
+
+def node_fn(node: Any, config: HwConfig, ops: Sequence[str], unit: str) -> Any:
+    """The node's fixed-point function, checked against the unit's operations and ``config``."""
+    fn = node.fn
+    if not numerics.is_fixed_point(fn):
+        raise node.error(
+            None,
+            f"function '{fn.name}' has no hardware arithmetic; build the graph with "
+            "step_lang.numerics.functions(config)",
+        )
+    op = "retile_row" if fn is numerics.retile_row else fn.op
+    if op not in ops:
+        raise node.error(
+            None, f"function '{fn.name}' is not one of {unit}'s operations ({', '.join(ops)})"
+        )
+    if op == "matmul" and fn.numerics.acc_dtype != config.acc_dtype:
+        raise node.error(
+            None,
+            f"function '{fn.name}' accumulates in {fn.numerics.acc_dtype}, "
+            f"the hardware in {config.acc_dtype}",
+        )
+    if fn is not numerics.retile_row and fn.numerics.frac_bits != config.frac_bits:
+        raise node.error(
+            None,
+            f"function '{fn.name}' computes with {fn.numerics.frac_bits} fraction bits, "
+            f"the hardware with {config.frac_bits}",
+        )
+    return fn
+
+
+def tile_shape(fmt: TokenFormat) -> tuple[int, int]:
+    return (fmt.rows, fmt.cols)
+
+
+# -- the units --------------------------------------------------------------------------------
+
+
+class StreamUnit(wiring.Component):
+    """A component with token streams ``in0``, ``in1``, ... (zipped) and ``out``.
+
+    With several inputs it also has ``misaligned`` (``Out(1)``), a sticky flag set when tokens
+    taken together do not line up (data with a stop, stops of different levels, ...): the
+    interpreter raises an error there, the hardware goes on with ``in0``'s token kind.
+    """
+
+    def __init__(self, in_formats: Sequence[TokenFormat], out_format: TokenFormat):
+        self._in_formats = tuple(in_formats)
+        self._out_format = out_format
+        members: dict[str, Any] = {
+            f"in{i}": In(fmt.signature()) for i, fmt in enumerate(self._in_formats)
+        }
+        members["out"] = Out(out_format.signature())
+        if len(self._in_formats) > 1:
+            members["misaligned"] = Out(1)
+        super().__init__(members)
+
+    @property
+    def in_ports(self) -> list[Any]:
+        """The input streams, in the node's input order."""
+        return [getattr(self, f"in{i}") for i in range(len(self._in_formats))]
+
+    @property
+    def out_ports(self) -> list[Any]:
+        """The output streams, in the node's output order (one)."""
+        return [self.out]
+
+    @property
+    def in_formats(self) -> tuple[TokenFormat, ...]:
+        return self._in_formats
+
+    @property
+    def out_format(self) -> TokenFormat:
+        return self._out_format
+
+    def _join(self, m: Module) -> tuple[Value, Signal, Signal, Signal]:
+        """Zip the inputs: (all valid, take, kind, level). Drive ``take`` to transfer them all."""
+        ins = self.in_ports
+        valid = Const(1)
+        for p in ins:
+            valid = valid & p.valid
+        take = Signal()
+        kind = Signal.like(ins[0].payload.kind, name="kind")
+        level = Signal.like(ins[0].payload.level, name="level")
+        m.d.comb += [kind.eq(ins[0].payload.kind), level.eq(ins[0].payload.level)]
+        m.d.comb += [p.ready.eq(take) for p in ins]
+        if len(ins) > 1:
+            aligned = Const(1)
+            for p in ins[1:]:
+                aligned = aligned & (p.payload.kind == kind) & (p.payload.level == level)
+            with m.If(take & ~aligned):
+                m.d.sync += self.misaligned.eq(1)
+        return valid, take, kind, level
+
+    def _emit(self, m: Module, kind: Any, level: Any = 0, data: Any = None) -> None:
+        """Load the output register (to be called under a condition that includes ``free``)."""
+        out = self.out
+        m.d.sync += [out.valid.eq(1), out.payload.kind.eq(kind), out.payload.level.eq(level)]
+        m.d.sync += out.payload.data.eq(0 if data is None else data)
+
+
+class Datapath:
+    """The arithmetic of a Map, Accum or Scan unit, built into the unit's module.
+
+    ``steps`` cycles per data token (``> 1`` for a MAC array with fewer lanes than products).
+    :meth:`build` returns the result (Map: the output tile; Accum and Scan: the new accumulator)
+    from the inputs' data, the accumulator, the step counter and three strobes: ``advance`` (a
+    step other than the last completes), ``finish`` (the last step completes and the token is
+    taken) and ``clear`` (the accumulator restarts).
+    """
+
+    steps = 1
+    init = 0  # every element's initial value in the accumulator (Accum and Scan)
+
+    def build(
+        self,
+        m: Module,
+        *,
+        xs: list[Any],
+        acc: Any,
+        step: Value,
+        advance: Value,
+        finish: Value,
+        clear: Value,
+    ) -> Any:
+        raise NotImplementedError
+
+
+class FoldUnit(StreamUnit):
+    """Control shared by Map (``mode="map"``), Accum and Scan units around a :class:`Datapath`."""
+
+    def __init__(self, in_formats, out_format, datapath: Datapath, *, mode: str, rank: int = 0):
+        super().__init__(in_formats, out_format)
+        self._datapath = datapath
+        self._mode = mode
+        self._rank = rank
+
+    @property
+    def initiation_interval(self) -> int:
+        """Cycles per input data token with an always-ready output."""
+        return self._datapath.steps
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        dp, mode, rank = self._datapath, self._mode, self._rank
+        out = self.out
+        valid, take, kind, level = self._join(m)
+        free = ~out.valid | out.ready
+        with m.If(out.ready):
+            m.d.sync += out.valid.eq(0)  # a load below (later statement) wins
+
+        steps = dp.steps
+        step = Signal(range(steps), name="step") if steps > 1 else Const(0)
+        last = (step == steps - 1) if steps > 1 else Const(1)
+        advance, finish, clear = Signal(), Signal(), Signal()
+        if steps > 1:
+            with m.If(advance):
+                m.d.sync += step.eq(step + 1)
+            with m.If(finish):
+                m.d.sync += step.eq(0)
+        layout = self._out_format.data_shape
+        acc = None
+        if mode != "map":
+            fmt = self._out_format
+            init = [[dp.init] * fmt.cols for _ in range(fmt.rows)]
+            acc = Signal(layout, init=init, name="acc")
+            with m.If(clear):
+                m.d.sync += acc.eq(layout.const(init))
+        result = dp.build(
+            m,
+            xs=[p.payload.data for p in self.in_ports],
+            acc=acc,
+            step=step,
+            advance=advance,
+            finish=finish,
+            clear=clear,
+        )
+        is_data = kind == Kind.DATA
+        is_stop = kind == Kind.STOP
+
+        if mode == "map":
+            with m.If(valid):
+                with m.If(is_data):
+                    with m.If(~last):
+                        m.d.comb += advance.eq(1)
+                    with m.Elif(free):
+                        m.d.comb += [take.eq(1), finish.eq(1)]
+                        self._emit(m, Kind.DATA, 0, result)
+                with m.Elif(free):
+                    m.d.comb += take.eq(1)
+                    self._emit(m, kind, level)
+        elif mode == "scan":
+            with m.If(valid):
+                with m.If(is_data):
+                    with m.If(~last):
+                        m.d.comb += advance.eq(1)
+                    with m.Elif(free):
+                        m.d.comb += [take.eq(1), finish.eq(1)]
+                        m.d.sync += acc.eq(result)
+                        self._emit(m, Kind.DATA, 0, result)
+                with m.Elif(free):
+                    m.d.comb += take.eq(1)
+                    self._emit(m, kind, level)
+                    with m.If(~is_stop | (level >= rank)):
+                        m.d.comb += clear.eq(1)
+        else:  # accum
+            # A stop of level s >= rank emits the accumulator and, if s > rank, Stop(s - rank)
+            # one cycle later (held in `pending`). The levels come from the shared rule.
+            pending = Signal(name="pending")
+            pending_level = Signal.like(level, name="pending_level")
+            with m.If(pending), m.If(free):
+                m.d.sync += pending.eq(0)
+                self._emit(m, Kind.STOP, pending_level)
+            with m.Elif(valid):
+                with m.If(is_data):
+                    with m.If(~last):
+                        m.d.comb += advance.eq(1)
+                    with m.Else():
+                        m.d.comb += [take.eq(1), finish.eq(1)]
+                        m.d.sync += acc.eq(result)
+                with m.Elif(is_stop & (level < rank)):
+                    m.d.comb += take.eq(1)  # closes a dim inside the group: dropped
+                with m.Elif(free):
+                    m.d.comb += [take.eq(1), clear.eq(1)]
+                    with m.If(is_stop):
+                        self._emit(m, Kind.DATA, 0, acc)
+                        with m.Switch(level):
+                            for lv in range(rank, 2 ** len(level)):
+                                outer = accum_stop(lv, rank)
+                                if outer is not None:
+                                    with m.Case(lv):
+                                        m.d.sync += [pending.eq(1), pending_level.eq(outer)]
+                    with m.Else():
+                        self._emit(m, Kind.DONE)
+        return m

@@ -1,0 +1,342 @@
+"""Accum and Scan units: fold tiles into an accumulator register."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from amaranth.hdl import Module, Mux, Signal
+
+from step_lang import numerics
+
+from ..config import HwConfig
+from ..payload import TokenFormat
+from . import arith
+from ._unit import (
+    Datapath,
+    FoldUnit,
+    check_bits,
+    check_bool,
+    check_choice,
+    check_int,
+    check_node,
+    check_shapes,
+    node_fn,
+    node_formats,
+)
+from .matmul import MacArrayDatapath, check_matmul_bits, matmul_dims
+
+__all__ = ["ACCUM_OPS", "SCAN_OPS", "AccumUnit", "ScanUnit"]
+
+#: Accum operations: ``numerics`` ``accum_add``, ``accum_max``, ``matmul_acc`` (and
+#: ``matmul_t_acc``) and ``retile_row``.
+ACCUM_OPS = ("add", "max", "matmul", "retile_row")
+#: Scan operations (``retile_row`` would grow the tile at every element).
+SCAN_OPS = ("add", "max", "matmul")
+
+_MATMUL_ONLY = ("lanes", "transpose_b", "acc_bits", "out_bits")
+
+
+class _ElementFold(Datapath):
+    """``acc + x`` (wrapping) or ``max(acc, x)``, element by element."""
+
+    def __init__(self, op: str, shape: tuple[int, int], bits: int):
+        self.op, self.shape, self.bits = op, shape, bits
+        self.init = 0 if op == "add" else -(2 ** (bits - 1))
+
+    def build(self, m: Module, *, xs, acc, step, advance, finish, clear) -> Any:
+        rows, cols = self.shape
+        res = Signal(TokenFormat("tile", rows, cols, self.bits).data_shape, name="result")
+        for r in range(rows):
+            for c in range(cols):
+                a, x = acc[r][c], xs[0][r][c]
+                y = arith.wrap(a + x, self.bits) if self.op == "add" else Mux(x > a, x, a)
+                m.d.comb += res[r][c].eq(y)
+        return res
+
+
+class _RowConcat(Datapath):
+    """``retile_row``: the ``g``-th tile of a group fills rows ``g*R .. g*R + R - 1``.
+
+    Rows beyond the output tile are dropped (a well-typed stream has none); a short group leaves
+    zero rows (likewise).
+    """
+
+    def __init__(self, in_rows: int, out_rows: int, cols: int, bits: int):
+        self.in_rows, self.out_rows, self.cols, self.bits = in_rows, out_rows, cols, bits
+
+    def build(self, m: Module, *, xs, acc, step, advance, finish, clear) -> Any:
+        groups = self.out_rows // self.in_rows
+        count = Signal(range(groups + 1), name="count")
+        with m.If(finish):
+            m.d.sync += count.eq(Mux(count == groups, count, count + 1))
+        with m.If(clear):
+            m.d.sync += count.eq(0)
+        res = Signal(
+            TokenFormat("tile", self.out_rows, self.cols, self.bits).data_shape, name="result"
+        )
+        m.d.comb += res.eq(acc)
+        with m.Switch(count):
+            for g in range(groups):
+                with m.Case(g):
+                    m.d.comb += [
+                        res[g * self.in_rows + r].eq(xs[0][r]) for r in range(self.in_rows)
+                    ]
+        return res
+
+
+def _reduce_unit(
+    owner: str,
+    ops,
+    *,
+    op,
+    rank,
+    in_shapes,
+    elem_bits,
+    frac_bits,
+    level_bits,
+    lanes,
+    transpose_b,
+    acc_bits,
+    out_bits,
+    out_rows,
+):
+    """Validate the parameters of an Accum or Scan unit: (input formats, output format, datapath)."""
+    check_choice(owner, "op", op, ops)
+    check_bits(owner, elem_bits, frac_bits)
+    check_int(owner, "level_bits", level_bits)
+    top = 2**level_bits - 1
+    if isinstance(rank, bool) or not isinstance(rank, int):
+        raise TypeError(f"{owner} rank must be an integer in [1, {top}], not {rank!r}")
+    if not 1 <= rank <= top:
+        raise ValueError(
+            f"{owner} rank must be an integer in [1, {top}] for {level_bits} level bits, not {rank!r}"
+        )
+    given = {"lanes": lanes, "transpose_b": transpose_b, "acc_bits": acc_bits, "out_bits": out_bits}
+    if op != "matmul":
+        for name in _MATMUL_ONLY:
+            if given[name] is not None:
+                raise ValueError(f"{owner} {name} applies to op='matmul' only")
+    if op != "retile_row" and out_rows is not None:
+        raise ValueError(f"{owner} out_rows applies to op='retile_row' only")
+
+    def fmt(rows: int, cols: int, bits: int = elem_bits) -> TokenFormat:
+        return TokenFormat("tile", rows, cols, bits, level_bits=level_bits)
+
+    if op == "matmul":
+        transpose_b = (
+            False if transpose_b is None else check_bool(owner, "transpose_b", transpose_b)
+        )
+        shapes, dims = matmul_dims(owner, in_shapes, transpose_b)
+        acc_bits, out_bits = check_matmul_bits(
+            owner, elem_bits, frac_bits, 32 if acc_bits is None else acc_bits, out_bits
+        )
+        lanes = check_int(owner, "lanes", 1 if lanes is None else lanes)
+        datapath = MacArrayDatapath(
+            dims=dims,
+            lanes=lanes,
+            transpose_b=transpose_b,
+            bits=elem_bits,
+            frac_bits=frac_bits,
+            acc_bits=acc_bits,
+            out_bits=out_bits,
+            accumulate=True,
+        )
+        return [fmt(*s) for s in shapes], fmt(dims[0], dims[2], out_bits), datapath
+    (shape,) = check_shapes(owner, in_shapes, 1, f"op {op!r}")
+    if op == "retile_row":
+        if out_rows is None:
+            raise ValueError(f"{owner} out_rows is required for op='retile_row'")
+        check_int(owner, "out_rows", out_rows)
+        if out_rows % shape[0]:
+            raise ValueError(
+                f"{owner} out_rows must be a multiple of the input's {shape[0]} rows, not {out_rows}"
+            )
+        datapath = _RowConcat(shape[0], out_rows, shape[1], elem_bits)
+        return [fmt(*shape)], fmt(out_rows, shape[1]), datapath
+    return [fmt(*shape)], fmt(*shape), _ElementFold(op, shape, elem_bits)
+
+
+def _reduce_kwargs(node: Any, config: HwConfig, ops, owner: str) -> dict[str, Any]:
+    ins, out = node_formats(node, config)
+    fn = node_fn(node, config, ops, owner)
+    op = "retile_row" if fn is numerics.retile_row else fn.op
+    kw: dict[str, Any] = {
+        "op": op,
+        "rank": node.rank,
+        "in_shapes": [(f.rows, f.cols) for f in ins],
+        "elem_bits": ins[0].elem_bits,
+        "frac_bits": config.frac_bits,
+        "level_bits": config.level_bits,
+    }
+    if op == "matmul":
+        kw.update(
+            lanes=config.lanes,
+            transpose_b=fn.transpose_b,
+            acc_bits=config.acc.nbytes * 8,
+            out_bits=out.elem_bits,
+        )
+    if op == "retile_row":
+        kw["out_rows"] = out.rows
+    return kw
+
+
+class AccumUnit(FoldUnit):
+    """An Accum of rank ``b``: folds the tiles of each group into an accumulator register.
+
+    Operations (:data:`ACCUM_OPS`), with the arithmetic of :func:`step_lang.numerics.functions`:
+    ``add`` (wrapping) and ``max`` of equal tiles; ``matmul`` (``acc += a @ b`` on a MAC array of
+    ``lanes`` multipliers, as :class:`~step_hw.compute.MatmulUnit`, inputs zipped); ``retile_row``
+    (the tiles of a group are stacked into one tile of ``out_rows`` rows, which must fit the
+    configured tile).
+
+    Parameters
+    ----------
+    op : str
+        One of :data:`ACCUM_OPS`.
+    rank : int
+        Folded dims ``b`` (``1 <= b <= 2**level_bits - 1``).
+    in_shapes : sequence of (rows, cols)
+        One shape (``a`` and ``b`` for ``matmul``).
+    elem_bits, frac_bits, level_bits : int
+        As :class:`~step_hw.compute.MapUnit`.
+    lanes, transpose_b, acc_bits, out_bits
+        ``matmul`` only; as :class:`~step_hw.compute.MatmulUnit`.
+    out_rows : int
+        ``retile_row`` only: rows of the output tile (a multiple of the input's rows).
+
+    Ports
+    -----
+    in0 (, in1) : In(TokenFormat.signature())
+        The inputs (zipped for ``matmul``).
+    out : Out(TokenFormat.signature())
+        One accumulator tile per group.
+    misaligned : Out(1)
+        (``matmul``.) Sticky: set when the inputs' tokens did not line up.
+
+    Protocol
+        :mod:`amaranth.lib.stream`; ``out.valid`` is a register. Data tokens are taken without
+        waiting for the output.
+    Latency
+        The accumulator is offered 1 cycle after the stop that closes its group is taken.
+    Throughput
+        One data token per cycle (``ceil(M*K*N / lanes)`` cycles per tile pair for ``matmul``);
+        a stop of level ``s >= b`` takes one cycle, plus one for ``s > b`` (two output beats).
+    Stop tokens
+        The rule of ``step_lang.stoprules.accum_stop``: a stop of level ``s < b`` is dropped; a
+        stop of level ``s >= b`` emits the accumulator (the initial value for an empty group:
+        zeros, or the smallest value for ``max``) and restarts it, then ``s > b`` is written as
+        ``Stop(s - b)``. The done token passes through.
+    """
+
+    def __init__(
+        self,
+        *,
+        op: str,
+        rank: int,
+        in_shapes,
+        elem_bits: int,
+        frac_bits: int = 0,
+        level_bits: int = 3,
+        lanes: int | None = None,
+        transpose_b: bool | None = None,
+        acc_bits: int | None = None,
+        out_bits: int | None = None,
+        out_rows: int | None = None,
+    ):
+        ins, out, datapath = _reduce_unit(
+            "AccumUnit",
+            ACCUM_OPS,
+            op=op,
+            rank=rank,
+            in_shapes=in_shapes,
+            elem_bits=elem_bits,
+            frac_bits=frac_bits,
+            level_bits=level_bits,
+            lanes=lanes,
+            transpose_b=transpose_b,
+            acc_bits=acc_bits,
+            out_bits=out_bits,
+            out_rows=out_rows,
+        )
+        self._op = op
+        super().__init__(ins, out, datapath, mode="accum", rank=rank)
+
+    @property
+    def op(self) -> str:
+        return self._op
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @classmethod
+    def from_node(cls, node: Any, config: HwConfig) -> AccumUnit:
+        """The unit of a step_lang ``Accum`` node with a numerics function (or ``retile_row``);
+        raises :class:`StepTypeError` naming the node otherwise."""
+        check_node(node, ("Accum",), "AccumUnit")
+        return cls(**_reduce_kwargs(node, config, ACCUM_OPS, "AccumUnit"))
+
+
+class ScanUnit(FoldUnit):
+    """A Scan of rank ``b``: an Accum that emits the accumulator after every element.
+
+    Operations :data:`SCAN_OPS` (``add``, ``max``, ``matmul``), parameters and ports as
+    :class:`AccumUnit` (without ``out_rows``).
+
+    Protocol
+        :mod:`amaranth.lib.stream`; ``out.valid`` is a register.
+    Latency
+        1 cycle (``ceil(M*K*N / lanes)`` for ``matmul``), as :class:`MapUnit`.
+    Throughput
+        Initiation interval 1 (``ceil(M*K*N / lanes)`` per tile pair for ``matmul``).
+    Stop tokens
+        Pass through unchanged, one cycle each; a stop of level ``>= b`` (and the done token)
+        restarts the accumulator.
+    """
+
+    def __init__(
+        self,
+        *,
+        op: str,
+        rank: int,
+        in_shapes,
+        elem_bits: int,
+        frac_bits: int = 0,
+        level_bits: int = 3,
+        lanes: int | None = None,
+        transpose_b: bool | None = None,
+        acc_bits: int | None = None,
+        out_bits: int | None = None,
+    ):
+        ins, out, datapath = _reduce_unit(
+            "ScanUnit",
+            SCAN_OPS,
+            op=op,
+            rank=rank,
+            in_shapes=in_shapes,
+            elem_bits=elem_bits,
+            frac_bits=frac_bits,
+            level_bits=level_bits,
+            lanes=lanes,
+            transpose_b=transpose_b,
+            acc_bits=acc_bits,
+            out_bits=out_bits,
+            out_rows=None,
+        )
+        self._op = op
+        super().__init__(ins, out, datapath, mode="scan", rank=rank)
+
+    @property
+    def op(self) -> str:
+        return self._op
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @classmethod
+    def from_node(cls, node: Any, config: HwConfig) -> ScanUnit:
+        """The unit of a step_lang ``Scan`` node with a numerics function; raises
+        :class:`StepTypeError` naming the node otherwise."""
+        check_node(node, ("Scan",), "ScanUnit")
+        return cls(**_reduce_kwargs(node, config, SCAN_OPS, "ScanUnit"))

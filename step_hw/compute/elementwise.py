@@ -1,0 +1,179 @@
+"""The element-wise Map unit: one tile per cycle through a fixed-point operation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from amaranth.hdl import Module, Mux, Signal
+
+from ..config import HwConfig
+from ..payload import TokenFormat
+from . import arith
+from ._unit import (
+    Datapath,
+    FoldUnit,
+    check_bits,
+    check_choice,
+    check_int,
+    check_node,
+    check_shapes,
+    node_fn,
+    node_formats,
+    tile_shape,
+)
+
+__all__ = ["BINARY_OPS", "MAP_OPS", "UNARY_OPS", "MapUnit"]
+
+#: Operations of two zipped tiles (size-1 rows or columns broadcast, as in step_lang).
+BINARY_OPS = ("add", "sub", "mul", "div", "max")
+#: Operations of one tile (``row_sum`` makes an ``[R, 1]`` tile).
+UNARY_OPS = ("exp", "silu", "recip", "row_sum")
+MAP_OPS = BINARY_OPS + UNARY_OPS
+
+
+def _broadcast(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int] | None:
+    out = []
+    for x, y in zip(a, b, strict=True):
+        if x != y and 1 not in (x, y):
+            return None
+        out.append(max(x, y))
+    return (out[0], out[1])
+
+
+class _ElementwiseDatapath(Datapath):
+    def __init__(self, op: str, in_shapes, out_shape, bits: int, frac_bits: int):
+        self.op, self.in_shapes, self.out_shape = op, in_shapes, out_shape
+        self.bits, self.frac_bits = bits, frac_bits
+
+    def build(self, m: Module, *, xs, acc, step, advance, finish, clear) -> Any:
+        op, bits, f = self.op, self.bits, self.frac_bits
+        rows, cols = self.out_shape
+        res = Signal(TokenFormat("tile", rows, cols, bits).data_shape, name="result")
+
+        def elem(i: int, r: int, c: int) -> Any:  # broadcasting size-1 dims
+            ir, ic = self.in_shapes[i]
+            return xs[i][r if ir > 1 else 0][c if ic > 1 else 0]
+
+        for r in range(rows):
+            for c in range(cols):
+                name = f"{op}_{r}_{c}"
+                if op == "row_sum":
+                    total = sum(elem(0, r, k) for k in range(self.in_shapes[0][1]))
+                    y = arith.wrap(total, bits)
+                elif op in ("exp", "silu", "recip"):
+                    x = elem(0, r, c)
+                    if op == "exp":
+                        y = arith.exp_q(m, x, bits=bits, frac_bits=f, name=name)
+                    elif op == "silu":
+                        y = arith.silu_q(m, x, bits=bits, frac_bits=f, name=name)
+                    else:
+                        y = arith.div_q(m, 2**f, x, bits=bits, frac_bits=f, name=name)
+                else:
+                    a, b = elem(0, r, c), elem(1, r, c)
+                    if op == "add":
+                        y = arith.wrap(a + b, bits)
+                    elif op == "sub":
+                        y = arith.wrap(a - b, bits)
+                    elif op == "mul":
+                        y = arith.mul_q(a, b, bits=bits, frac_bits=f)
+                    elif op == "max":
+                        y = Mux(a > b, a, b)
+                    else:
+                        y = arith.div_q(m, a, b, bits=bits, frac_bits=f, name=name)
+                m.d.comb += res[r][c].eq(y)
+        return res
+
+
+class MapUnit(FoldUnit):
+    """A Map of an element-wise fixed-point function: one tile per cycle.
+
+    Computes the functions of :func:`step_lang.numerics.functions` (``add``, ``sub``, ``mul``,
+    ``div``, ``max`` of two zipped tiles, broadcasting size-1 rows or columns; ``exp``, ``silu``,
+    ``recip``, ``row_sum`` of one tile) with the same integer formulas, so its outputs equal the
+    interpreter's bit for bit.
+
+    Parameters
+    ----------
+    op : str
+        One of :data:`MAP_OPS`.
+    in_shapes : sequence of (rows, cols)
+        The input tiles' shapes (two for :data:`BINARY_OPS`, one otherwise).
+    elem_bits : int
+        Element width (8, 16 or 32); inputs and output share it.
+    frac_bits : int
+        Fraction bits of the fixed-point format, in ``[0, elem_bits)``.
+    level_bits : int
+        Width of the stop-level field.
+
+    Ports
+    -----
+    in0, in1 : In(TokenFormat.signature())
+        The zipped input streams (``in1`` for binary operations only).
+    out : Out(TokenFormat.signature())
+        Result tiles (broadcast shape; ``[R, 1]`` for ``row_sum``).
+    misaligned : Out(1)
+        (Binary operations.) Sticky: set when the inputs' tokens did not line up.
+
+    Protocol
+        :mod:`amaranth.lib.stream` on every port. The inputs are taken together, in a cycle where
+        all are valid and the output register is empty or being emptied (``ready`` depends on
+        the other inputs' ``valid`` and on ``out.ready``, never the reverse). ``out.valid`` comes
+        from a register.
+    Latency
+        1 cycle (a token taken in cycle *t* is offered in *t + 1*; the datapath is
+        combinational).
+    Throughput
+        Initiation interval 1: one token (tile, stop or done) per cycle.
+    Stop tokens
+        Stops and the done token pass through unchanged, in order, one cycle each.
+    """
+
+    def __init__(
+        self,
+        *,
+        op: str,
+        in_shapes: Sequence[tuple[int, int]],
+        elem_bits: int,
+        frac_bits: int = 0,
+        level_bits: int = 3,
+    ):
+        owner = "MapUnit"
+        check_choice(owner, "op", op, MAP_OPS)
+        arity = 2 if op in BINARY_OPS else 1
+        shapes = check_shapes(owner, in_shapes, arity, f"op {op!r}")
+        check_bits(owner, elem_bits, frac_bits)
+        check_int(owner, "level_bits", level_bits)
+        if arity == 2:
+            out_shape = _broadcast(*shapes)
+            if out_shape is None:
+                raise ValueError(f"MapUnit in_shapes {shapes[0]} and {shapes[1]} do not broadcast")
+        else:
+            out_shape = (shapes[0][0], 1) if op == "row_sum" else shapes[0]
+        self._op = op
+
+        def fmt(shape: tuple[int, int]) -> TokenFormat:
+            return TokenFormat("tile", shape[0], shape[1], elem_bits, level_bits=level_bits)
+
+        datapath = _ElementwiseDatapath(op, shapes, out_shape, elem_bits, frac_bits)
+        super().__init__([fmt(s) for s in shapes], fmt(out_shape), datapath, mode="map")
+
+    @property
+    def op(self) -> str:
+        return self._op
+
+    @classmethod
+    def from_node(cls, node: Any, config: HwConfig) -> MapUnit:
+        """The unit of a step_lang ``Map`` node whose function is an element-wise function of
+        :func:`step_lang.numerics.functions`; raises :class:`StepTypeError` naming the node
+        otherwise."""
+        check_node(node, ("Map",), "MapUnit")
+        ins, out = node_formats(node, config)
+        fn = node_fn(node, config, MAP_OPS, "MapUnit")
+        return cls(
+            op=fn.op,
+            in_shapes=[tile_shape(f) for f in ins],
+            elem_bits=out.elem_bits,
+            frac_bits=config.frac_bits,
+            level_bits=config.level_bits,
+        )

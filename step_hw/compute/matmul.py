@@ -1,0 +1,239 @@
+"""The matmul Map unit: a MAC array of ``lanes`` multipliers."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from amaranth.hdl import Module, Signal, signed
+
+from ..config import HwConfig
+from ..payload import TokenFormat
+from . import arith
+from ._unit import (
+    Datapath,
+    FoldUnit,
+    check_bits,
+    check_bool,
+    check_choice,
+    check_int,
+    check_node,
+    check_shapes,
+    node_fn,
+    node_formats,
+)
+
+__all__ = ["MacArrayDatapath", "MatmulUnit", "matmul_dims"]
+
+
+def matmul_dims(
+    owner: str, in_shapes: Any, transpose_b: bool
+) -> tuple[tuple[tuple[int, int], ...], tuple[int, int, int]]:
+    """Validated input shapes and ``(M, K, N)`` of ``a @ b`` (``a @ b.T`` with ``transpose_b``)."""
+    shapes = check_shapes(owner, in_shapes, 2, "a matmul")
+    (rows, k), b = shapes
+    k_b, n = (b[1], b[0]) if transpose_b else b
+    if k != k_b:
+        what = "a @ b.T" if transpose_b else "a @ b"
+        raise ValueError(f"{owner} in_shapes {shapes[0]} and {shapes[1]} do not match for {what}")
+    return shapes, (rows, k, n)
+
+
+def check_matmul_bits(owner: str, elem_bits, frac_bits, acc_bits, out_bits) -> tuple[int, int]:
+    check_bits(owner, elem_bits, frac_bits)
+    check_choice(owner, "acc_bits", acc_bits, (8, 16, 32))
+    out_bits = acc_bits if out_bits is None else out_bits
+    check_choice(owner, "out_bits", out_bits, (8, 16, 32))
+    if acc_bits < elem_bits:
+        raise ValueError(f"{owner} acc_bits {acc_bits} is narrower than elem_bits {elem_bits}")
+    if frac_bits >= out_bits:
+        raise ValueError(f"{owner} frac_bits {frac_bits} do not fit out_bits {out_bits}")
+    return acc_bits, out_bits
+
+
+class MacArrayDatapath(Datapath):
+    """``a @ b`` on ``lanes`` multipliers over ``ceil(M*K*N / lanes)`` steps.
+
+    The ``M*K*N`` products are numbered ``((i*N + j)*K + k)`` and step ``t`` computes products
+    ``t*lanes .. t*lanes + lanes - 1``, adding them into per-output partial sums of
+    ``acc_bits`` (wrapping, as ``numerics.matmul_q``). The last step's sums are rescaled with
+    ``round_shift(., frac_bits)``; with ``accumulate`` the result is added to the accumulator.
+    """
+
+    def __init__(
+        self, *, dims, lanes, transpose_b, bits, frac_bits, acc_bits, out_bits, accumulate: bool
+    ):
+        self.dims, self.lanes, self.transpose_b = dims, lanes, transpose_b
+        self.bits, self.frac_bits = bits, frac_bits
+        self.acc_bits, self.out_bits, self.accumulate = acc_bits, out_bits, accumulate
+        mm, kk, nn = dims
+        self.steps = math.ceil(mm * kk * nn / lanes)
+
+    def build(self, m: Module, *, xs, acc, step, advance, finish, clear) -> Any:
+        (mm, kk, nn), lanes, steps = self.dims, self.lanes, self.steps
+        a, b = xs
+        acc_bits, f = self.acc_bits, self.frac_bits
+
+        def operand_b(k: int, j: int) -> Any:
+            return b[j][k] if self.transpose_b else b[k][j]
+
+        # Partial sums of earlier steps (registers only when the products take several steps).
+        partial = (
+            [
+                [Signal(signed(acc_bits), name=f"partial_{i}_{j}") for j in range(nn)]
+                for i in range(mm)
+            ]
+            if steps > 1
+            else []
+        )
+        sums = [
+            [Signal(signed(acc_bits), name=f"sum_{i}_{j}") for j in range(nn)] for i in range(mm)
+        ]
+        # One multiplier per lane; the step selects its operands and its output.
+        a_op = [Signal(signed(self.bits), name=f"lane{lane}_a") for lane in range(lanes)]
+        b_op = [Signal(signed(self.bits), name=f"lane{lane}_b") for lane in range(lanes)]
+        prod = [Signal(signed(2 * self.bits), name=f"lane{lane}_p") for lane in range(lanes)]
+        m.d.comb += [p.eq(x * y) for p, x, y in zip(prod, a_op, b_op, strict=True)]
+
+        def schedule(t: int) -> None:
+            into: dict[tuple[int, int], list[Any]] = {}
+            for lane in range(lanes):
+                p = t * lanes + lane
+                if p >= mm * kk * nn:
+                    break
+                i, rest = divmod(p, nn * kk)
+                j, k = divmod(rest, kk)
+                m.d.comb += [a_op[lane].eq(a[i][k]), b_op[lane].eq(operand_b(k, j))]
+                into.setdefault((i, j), []).append(prod[lane])
+            for i in range(mm):
+                for j in range(nn):
+                    base = partial[i][j] if steps > 1 else 0
+                    m.d.comb += sums[i][j].eq(base + sum(into.get((i, j), [])))
+
+        if steps == 1:
+            schedule(0)
+        else:
+            with m.Switch(step):
+                for t in range(steps):
+                    with m.Case(t):
+                        schedule(t)
+            for i in range(mm):
+                for j in range(nn):
+                    with m.If(advance):
+                        m.d.sync += partial[i][j].eq(sums[i][j])
+                    with m.If(finish):
+                        m.d.sync += partial[i][j].eq(0)
+        res = Signal(TokenFormat("tile", mm, nn, self.out_bits).data_shape, name="result")
+        for i in range(mm):
+            for j in range(nn):
+                y = arith.round_shift(sums[i][j], f)
+                if self.accumulate:
+                    y = acc[i][j] + y
+                m.d.comb += res[i][j].eq(arith.wrap(y, self.out_bits))
+        return res
+
+
+class MatmulUnit(FoldUnit):
+    """A Map of ``matmul`` (``a @ b``) or ``matmul_t`` (``a @ b.T``): a MAC array.
+
+    The fixed-point product of :func:`step_lang.numerics.functions`: products of ``elem_bits``
+    elements summed in ``acc_bits`` (wrapping), rescaled by ``round_shift(., frac_bits)`` and
+    wrapped to ``out_bits``.
+
+    Parameters
+    ----------
+    in_shapes : ((M, K), (K, N))
+        The tiles ``a`` and ``b`` (``b`` is ``(N, K)`` with ``transpose_b``).
+    elem_bits, frac_bits : int
+        Input element width (8, 16, 32) and fraction bits.
+    lanes : int
+        Multipliers. ``M*K*N`` products take ``ceil(M*K*N / lanes)`` cycles.
+    transpose_b : bool
+        Multiply by ``b.T``.
+    acc_bits, out_bits : int
+        Accumulator width (default 32) and result width (default ``acc_bits``).
+    level_bits : int
+        Width of the stop-level field.
+
+    Ports
+    -----
+    in0, in1 : In(TokenFormat.signature())
+        ``a`` and ``b``, zipped (their tokens must line up).
+    out : Out(TokenFormat.signature())
+        ``[M, N]`` result tiles of ``out_bits`` elements.
+    misaligned : Out(1)
+        Sticky: set when the inputs' tokens did not line up.
+
+    Protocol
+        :mod:`amaranth.lib.stream`. A pair of data tokens is read in place for
+        ``ceil(M*K*N / lanes)`` cycles (the stream rules keep the payloads stable) and taken in
+        the last of them, together with loading the output register; ``out.valid`` is a register.
+    Latency
+        ``ceil(M*K*N / lanes)`` cycles from the first cycle the pair is valid to the result being
+        offered.
+    Throughput
+        Initiation interval ``ceil(M*K*N / lanes)`` cycles per tile pair; one cycle per stop or
+        done token.
+    Stop tokens
+        Stops and the done token pass through unchanged, in order.
+    """
+
+    def __init__(
+        self,
+        *,
+        in_shapes,
+        elem_bits: int,
+        frac_bits: int = 0,
+        lanes: int = 1,
+        transpose_b: bool = False,
+        acc_bits: int = 32,
+        out_bits: int | None = None,
+        level_bits: int = 3,
+    ):
+        owner = "MatmulUnit"
+        check_bool(owner, "transpose_b", transpose_b)
+        shapes, dims = matmul_dims(owner, in_shapes, transpose_b)
+        acc_bits, out_bits = check_matmul_bits(owner, elem_bits, frac_bits, acc_bits, out_bits)
+        check_int(owner, "lanes", lanes)
+        check_int(owner, "level_bits", level_bits)
+        self._dims, self._lanes = dims, lanes
+        datapath = MacArrayDatapath(
+            dims=dims,
+            lanes=lanes,
+            transpose_b=transpose_b,
+            bits=elem_bits,
+            frac_bits=frac_bits,
+            acc_bits=acc_bits,
+            out_bits=out_bits,
+            accumulate=False,
+        )
+        ins = [TokenFormat("tile", r, c, elem_bits, level_bits=level_bits) for r, c in shapes]
+        out = TokenFormat("tile", dims[0], dims[2], out_bits, level_bits=level_bits)
+        super().__init__(ins, out, datapath, mode="map")
+
+    @property
+    def dims(self) -> tuple[int, int, int]:
+        """``(M, K, N)``."""
+        return self._dims
+
+    @property
+    def lanes(self) -> int:
+        return self._lanes
+
+    @classmethod
+    def from_node(cls, node: Any, config: HwConfig) -> MatmulUnit:
+        """The unit of a step_lang ``Map`` node with a numerics ``matmul`` (``lanes`` and the
+        accumulator from ``config``); raises :class:`StepTypeError` naming the node otherwise."""
+        check_node(node, ("Map",), "MatmulUnit")
+        ins, out = node_formats(node, config)
+        fn = node_fn(node, config, ("matmul",), "MatmulUnit")
+        return cls(
+            in_shapes=[(f.rows, f.cols) for f in ins],
+            elem_bits=ins[0].elem_bits,
+            frac_bits=config.frac_bits,
+            lanes=config.lanes,
+            transpose_b=fn.transpose_b,
+            acc_bits=config.acc.nbytes * 8,
+            out_bits=out.elem_bits,
+            level_bits=config.level_bits,
+        )

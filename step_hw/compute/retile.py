@@ -1,0 +1,163 @@
+"""The RetileStreamify unit: split each tile into a stream of its rows (or columns)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from amaranth.hdl import Module, Signal
+
+from step_lang import functions
+
+from ..config import HwConfig
+from ..payload import Kind, TokenFormat
+from ._unit import (
+    StreamUnit,
+    check_bool,
+    check_choice,
+    check_int,
+    check_node,
+    node_formats,
+)
+
+__all__ = ["RetileUnit"]
+
+_FNS = {
+    functions.retile_rows: ("rows", False),
+    functions.retile_cols: ("cols", False),
+    functions.retile_rows_masked: ("rows", True),
+}
+
+
+class RetileUnit(StreamUnit):
+    """RetileStreamify: every ``[R, C]`` tile becomes ``R`` row tiles ``[1, C]`` (``split="rows"``)
+    or ``C`` column tiles ``[R, 1]`` (``split="cols"``), in order.
+
+    With ``masked`` (rows only) a second, zipped input carries ``[R, 1]`` bool tiles; rows whose
+    flag is set (padding) are dropped.
+
+    Parameters
+    ----------
+    rows, cols : int
+        The input tile's shape.
+    elem_bits : int
+        Element width (8, 16 or 32).
+    split : str
+        ``"rows"`` or ``"cols"``.
+    masked : bool
+        Take a padding mask on ``in1`` (``split="rows"`` only).
+    level_bits : int
+        Width of the stop-level field.
+
+    Ports
+    -----
+    in0 : In(TokenFormat.signature())
+        Tiles.
+    in1 : In(TokenFormat.signature())
+        (``masked``.) ``[R, 1]`` one-bit padding flags, zipped with ``in0``.
+    out : Out(TokenFormat.signature())
+        Row (column) tiles.
+    misaligned : Out(1)
+        (``masked``.) Sticky: set when the inputs' tokens did not line up.
+
+    Protocol
+        :mod:`amaranth.lib.stream`. A tile is read in place while its pieces are written and
+        taken with the last one; ``out.valid`` is a register.
+    Latency
+        1 cycle from a tile being valid to its first piece being offered.
+    Throughput
+        One piece per cycle: ``R`` (``C``) cycles per tile, masked rows included (they take a
+        cycle without an output beat); one cycle per stop or done token.
+    Stop tokens
+        The FlatMap block rule with a rank-0 sub-stream (``BlockWriter`` with ``inner = 0``):
+        stops and the done token pass through unchanged; the pieces of a tile extend the
+        innermost dimension.
+    """
+
+    def __init__(
+        self,
+        *,
+        rows: int,
+        cols: int,
+        elem_bits: int,
+        split: str = "rows",
+        masked: bool = False,
+        level_bits: int = 3,
+    ):
+        owner = "RetileUnit"
+        check_int(owner, "rows", rows)
+        check_int(owner, "cols", cols)
+        check_choice(owner, "elem_bits", elem_bits, (8, 16, 32))
+        check_choice(owner, "split", split, ("rows", "cols"))
+        check_bool(owner, "masked", masked)
+        check_int(owner, "level_bits", level_bits)
+        if masked and split != "rows":
+            raise ValueError("RetileUnit masked applies to split='rows' only")
+        self._split, self._masked = split, masked
+        tile = TokenFormat("tile", rows, cols, elem_bits, level_bits=level_bits)
+        ins = [tile]
+        if masked:
+            ins.append(TokenFormat("tile", rows, 1, 1, level_bits=level_bits))
+        piece = (1, cols) if split == "rows" else (rows, 1)
+        super().__init__(ins, TokenFormat("tile", *piece, elem_bits, level_bits=level_bits))
+
+    @property
+    def split(self) -> str:
+        return self._split
+
+    @property
+    def masked(self) -> bool:
+        return self._masked
+
+    @classmethod
+    def from_node(cls, node: Any, config: HwConfig) -> RetileUnit:
+        """The unit of a step_lang ``RetileStreamify`` node (or a FlatMap of ``retile_rows``,
+        ``retile_cols``, ``retile_rows_masked``); raises :class:`StepTypeError` otherwise."""
+        check_node(node, ("RetileStreamify", "FlatMap"), "RetileUnit")
+        ins, _ = node_formats(node, config)
+        if node.fn not in _FNS:
+            raise node.error(None, f"function '{node.fn.name}' has no RetileUnit")
+        split, masked = _FNS[node.fn]
+        return cls(
+            rows=ins[0].rows,
+            cols=ins[0].cols,
+            elem_bits=ins[0].elem_bits,
+            split=split,
+            masked=masked,
+            level_bits=config.level_bits,
+        )
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        out = self.out
+        valid, take, kind, level = self._join(m)
+        free = ~out.valid | out.ready
+        with m.If(out.ready):
+            m.d.sync += out.valid.eq(0)
+        tile = self.in_formats[0]
+        pieces = tile.rows if self._split == "rows" else tile.cols
+        index = Signal(range(pieces), name="index")
+        x = self.in0.payload.data
+        piece = Signal(self.out_format.data_shape, name="piece")
+        keep = Signal(init=1, name="keep")
+        with m.Switch(index):
+            for i in range(pieces):
+                with m.Case(i):
+                    if self._split == "rows":
+                        m.d.comb += piece[0].eq(x[i])
+                    else:
+                        m.d.comb += [piece[r][0].eq(x[r][i]) for r in range(tile.rows)]
+                    if self._masked:
+                        m.d.comb += keep.eq(~self.in1.payload.data[i][0])
+        with m.If(valid):
+            with m.If(kind == Kind.DATA), m.If(~keep | free):
+                with m.If(keep):
+                    self._emit(m, Kind.DATA, 0, piece)
+                with m.If(index == pieces - 1):
+                    m.d.comb += take.eq(1)
+                    m.d.sync += index.eq(0)
+                with m.Else():
+                    m.d.sync += index.eq(index + 1)
+            with m.Elif(free):
+                m.d.comb += take.eq(1)
+                self._emit(m, kind, level)
+        return m
