@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 LINT_DIRS := step_lang step_hw sim rtl_tests tests examples bench
 
-.PHONY: venv test lint bench experiments clean
+.PHONY: venv rtl test lint bench experiments clean
 
 venv: $(STAMP)
 
@@ -18,6 +18,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+# Verilog (and a JSON description) of every example at its hardware size, into build/rtl/.
+rtl: $(STAMP)
+	$(PY) -m step_hw.rtl
 
 # pytest runs tests/ and rtl_tests/ (pyproject testpaths); generated RTL and
 # Verilator builds go to build/.

@@ -15,6 +15,8 @@ Run ``python -m examples.swiglu`` to print the symbolic metrics of the sweep.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 
@@ -36,9 +38,18 @@ class SwiGLUConfig:
     dtype: str = "float32"
 
 
-def build(config: SwiGLUConfig = SwiGLUConfig(), tile_b: int = 16, tile_i: int = 16) -> Graph:
-    """The SwiGLU graph with batch tile ``tile_b`` and intermediate tile ``tile_i``."""
+def build(
+    config: SwiGLUConfig = SwiGLUConfig(), tile_b: int = 16, tile_i: int = 16, *, fns: Any = None
+) -> Graph:
+    """The SwiGLU graph with batch tile ``tile_b`` and intermediate tile ``tile_i``.
+
+    ``fns`` supplies ``matmul``, ``silu``, ``mul`` and ``matmul_acc`` (default: the float
+    functions of ``step_lang.functions``; :func:`hardware` uses the fixed-point ones).
+    """
     c = config
+    fns = fns or SimpleNamespace(
+        matmul=F.matmul(), silu=F.silu, mul=F.mul, matmul_acc=F.matmul_acc()
+    )
     if c.batch % tile_b or c.intermediate % tile_i:
         raise ValueError(
             f"tiles must divide the layer: batch {c.batch} by tile_b {tile_b}, "
@@ -62,17 +73,37 @@ def build(config: SwiGLUConfig = SwiGLUConfig(), tile_b: int = 16, tile_i: int =
     us = LinearOffChipLoad(
         wu, tile=(c.hidden, tile_i), out_shape=(nb, ni), stride=(0, 1), name="load_up"
     ).out
-    gate = Map(xs, gs, fn=F.matmul(), name="gate").out
-    up = Map(xs, us, fn=F.matmul(), name="up").out
-    act = Map(gate, fn=F.silu, name="silu").out
-    h = Map(act, up, fn=F.mul, name="mul").out
+    gate = Map(xs, gs, fn=fns.matmul, name="gate").out
+    up = Map(xs, us, fn=fns.matmul, name="up").out
+    act = Map(gate, fn=fns.silu, name="silu").out
+    h = Map(act, up, fn=fns.mul, name="mul").out
     # Down projection: K = tile_i, reduced over the ni tiles of each row block.
     ds = LinearOffChipLoad(
         wd, tile=(tile_i, c.hidden), out_shape=(nb, ni), stride=(0, 1), name="load_down"
     ).out
-    y = Accum(h, ds, fn=F.matmul_acc(), rank=1, name="down").out
+    y = Accum(h, ds, fn=fns.matmul_acc, rank=1, name="down").out
     LinearOffChipStore(y, out, name="store")
     return g
+
+
+HW_CONFIG = SwiGLUConfig(batch=8, hidden=4, intermediate=8, dtype="int16")
+"""The hardware-size layer: int16 Q8.8 fixed point in 4x4 tiles (``step_hw.HwConfig()``)."""
+
+
+def hardware(tile_b: int = 4, tile_i: int = 4, hw: Any = None) -> Graph:
+    """The layer at hardware size with the hardware's fixed-point arithmetic (``step_lang.numerics``)."""
+    from step_hw.config import HwConfig
+    from step_lang import numerics
+
+    hw = hw or HwConfig()
+    fx = numerics.functions(hw)
+    fns = SimpleNamespace(
+        matmul=fx.matmul_out(hw.elem_dtype),
+        silu=fx.silu,
+        mul=fx.mul,
+        matmul_acc=fx.matmul_acc_out(hw.elem_dtype),
+    )
+    return build(HW_CONFIG, tile_b, tile_i, fns=fns)
 
 
 def inputs(config: SwiGLUConfig = SwiGLUConfig(), seed: int = 0) -> dict[str, np.ndarray]:
@@ -80,6 +111,12 @@ def inputs(config: SwiGLUConfig = SwiGLUConfig(), seed: int = 0) -> dict[str, np
     rng = np.random.default_rng(seed)
     c = config
     dt = np.dtype(c.dtype)
+    if np.issubdtype(dt, np.integer):  # fixed point Q8.8: values of a few units
+        return {
+            k: rng.integers(-256, 256, shape).astype(dt)
+            for k, shape in (("x", (c.batch, c.hidden)), ("w_gate", (c.hidden, c.intermediate)),
+                             ("w_up", (c.hidden, c.intermediate)), ("w_down", (c.intermediate, c.hidden)))
+        }  # fmt: skip
     return {
         "x": rng.standard_normal((c.batch, c.hidden)).astype(dt),
         "w_gate": (rng.standard_normal((c.hidden, c.intermediate)) / np.sqrt(c.hidden)).astype(dt),

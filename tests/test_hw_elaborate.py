@@ -1,0 +1,90 @@
+# amaranth: UnusedElaboratable=no
+# (Components built only to inspect them, or rejected mid-elaboration, are never elaborated.)
+"""Graph elaboration: whole graphs become one component; misuse is rejected naming the node."""
+
+from __future__ import annotations
+
+import pytest
+from amaranth.hdl import Fragment
+
+from examples import swiglu
+from step_hw.config import HwConfig
+from step_hw.elaborate import ElaboratedGraph, supported_kinds
+from step_lang import (
+    Graph,
+    LinearOffChipLoad,
+    LinearOffChipStore,
+    Map,
+    Sink,
+    Source,
+    StepTypeError,
+    StreamType,
+    Tile,
+    numerics,
+)
+from step_lang import functions as F
+from step_lang.types import float32, int16
+
+
+def test_swiglu_elaborates_with_one_submodule_per_node():
+    g = swiglu.hardware()
+    top = ElaboratedGraph(g, HwConfig())
+    assert set(top.blocks) == {
+        n for n, node in g.nodes.items() if node.kind not in ("Source", "Sink", "Feedback")
+    }
+    desc = top.description()
+    assert desc["axi_ports"] == [
+        "m_axi_load_x",
+        "m_axi_load_gate",
+        "m_axi_load_up",
+        "m_axi_load_down",
+        "m_axi_store",
+    ]
+    addrs = [v["addr"] for v in desc["memory_map"].values()]
+    assert addrs == sorted(addrs) and all(a % 4096 == 0 for a in addrs)
+    assert "start" in top.signature.members and "done" in top.signature.members
+    Fragment.get(top, None)  # elaborates every block (and marks them used)
+
+
+def _graph_with(fn, elem):
+    g = Graph("bad")
+    x = Source(g, StreamType(elem, (1, 2)), name="x").out
+    Sink(Map(x, fn=fn, name="op").out, name="y")
+    return g
+
+
+@pytest.mark.parametrize(
+    ("fn", "elem", "message"),
+    [
+        (
+            F.exp,
+            Tile(float32, 2, 2),
+            r"^Source 'x': dtype float32 is not supported by the hardware",
+        ),
+        (
+            numerics.functions(HwConfig()).exp,
+            Tile(int16, 8, 8),
+            r"^Source 'x': tile Tile<int16, 8x8> does not fit the configured 4x4 tile$",
+        ),
+        (F.to_selector(2), Tile(int16, 1, 2), r"^Map 'op'"),
+    ],
+)
+def test_unsupported_graphs_are_rejected_naming_the_node(fn, elem, message):
+    with pytest.raises(StepTypeError, match=message):
+        ElaboratedGraph(_graph_with(fn, elem), HwConfig())
+
+
+def test_float_tensors_are_rejected():
+    g = Graph("f")
+    t = g.tensor("t", (4, 4), "float32")
+    LinearOffChipStore(LinearOffChipLoad(t, tile=(4, 4)).out, t)
+    with pytest.raises(
+        StepTypeError, match=r"^tensor 't': dtype float32 has no hardware encoding$"
+    ):
+        ElaboratedGraph(g, HwConfig())
+
+
+def test_supported_kinds_cover_the_language_but_generic_flatmap():
+    kinds = supported_kinds()
+    assert "Partition" in kinds and "LinearOffChipLoad" in kinds and "Streamify" in kinds
+    assert "FlatMap" not in kinds
