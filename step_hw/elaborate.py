@@ -39,6 +39,7 @@ from .queue import Queue
 __all__ = ["ElaboratedGraph", "convert", "supported_kinds"]
 
 _ALIGN = 4096
+DEFAULT_CONFIG = HwConfig()
 
 
 def _builders() -> dict[str, Any]:
@@ -84,7 +85,7 @@ def supported_kinds() -> list[str]:
 class ElaboratedGraph(wiring.Component):
     """A whole STeP graph in hardware; see the module docstring for its ports."""
 
-    def __init__(self, graph: Graph, config: HwConfig = HwConfig()):
+    def __init__(self, graph: Graph, config: HwConfig = DEFAULT_CONFIG):
         if not isinstance(config, HwConfig):
             raise TypeError(f"config must be a HwConfig, not {config!r}")
         insert_broadcasts(graph)
@@ -257,7 +258,7 @@ class ElaboratedGraph(wiring.Component):
 
 
 def convert(
-    graph: Graph, config: HwConfig = HwConfig(), *, name: str | None = None
+    graph: Graph, config: HwConfig = DEFAULT_CONFIG, *, name: str | None = None
 ) -> tuple[str, dict[str, Any]]:
     """Verilog text of ``graph`` and its description (ports, parameters, memory map)."""
     from amaranth.back import verilog
@@ -273,7 +274,7 @@ def convert(
     return text, top.description()
 
 
-def write(graph: Graph, path_stem: str, config: HwConfig = HwConfig()) -> None:
+def write(graph: Graph, path_stem: str, config: HwConfig = DEFAULT_CONFIG) -> None:
     """Write ``<path_stem>.v`` and ``<path_stem>.json``."""
     import pathlib
 
