@@ -1,0 +1,566 @@
+"""On-chip buffers: Bufferize fills double-buffered memory, Streamify replays it.
+
+A buffer reference has no token encoding of its own on a graph edge (``docs/stop_tokens.md``), so
+the pair shares state in hardware: Bufferize owns an ``amaranth.lib.memory.Memory`` of ``slots``
+buffers, and its output stream carries *slot numbers* (a data token names the slot that holds a
+complete buffer) with the usual stop and done tokens. Streamify reads the slots through a
+:class:`BufferPortSignature` port (``wiring.connect(m, streamify.rd, bufferize.rd)``) and
+releases each slot after its last read, so with ``slots=2`` one buffer fills while the other
+drains. Buffers are statically sized; ragged or symbolic buffer shapes are rejected.
+
+Memory words: an element (a tile or a selector) is ``words`` words of at most
+``config.mem_port_elems`` tile elements each (one word when the tile fits the port), so moving an
+element costs ``words`` cycles on either side.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from amaranth.hdl import Cat, Const, Module, Signal, Value, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from step_lang.errors import StepTypeError
+
+from ..config import HwConfig
+from ..payload import Kind, TokenFormat
+from ..queue import Queue
+from . import _checks
+from .sequence import Entry, Sequencer, driving_layout
+
+__all__ = ["BufferGeometry", "BufferPortSignature", "Bufferize", "Streamify"]
+
+
+@dataclass(frozen=True)
+class BufferGeometry:
+    """How ``slots`` buffers of ``shape`` elements of ``fmt`` lie in one memory."""
+
+    fmt: TokenFormat
+    shape: tuple[int, ...]
+    slots: int
+    port_elems: int
+
+    @property
+    def size(self) -> int:
+        """Elements per buffer."""
+        return math.prod(self.shape)
+
+    @property
+    def words(self) -> int:
+        """Memory words per element."""
+        if self.fmt.kind != "tile":
+            return 1
+        return -(-self.fmt.rows * self.fmt.cols // self.port_elems)
+
+    @property
+    def word_bits(self) -> int:
+        if self.fmt.kind != "tile":
+            return self.fmt.data_bits
+        return min(self.fmt.rows * self.fmt.cols, self.port_elems) * self.fmt.elem_bits
+
+    @property
+    def depth(self) -> int:
+        return self.slots * self.size * self.words
+
+    @property
+    def addr_width(self) -> int:
+        return max(1, (self.depth - 1).bit_length())
+
+    @property
+    def slot_width(self) -> int:
+        return max(1, (self.slots - 1).bit_length())
+
+    @property
+    def index_width(self) -> int:
+        return max(1, (self.size - 1).bit_length())
+
+    def ref_layout(self) -> data.StructLayout:
+        """Payload of the buffer-reference stream: ``kind``, ``level``, ``slot``."""
+        return driving_layout(self.fmt.level_bits, self.slot_width)
+
+    def port_signature(self) -> BufferPortSignature:
+        return BufferPortSignature(addr_width=self.addr_width, data_width=self.word_bits)
+
+
+class BufferPortSignature(wiring.Signature):
+    """Streamify's access to Bufferize's memory, seen from Streamify.
+
+    Members: ``addr`` (out) and ``data`` (in) of a synchronous read port (data one cycle after
+    the address), and ``release`` (out), a one-cycle pulse: the oldest full slot is free.
+    """
+
+    def __init__(self, *, addr_width: int, data_width: int):
+        self._addr_width, self._data_width = addr_width, data_width
+        super().__init__({"addr": Out(addr_width), "data": In(data_width), "release": Out(1)})
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BufferPortSignature) and (self._addr_width, self._data_width) == (
+            other._addr_width,
+            other._data_width,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self._addr_width, self._data_width))
+
+    def __repr__(self) -> str:
+        return f"BufferPortSignature(addr_width={self._addr_width}, data_width={self._data_width})"
+
+
+def _static_buffer(node: Any, port: str, shape: Sequence[Any]) -> tuple[int, ...]:
+    if not all(isinstance(d, int) for d in shape):
+        raise StepTypeError(
+            f"{_checks.where(node, port)}: buffer shape {list(map(str, shape))} is dynamic; "
+            "hardware buffers are statically sized"
+        )
+    return tuple(shape)
+
+
+def _geometry(who: str, fmt: Any, shape: Any, slots: Any, config: HwConfig) -> BufferGeometry:
+    _checks.token_format(who, "elem_format", fmt, kinds=("tile", "selector"))
+    if isinstance(shape, (tuple, list)) and not all(isinstance(d, int) for d in shape):
+        raise ValueError(
+            f"{who} buffer shape must be static; a dynamic shape such as {list(map(str, shape))} "
+            "has no fixed memory size"
+        )
+    shape = _checks.int_tuple(who, "buffer_shape", shape, minimum=1)
+    if not shape:
+        raise ValueError(f"{who} buffer_shape must have at least one dimension, not ()")
+    _checks.positive(who, "slots", slots)
+    return BufferGeometry(fmt, shape, slots, config.mem_port_elems)
+
+
+class Bufferize(wiring.Component):
+    """Bufferize: collects the innermost ``rank`` dims of a stream into on-chip buffers.
+
+    Parameters (keyword-only)
+    -------------------------
+    config : HwConfig
+        ``mem_port_elems`` sets the memory word.
+    elem_format : TokenFormat
+        The input's elements (tiles or selectors).
+    rank : int
+        ``b``, the buffered dims (``1 <= b <= in_rank``).
+    in_rank : int
+        The input stream's rank.
+    buffer_shape : sequence of int
+        The static buffer shape ``[D_{b-1}..D_0]``.
+    slots : int
+        Buffers in memory (2: double buffering).
+
+    Ports
+    -----
+    i : In(elem_format stream)
+    o : Out(stream of :meth:`BufferGeometry.ref_layout`)
+        A data token with the slot of each complete buffer, ``[D_r..D_b]`` with stops.
+    rd : In(BufferPortSignature)
+        Streamify's read port and slot release.
+    error : Out(1)
+        Sticky: a buffer closed with a number of elements other than its static size (extra
+        elements are dropped; the interpreter's type check rejects such streams).
+
+    Protocol and timing
+        An element is written in ``words`` cycles (one when it fits the port); inner stops
+        (``< b``) are consumed in one cycle. A stop ``S_s`` with ``s >= b`` closes the buffer:
+        the reference is emitted and, for ``s > b``, followed by ``S_{s-b}``; it waits until the
+        output register is empty. Elements wait while every slot holds an unreleased buffer.
+        So with two slots Bufferize fills buffer ``n + 1`` while Streamify reads buffer ``n``.
+    """
+
+    def __init__(
+        self,
+        *,
+        config: HwConfig,
+        elem_format: TokenFormat,
+        rank: int,
+        in_rank: int,
+        buffer_shape: Sequence[int],
+        slots: int = 2,
+        src_loc_at: int = 0,
+    ):
+        who = "Bufferize"
+        config = _checks.config(who, config)
+        in_rank = _checks.non_negative(who, "in_rank", in_rank)
+        rank = _checks.positive(who, "rank", rank)
+        if rank > in_rank:
+            raise ValueError(f"{who} rank must be in [1, in_rank={in_rank}], not {rank}")
+        self._geo = geo = _geometry(who, elem_format, buffer_shape, slots, config)
+        if len(geo.shape) != rank:
+            raise ValueError(
+                f"{who} buffer_shape {list(geo.shape)} must have rank={rank} dimensions"
+            )
+        _checks.levels_fit(who, "input", in_rank, elem_format.level_bits)
+        self._rank, self._in_rank = rank, in_rank
+        super().__init__(
+            {
+                "i": In(elem_format.signature()),
+                "o": Out(stream.Signature(geo.ref_layout())),
+                "rd": In(geo.port_signature()),
+                "error": Out(1),
+            }
+        )
+
+    @classmethod
+    def from_node(cls, node: Any, config: HwConfig, *, slots: int = 2) -> Bufferize:
+        """The block of a ``Bufferize`` node; its buffer shape must be static."""
+
+        def build() -> Bufferize:
+            x = node.inputs[0]
+            shape = _static_buffer(node, "out", node.out_types[0].elem.shape)
+            return cls(
+                src_loc_at=3,
+                config=config,
+                elem_format=TokenFormat.for_elem(x.elem, config, where=_checks.where(node, "in")),
+                rank=node.rank,
+                in_rank=x.rank,
+                buffer_shape=shape,
+                slots=slots,
+            )
+
+        return _checks.from_node(node, "Bufferize", build)
+
+    @property
+    def geometry(self) -> BufferGeometry:
+        return self._geo
+
+    @property
+    def in_ports(self) -> list:
+        return [self.i]
+
+    @property
+    def out_ports(self) -> list:
+        return [self.o]
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        geo = self._geo
+        b = self._rank
+        m.submodules.mem = mem = Memory(shape=unsigned(geo.word_bits), depth=geo.depth, init=[])
+        wp = mem.write_port()
+        rp = mem.read_port()  # synchronous, not transparent: Streamify never reads a filling slot
+        m.d.comb += [rp.addr.eq(self.rd.addr), self.rd.data.eq(rp.data)]
+
+        fill = Signal(geo.slot_width)  # the slot being filled
+        count = Signal(range(geo.size + 1))  # its elements so far
+        word = Signal(range(max(2, geo.words)))
+        used = Signal(range(geo.slots + 1))  # slots holding complete, unreleased buffers
+        error = Signal()
+        m.d.comb += self.error.eq(error)
+
+        out_valid = Signal()
+        out = Signal(geo.ref_layout())
+        pend = Signal()  # a stop S_{s-b} follows the reference in the output register
+        pend_level = Signal.like(out.level)
+        m.d.comb += [self.o.valid.eq(out_valid), self.o.payload.eq(out)]
+        with m.If(self.o.valid & self.o.ready):
+            with m.If(pend):
+                m.d.sync += [out.kind.eq(Kind.STOP), out.level.eq(pend_level), pend.eq(0)]
+            with m.Else():
+                m.d.sync += out_valid.eq(0)
+
+        tok = self.i.payload
+        padded = Cat(Value.cast(tok.data), Const(0, geo.words * geo.word_bits - geo.fmt.data_bits))
+        last_word = word == geo.words - 1
+        released = self.rd.release
+        closed = Signal()
+        with m.If(closed & ~released):
+            m.d.sync += used.eq(used + 1)
+        with m.Elif(~closed & released):
+            m.d.sync += used.eq(used - 1)
+
+        with m.If(self.i.valid), m.Switch(tok.kind):
+            with m.Case(Kind.DATA):
+                with m.If(count == geo.size):  # more elements than the buffer holds
+                    m.d.comb += self.i.ready.eq(1)
+                    m.d.sync += error.eq(1)
+                with m.Elif(used < geo.slots):
+                    m.d.comb += [
+                        wp.en.eq(1),
+                        wp.addr.eq((fill * geo.size + count) * geo.words + word),
+                        wp.data.eq(padded.word_select(word, geo.word_bits)),
+                    ]
+                    with m.If(last_word):
+                        m.d.comb += self.i.ready.eq(1)
+                        m.d.sync += [count.eq(count + 1), word.eq(0)]
+                    with m.Else():
+                        m.d.sync += word.eq(word + 1)
+            with m.Case(Kind.STOP):
+                with m.If(tok.level < b):
+                    m.d.comb += self.i.ready.eq(1)  # implied by the static shape
+                with m.Elif(~out_valid):
+                    m.d.comb += [self.i.ready.eq(1), closed.eq(1)]
+                    m.d.sync += [
+                        out_valid.eq(1),
+                        out.kind.eq(Kind.DATA),
+                        out.level.eq(0),
+                        out.slot.eq(fill),
+                        pend.eq(tok.level > b),
+                        pend_level.eq(tok.level - b),
+                        fill.eq(0 if geo.slots == 1 else (fill + 1) % geo.slots),
+                        count.eq(0),
+                    ]
+                    with m.If(count != geo.size):
+                        m.d.sync += error.eq(1)
+            with m.Default(), m.If(~out_valid):  # DONE
+                m.d.comb += self.i.ready.eq(1)
+                m.d.sync += [out_valid.eq(1), out.kind.eq(Kind.DONE), out.level.eq(0)]
+        return m
+
+
+class Streamify(wiring.Component):
+    """Streamify: replays the buffers of a :class:`Bufferize` as streams.
+
+    A *read* of a buffer walks ``read_shape`` with element number ``base + sum(m[d]*stride[d])``
+    (default: the whole buffer in stored order). Reads repeat ``prod(repeat)`` times per buffer
+    (output ``[*in.shape, *repeat, *read_shape]``), or once per element of ``ref`` (output
+    ``[*ref.shape, *read_shape]``; ``ref``'s outer dims are the buffer stream's, its
+    ``c = ref_rank - in_rank`` inner dims say how often each buffer is read).
+
+    Parameters (keyword-only)
+    -------------------------
+    config : HwConfig
+    elem_format : TokenFormat
+        The buffered elements (tiles or selectors).
+    buffer_shape : sequence of int
+        Static, as in the matching :class:`Bufferize`; so is ``slots``.
+    in_rank : int
+        Rank of the buffer-reference stream.
+    repeat : sequence of int
+        Static repeats (not with ``ref``).
+    read_shape, read_stride, base
+        The affine read (both or neither of ``read_shape`` and ``read_stride``).
+    ref_format, ref_rank
+        The reference stream (contents ignored), ``ref_rank >= in_rank``.
+
+    Ports
+    -----
+    i : In(stream of :meth:`BufferGeometry.ref_layout`), from Bufferize's ``o``
+    ref : In(ref_format stream), only with a reference
+    o : Out(elem_format stream)
+    rd : Out(BufferPortSignature), to Bufferize's ``rd``
+    error : Out(1)
+        Sticky: ``ref`` did not line up with the buffer stream (the interpreter raises).
+
+    Stop tokens
+        As ``BlockWriter`` with ``k = len(repeat) + len(read_shape)`` (``len(read_shape)`` with a
+        reference): inner stops ``grid_stop(m)``, the closing ``S_k`` held and merged with a
+        following stop of the driving stream (the buffer stream, or ``ref``) into
+        ``S_{s+k}``; a rank-0 driving stream releases it at once.
+
+    Latency and throughput
+        The first element leaves ``3 + words`` cycles after its buffer reference is offered
+        (sequencer, memory read, output queue). Then one element per ``words`` cycles; a stop
+        token after an element and a token that starts a read cost a cycle each, but the output
+        queue hides them behind two-beat (element + stop) entries: measured one token per cycle
+        for 4 buffers of 8 tiles each read 3 times (109 tokens in 109 cycles, no gap between
+        buffers), and ``4 * elements + 2`` cycles with four words per element
+        (tests/test_hw_memory.py). The output queue is credit-managed, so a stalled output
+        stops the memory reads without losing data. The slot is released when its last read is
+        issued.
+    """
+
+    def __init__(
+        self,
+        *,
+        config: HwConfig,
+        elem_format: TokenFormat,
+        buffer_shape: Sequence[int],
+        in_rank: int,
+        slots: int = 2,
+        repeat: Sequence[int] = (),
+        read_shape: Sequence[int] | None = None,
+        read_stride: Sequence[int] | None = None,
+        base: int = 0,
+        ref_format: TokenFormat | None = None,
+        ref_rank: int | None = None,
+        src_loc_at: int = 0,
+    ):
+        who = "Streamify"
+        config = _checks.config(who, config)
+        self._geo = geo = _geometry(who, elem_format, buffer_shape, slots, config)
+        in_rank = _checks.non_negative(who, "in_rank", in_rank)
+        repeat = _checks.int_tuple(who, "repeat", repeat, minimum=1)
+        if (read_shape is None) != (read_stride is None):
+            raise ValueError(f"{who} an affine read needs both read_shape and read_stride")
+        if read_shape is None:
+            read_shape = geo.shape
+            read_stride = tuple(math.prod(geo.shape[d + 1 :]) for d in range(len(geo.shape)))
+            if base != 0:
+                raise ValueError(f"{who} base needs an affine read (read_shape and read_stride)")
+        read_shape = _checks.int_tuple(who, "read_shape", read_shape, minimum=1)
+        read_stride = _checks.int_tuple(who, "read_stride", read_stride, minimum=0)
+        if len(read_shape) != len(read_stride):
+            raise ValueError(
+                f"{who} read_stride {list(read_stride)} must have as many entries as read_shape "
+                f"{list(read_shape)}"
+            )
+        base = _checks.non_negative(who, "base", base)
+        last = base + sum((n - 1) * s for n, s in zip(read_shape, read_stride, strict=True))
+        if last >= geo.size:
+            raise ValueError(
+                f"{who} read reaches element #{last} of a buffer of {geo.size} elements"
+            )
+        if ref_format is not None:
+            if repeat:
+                raise ValueError(f"{who} takes either repeat or ref_format, not both")
+            _checks.token_format(who, "ref_format", ref_format, kinds=("tile", "selector"))
+            ref_rank = _checks.non_negative(who, "ref_rank", ref_rank)
+            if ref_rank < in_rank:
+                raise ValueError(
+                    f"{who} ref_rank must be at least in_rank={in_rank}, not {ref_rank}"
+                )
+            out_rank = ref_rank + len(read_shape)
+        else:
+            if ref_rank is not None:
+                raise ValueError(f"{who} ref_rank needs a ref_format")
+            out_rank = in_rank + len(repeat) + len(read_shape)
+        _checks.levels_fit(who, "output", out_rank, elem_format.level_bits)
+        self._fmt = elem_format
+        self._in_rank, self._repeat = in_rank, repeat
+        self._read_shape, self._read_stride, self._base = read_shape, read_stride, base
+        self._ref_format, self._ref_rank = ref_format, ref_rank
+        members: dict[str, Any] = {
+            "i": In(stream.Signature(geo.ref_layout())),
+            "o": Out(elem_format.signature()),
+            "rd": Out(geo.port_signature()),
+            "error": Out(1),
+        }
+        if ref_format is not None:
+            members["ref"] = In(ref_format.signature())
+        super().__init__(members)
+
+    @classmethod
+    def from_node(cls, node: Any, config: HwConfig, *, slots: int = 2) -> Streamify:
+        """The block of a ``Streamify`` node; its buffers must be statically sized."""
+
+        def build() -> Streamify:
+            buffers = node.inputs[0]
+            shape = _static_buffer(node, "in", buffers.elem.shape)
+            ref = node.inputs[1] if len(node.inputs) > 1 else None
+            return cls(
+                src_loc_at=3,
+                config=config,
+                elem_format=TokenFormat.for_elem(buffers.elem.tile, config, where=_checks.where(node, "out")),
+                buffer_shape=shape,
+                in_rank=buffers.rank,
+                slots=slots,
+                repeat=node.repeat,
+                read_shape=node.read_shape if node.affine else None,
+                read_stride=node.stride if node.affine else None,
+                base=node.base if node.affine else 0,
+                ref_format=TokenFormat.for_elem(ref.elem, config, where=_checks.where(node, "ref")) if ref is not None else None,
+                ref_rank=ref.rank if ref is not None else None,
+            )  # fmt: skip
+
+        return _checks.from_node(node, "Streamify", build)
+
+    @property
+    def geometry(self) -> BufferGeometry:
+        return self._geo
+
+    @property
+    def in_ports(self) -> list:
+        return [self.i, self.ref] if self._ref_format is not None else [self.i]
+
+    @property
+    def out_ports(self) -> list:
+        return [self.o]
+
+    #: Output queue depth: covers the credit round trip (commit, read, queue latency) for II 1.
+    QUEUE_DEPTH = 5
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        geo, fmt = self._geo, self._fmt
+        c = None if self._ref_format is None else self._ref_rank - self._in_rank
+        driving_rank = self._in_rank if c is None else self._ref_rank
+        m.submodules.seq = seq = Sequencer(
+            shape=(*self._repeat, *self._read_shape),
+            stride=(0,) * len(self._repeat) + self._read_stride,
+            base=self._base,
+            index_width=geo.index_width,
+            level_bits=fmt.level_bits,
+            slot_width=geo.slot_width,
+            eager=driving_rank == 0,
+            ref_inner=c,
+        )
+        wiring.connect(m, wiring.flipped(self.i), seq.outer)
+        if c is not None:
+            m.d.comb += [
+                seq.ref.valid.eq(self.ref.valid),
+                seq.ref.payload.kind.eq(self.ref.payload.kind),
+                seq.ref.payload.level.eq(self.ref.payload.level),
+                self.ref.ready.eq(seq.ref.ready),
+            ]
+        m.d.comb += [self.rd.release.eq(seq.release), self.error.eq(seq.error)]
+
+        # -- issue: one memory word per cycle, an entry commits with its last word --------------
+        depth = self.QUEUE_DEPTH
+        queue_layout = data.StructLayout(
+            {
+                "kind": unsigned(2),
+                "level": unsigned(fmt.level_bits),
+                "data": unsigned(fmt.data_bits),
+            }
+        )
+        m.submodules.queue = queue = Queue(shape=queue_layout, depth=depth)
+        committed = Signal(range(depth + 1))  # entries committed and not yet out of the queue
+        credit = committed < depth
+        ent = seq.entries
+        is_elem = ent.payload.kind == Entry.ELEM
+        word = Signal(range(max(2, geo.words)))
+        last_word = word == geo.words - 1
+        m.d.comb += [
+            ent.ready.eq(credit & (~is_elem | last_word)),
+            self.rd.addr.eq((ent.payload.slot * geo.size + ent.payload.index) * geo.words + word),
+        ]
+        commit = ent.valid & ent.ready
+        word_read = ent.valid & is_elem & (~last_word | credit)
+        with m.If(word_read):
+            m.d.sync += word.eq(0 if geo.words == 1 else (word + 1) % geo.words)
+
+        # -- one cycle later: the word arrives; a committed entry enters the queue ---------------
+        p_word, p_commit = Signal(), Signal()
+        p_kind, p_level = Signal(2), Signal(fmt.level_bits)
+        m.d.sync += [p_word.eq(word_read), p_commit.eq(commit)]
+        with m.If(commit):
+            m.d.sync += [p_kind.eq(ent.payload.kind), p_level.eq(ent.payload.level)]
+        assembly = Signal(geo.words * geo.word_bits)
+        whole = Cat(assembly[geo.word_bits :], self.rd.data)
+        with m.If(p_word):
+            m.d.sync += assembly.eq(whole)
+        m.d.comb += [
+            queue.i.valid.eq(p_commit),  # always has room: `committed` counts it
+            queue.i.payload.kind.eq(p_kind),
+            queue.i.payload.level.eq(p_level),
+            queue.i.payload.data.eq(whole[: fmt.data_bits]),
+        ]
+
+        # -- output: an element with a trailing stop is two beats -----------------------------
+        head = queue.o.payload
+        phase = Signal()
+        elem_beat = (head.kind == Entry.ELEM) & ~phase
+        m.d.comb += self.o.valid.eq(queue.o.valid)
+        with m.If(elem_beat):
+            m.d.comb += [self.o.payload.kind.eq(Kind.DATA), self.o.payload.data.eq(head.data)]
+        with m.Elif(head.kind == Entry.DONE):
+            m.d.comb += self.o.payload.kind.eq(Kind.DONE)
+        with m.Else():
+            m.d.comb += [self.o.payload.kind.eq(Kind.STOP), self.o.payload.level.eq(head.level)]
+        taken = self.o.valid & self.o.ready
+        popped = Signal()
+        with m.If(taken):
+            with m.If(elem_beat & (head.level != 0)):
+                m.d.sync += phase.eq(1)
+            with m.Else():
+                m.d.comb += [queue.o.ready.eq(1), popped.eq(1)]
+                m.d.sync += phase.eq(0)
+        with m.If(commit & ~popped):
+            m.d.sync += committed.eq(committed + 1)
+        with m.Elif(~commit & popped):
+            m.d.sync += committed.eq(committed - 1)
+        return m
