@@ -36,6 +36,7 @@ experiments: $(STAMP)
 # Benchmarks write JSON under build/bench/.
 bench: $(STAMP)
 	$(PY) -m bench.sim_speed
+	$(PY) -m bench.hw_area
 
 lint: $(STAMP)
 	$(PY) -m ruff check $(LINT_DIRS)

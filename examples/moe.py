@@ -26,6 +26,8 @@ Run ``python -m examples.moe`` to print symbolic metrics.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 
@@ -108,17 +110,54 @@ class MoESchedule:
             raise ValueError(f"regions {self.regions} must divide the {config.experts} experts")
 
 
+FLOAT_FNS = SimpleNamespace(
+    matmul=F.matmul(), silu=F.silu, mul=F.mul, matmul_acc=F.matmul_acc(), accum_add=F.accum_add
+)
+"""The functions of the float layer."""
+
+HW = MoEConfig("hw", 4, 8, 4, 2, dtype="int16")
+"""The hardware-size layer: int16 Q8.8 in 4x4 tiles (``step_hw.HwConfig()``)."""
+
+
+def hardware(batch: int = 8, schedule: MoESchedule | None = None, hw: Any = None) -> Graph:
+    """The layer at hardware size, static tiling, with the hardware's fixed-point arithmetic."""
+    from step_hw.config import HwConfig
+    from step_lang import numerics
+
+    hw = hw or HwConfig()
+    fx = numerics.functions(hw)
+    fns = SimpleNamespace(
+        matmul=fx.matmul_out(hw.elem_dtype),
+        silu=fx.silu,
+        mul=fx.mul,
+        matmul_acc=fx.matmul_acc_out(hw.elem_dtype),
+        accum_add=fx.accum_add,
+    )
+    schedule = schedule or MoESchedule("static", tile_n=4, tile_f=4)
+    return build(HW, schedule, batch, elem_bytes=None, fns=fns)
+
+
 def _rows(load: Stream) -> Stream:
     """``[1, N, 1]`` of row tiles to ``[N]``."""
     return Flatten(load, 0, 2).out
 
 
 def build(
-    config: MoEConfig, schedule: MoESchedule, batch: int, *, elem_bytes: int | None = 2
+    config: MoEConfig,
+    schedule: MoESchedule,
+    batch: int,
+    *,
+    elem_bytes: int | None = 2,
+    fns: Any = None,
 ) -> Graph:
-    """The MoE layer for ``batch`` tokens under ``schedule``."""
+    """The MoE layer for ``batch`` tokens under ``schedule``.
+
+    ``fns`` supplies ``matmul``, ``silu``, ``mul``, ``matmul_acc`` and ``accum_add`` (default:
+    the float functions of ``step_lang.functions``; :func:`hardware` uses the fixed-point ones).
+    """
     c, s = config, schedule
     s.check(c)
+    fx = fns or FLOAT_FNS
     D, Fdim, E, k, tf = c.hidden, c.intermediate, c.experts, c.top_k, s.tile_f
     nf = Fdim // tf
     dyn = s.tiling == "dynamic"
@@ -172,7 +211,7 @@ def build(
 
     if s.regions is None:
         outs = [
-            _expert(g, e, packed[e], (wg_t, wu_t, wd_t), nf, tf, D, dyn, elem_bytes)
+            _expert(g, e, packed[e], (wg_t, wu_t, wd_t), nf, tf, D, dyn, elem_bytes, fx)
             for e in range(E)
         ]
     else:
@@ -190,6 +229,7 @@ def build(
                 tf,
                 D,
                 elem_bytes,
+                fx,
             )
             for e, y in zip(experts, ys, strict=True):
                 outs[e] = y
@@ -197,20 +237,20 @@ def build(
     scaled = []
     for e in range(E):
         rows_e = RetileStreamify(outs[e], is_pad=pad_masks[e], name=f"unpack{e}").out
-        scaled.append(Map(rows_e, per_expert_w[e], fn=F.mul, name=f"scale{e}").out)
+        scaled.append(Map(rows_e, per_expert_w[e], fn=fx.mul, name=f"scale{e}").out)
         # Gathering takes rows in token order, so one expert's results wait for another's: its
         # queue holds up to every token of the batch (one expert may receive them all). The
         # routing weights wait for the expert's results the same way.
         g.set_queue_depth(scaled[-1], batch)
         g.set_queue_depth(per_expert_w[e], batch)
     gathered = Reassemble(scaled, gather_sel, count=k, name="gather").out
-    combined = Accum(gathered, fn=F.accum_add, rank=1, name="combine").out
+    combined = Accum(gathered, fn=fx.accum_add, rank=1, name="combine").out
     LinearOffChipStore(combined, out_t, name="store")
     return g
 
 
 def _expert(
-    g: Graph, e: int, packed: Stream, weights, nf: int, tf: int, D: int, dyn: bool, elem_bytes
+    g: Graph, e: int, packed: Stream, weights, nf: int, tf: int, D: int, dyn: bool, elem_bytes, fx
 ) -> Stream:
     """One expert's SwiGLU on its packed token tiles: ``[T] -> [T]`` of ``[rows, D]`` tiles."""
     wg_t, wu_t, wd_t = weights
@@ -226,14 +266,14 @@ def _expert(
     wg = LinearOffChipLoad(wg_t, tile=(D, tf), name=f"load_gate{e}", **opts).out
     wu = LinearOffChipLoad(wu_t, tile=(D, tf), name=f"load_up{e}", **opts).out
     wd = LinearOffChipLoad(wd_t, tile=(tf, D), name=f"load_down{e}", **opts).out
-    return _swiglu(f"{e}", rep, wg, wu, wd)
+    return _swiglu(f"{e}", rep, wg, wu, wd, fx)
 
 
-def _swiglu(tag: str, rep: Stream, wg: Stream, wu: Stream, wd: Stream) -> Stream:
-    gate = Map(rep, wg, fn=F.matmul(), name=f"gate{tag}").out
-    up = Map(rep, wu, fn=F.matmul(), name=f"up{tag}").out
-    h = Map(Map(gate, fn=F.silu, name=f"silu{tag}").out, up, fn=F.mul, name=f"mul{tag}").out
-    return Accum(h, wd, fn=F.matmul_acc(), rank=1, name=f"down{tag}").out
+def _swiglu(tag: str, rep: Stream, wg: Stream, wu: Stream, wd: Stream, fx: Any) -> Stream:
+    gate = Map(rep, wg, fn=fx.matmul, name=f"gate{tag}").out
+    up = Map(rep, wu, fn=fx.matmul, name=f"up{tag}").out
+    h = Map(Map(gate, fn=fx.silu, name=f"silu{tag}").out, up, fn=fx.mul, name=f"mul{tag}").out
+    return Accum(h, wd, fn=fx.matmul_acc, rank=1, name=f"down{tag}").out
 
 
 def _region(
@@ -246,6 +286,7 @@ def _region(
     tf: int,
     D: int,
     elem_bytes,
+    fx,
 ) -> list[Stream]:
     """A time-multiplexed region: the experts ``first..`` share one SwiGLU pipeline."""
     wg_t, wu_t, wd_t = weights
@@ -266,7 +307,7 @@ def _region(
         addr, wd_t, tile=(tf, D), elem_bytes=elem_bytes, name=f"load_down_r{r}"
     ).out
     rep = RepeatStatic(data, nf, name=f"repeat_r{r}").out
-    y = _swiglu(f"_r{r}", rep, wg, wu, wd)
+    y = _swiglu(f"_r{r}", rep, wg, wu, wd, fx)
     return Partition(y, which, 0, name=f"unmerge{r}").outputs
 
 
@@ -280,6 +321,15 @@ def inputs(config: MoEConfig, choices: np.ndarray, *, seed: int = 0) -> dict[str
     dt = np.dtype(c.dtype)
     # Routing weights in slot order; the graph consumes them per expert in token order.
     w = routing_weights(choices, seed=seed)
+    if np.issubdtype(dt, np.integer):  # fixed point Q8.8
+        return {
+            "x": rng.integers(-256, 256, (batch, c.hidden)).astype(dt),
+            **routing_tensors(c, choices),
+            "route_w": np.rint(w.reshape(batch * k, 1) * 256).astype(dt),
+            "w_gate": rng.integers(-128, 128, (c.experts, c.hidden, c.intermediate)).astype(dt),
+            "w_up": rng.integers(-128, 128, (c.experts, c.hidden, c.intermediate)).astype(dt),
+            "w_down": rng.integers(-128, 128, (c.experts, c.intermediate, c.hidden)).astype(dt),
+        }
     return {
         "x": rng.standard_normal((batch, c.hidden)).astype(dt),
         **routing_tensors(c, choices),

@@ -35,6 +35,7 @@ from step_lang.passes import insert_broadcasts
 from .config import HwConfig
 from .payload import Kind, TokenFormat
 from .queue import Queue
+from .select import ToSelector
 
 __all__ = ["ElaboratedGraph", "convert", "supported_kinds"]
 
@@ -120,6 +121,8 @@ class ElaboratedGraph(wiring.Component):
                         node, config, addr=self.memory_map[node.tensor.name]["addr"]
                     )
                     members[f"m_axi_{node.name}"] = Out(block.axi.signature)
+                elif node.kind == "Map" and getattr(node.fn, "name", None) == "to_selector":
+                    block = ToSelector.from_node(node, config)
                 else:
                     block = builders[node.kind](node, config)
                 self.blocks[node.name] = block

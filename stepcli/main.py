@@ -75,13 +75,14 @@ def cmd_graph(args) -> None:
 
 
 def cmd_rtl(args) -> None:
-    try:
-        from step_hw import elaborate  # noqa: F401 - arrives with the hardware-generation issue
-    except ImportError:
+    from step_hw import rtl
+
+    if args.param:
         raise UsageError(
-            "hardware generation (step_hw.elaborate) is not available in this version yet"
-        ) from None
-    raise UsageError("step rtl is not wired to the hardware generator yet")
+            "step rtl builds each example at its fixed hardware size; it takes no -p parameters"
+        )
+    if rtl.main([args.example], out=args.output) != 0:
+        raise UsageError(f"no Verilog written for {args.example}")
 
 
 def cmd_sweep(args) -> None:
@@ -138,8 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="FILE.dot", help="default: build/graphs/<graph>.dot")
     p.set_defaults(fn=cmd_graph)
 
-    p = sub.add_parser("rtl", help="write Verilog for an example (needs the hardware generator)")
+    p = sub.add_parser(
+        "rtl", help="write Verilog and a JSON description of an example at hardware size"
+    )
     _add_example(p)
+    p.add_argument("-o", "--output", default="build/rtl", help="output folder (default build/rtl)")
     p.set_defaults(fn=cmd_rtl)
 
     p = sub.add_parser("sweep", help="run a design-space sweep from a TOML spec")

@@ -79,8 +79,8 @@ def test_graph_writes_dot_and_svg(capsys, tmp_path):
             "step: error: routing trace /no/such/trace.npz: cannot read",
         ),
         (
-            ["rtl", "swiglu"],
-            "step: error: hardware generation (step_hw.elaborate) is not available in this version yet",
+            ["rtl", "attention"],
+            "step: error: no hardware-size variant of attention; available: swiglu, moe",
         ),
         (
             ["paper", "--traces", "/no/such/dir"],
@@ -92,6 +92,14 @@ def test_errors_are_one_line(capsys, argv, message):
     rc, _, err = run(capsys, *argv)
     assert rc == 2
     assert err.count("\n") == 1 and err.startswith(message)
+
+
+def test_rtl_writes_verilog_and_description(capsys, tmp_path):
+    rc, out, _ = run(capsys, "rtl", "swiglu", "-o", str(tmp_path))
+    assert rc == 0 and out.startswith(f"swiglu: {tmp_path}/swiglu.v, {tmp_path}/swiglu.json")
+    assert "module swiglu(" in (tmp_path / "swiglu.v").read_text()
+    desc = json.loads((tmp_path / "swiglu.json").read_text())
+    assert desc["memory_map"]["x"]["addr"] == 4096 and desc["config"]["tile_rows"] == 4
 
 
 def test_unreadable_kv_trace(capsys, tmp_path):

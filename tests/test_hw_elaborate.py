@@ -66,7 +66,7 @@ def _graph_with(fn, elem):
             Tile(int16, 8, 8),
             r"^Source 'x': tile Tile<int16, 8x8> does not fit the configured 4x4 tile$",
         ),
-        (F.to_selector(2), Tile(int16, 1, 2), r"^Map 'op'"),
+        (F.scalar_op("add", 1), Tile(int16, 1, 1), r"^Map 'op'"),
     ],
 )
 def test_unsupported_graphs_are_rejected_naming_the_node(fn, elem, message):
@@ -88,3 +88,33 @@ def test_supported_kinds_cover_the_language_but_generic_flatmap():
     kinds = supported_kinds()
     assert "Partition" in kinds and "LinearOffChipLoad" in kinds and "Streamify" in kinds
     assert "FlatMap" not in kinds
+
+
+def test_to_selector_block_matches_interpreter():
+    import numpy as np
+
+    from step_hw.payload import TokenFormat
+    from step_hw.select import ToSelector
+    from step_hw.testing import PATTERNS, run_block
+    from step_lang import DONE, Selector, Stop
+    from step_lang.types import int32
+
+    node_in = Tile(int32, 1, 3)
+    fmt = TokenFormat.for_elem(node_in, HwConfig())
+    dut = ToSelector(tile_format=fmt, n=3)
+    rows = [np.array([[0, 5, 0]]), np.array([[-1, 0, 2]]), np.array([[0, 0, 0]])]
+    tokens = [rows[0], Stop(1), rows[1], rows[2], Stop(1), DONE]
+    out_fmt = TokenFormat.for_elem(Selector(3), HwConfig())
+    for pattern in PATTERNS:
+        run = run_block(dut, {"i": (dut.i, fmt, tokens)}, {"o": (dut.o, out_fmt)}, pattern=pattern)
+        got = run.outputs["o"]
+        assert [t.tolist() if hasattr(t, "tolist") else t for t in got] == [
+            [False, True, False],
+            Stop(1),
+            [True, False, True],
+            [False, False, False],
+            Stop(1),
+            DONE,
+        ]
+        dut = ToSelector(tile_format=fmt, n=3)
+    Fragment.get(dut, None)

@@ -102,7 +102,8 @@ def _reduce_unit(
 ):
     """Validate the parameters of an Accum or Scan unit: (input formats, output format, datapath)."""
     check_choice(owner, "op", op, ops)
-    check_bits(owner, elem_bits, frac_bits)
+    if not (op == "retile_row" and elem_bits == 1):  # bool flags only move; no arithmetic
+        check_bits(owner, elem_bits, frac_bits)
     check_int(owner, "level_bits", level_bits)
     top = 2**level_bits - 1
     if isinstance(rank, bool) or not isinstance(rank, int):

@@ -1,0 +1,107 @@
+"""Area of the generated hardware: Yosys cell counts per block and per example.
+
+Writes ``build/bench/hw_area.json``:
+``{"blocks": [{"name", "cells"}], "examples": [{"name", "cells"}]}``.
+
+The Yosys that ships with Amaranth (``amaranth[builtin-yosys]``) is a reduced build without
+``synth``, ``techmap`` or ``stat``. We run its generic flow (``proc; flatten; opt; wreduce;
+simplemap; opt``) and count the cells of the result: logic and flip-flops are single-bit gates,
+while arithmetic (``$add``, ``$mul``, ...) and memories stay one coarse cell each. The counts
+compare blocks and configurations with each other; they are not a gate count of a technology.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+import time
+from collections.abc import Callable
+
+from amaranth._toolchain.yosys import find_yosys
+from amaranth.back import rtlil
+
+from step_hw.config import HwConfig
+from step_hw.payload import TokenFormat
+from step_lang.types import Selector, Tile, int16
+
+CFG = HwConfig()
+TILE = TokenFormat.for_elem(Tile(int16, 4, 4), CFG)
+SCALAR = TokenFormat.for_elem(Tile(int16, 1, 1), CFG)
+SEL4 = TokenFormat.for_elem(Selector(4), CFG)
+
+
+def _blocks() -> dict[str, Callable[[], object]]:
+    from step_hw import router, shape
+    from step_hw.broadcast import Broadcast
+    from step_hw.compute.accum import AccumUnit
+    from step_hw.compute.elementwise import MapUnit
+    from step_hw.compute.matmul import MatmulUnit
+    from step_hw.memory.load import LinearLoad
+    from step_hw.memory.store import LinearStore
+    from step_hw.queue import Queue
+    from step_hw.select import ToSelector
+
+    shapes = [(4, 4), (4, 4)]
+    return {
+        "Queue(4x4 int16, depth 3)": lambda: Queue(shape=TILE.layout(), depth=3),
+        "Broadcast(n=2)": lambda: Broadcast(fmt=TILE, n=2),
+        "Partition(n=4, rank 0)": lambda: router.Partition(fmt=TILE, n=4, rank=0),
+        "EagerMerge(n=4, rank 0)": lambda: router.EagerMerge(fmt=TILE, n=4, rank=0),
+        "Parallelize(n=4, rank 0)": lambda: router.Parallelize(fmt=TILE, n=4, rank=0),
+        "Flatten(rank 2, 0..1)": lambda: shape.Flatten(fmt=TILE, in_rank=2, lo=0, hi=1),
+        "RepeatStatic(rank 1, x4)": lambda: shape.RepeatStatic(fmt=TILE, in_rank=1, count=4),
+        "ToSelector(4)": lambda: ToSelector(tile_format=TokenFormat.for_elem(Tile(int16, 1, 4), CFG), n=4),
+        "Map add (4x4 int16)": lambda: MapUnit(op="add", in_shapes=shapes, elem_bits=16, frac_bits=8),
+        "Map silu (4x4 int16)": lambda: MapUnit(op="silu", in_shapes=shapes[:1], elem_bits=16, frac_bits=8),
+        "Map exp (4x4 int16)": lambda: MapUnit(op="exp", in_shapes=shapes[:1], elem_bits=16, frac_bits=8),
+        "Matmul 4x4x4, 16 lanes": lambda: MatmulUnit(
+            in_shapes=shapes, elem_bits=16, frac_bits=8, lanes=16, acc_bits=32, out_bits=16
+        ),
+        "Accum add (4x4 int16)": lambda: AccumUnit(op="add", rank=1, in_shapes=shapes[:1], elem_bits=16, frac_bits=8),
+        "LinearLoad (8x4 int16 tensor)": lambda: LinearLoad(config=CFG, tensor_shape=(8, 4), tile_format=TILE),
+        "LinearStore (8x4 int16 tensor)": lambda: LinearStore(config=CFG, tensor_shape=(8, 4), tile_format=TILE),
+    }
+
+
+def cells(component, name: str = "top") -> int:
+    """Cells of one component after a generic mapping (see the module docstring)."""
+    text = rtlil.convert(component, name=name, emit_src=False)
+    yosys = find_yosys(lambda ver: ver >= (0, 10))
+    script = (
+        f"read_rtlil <<rtlil\n{text}\nrtlil\nhierarchy -top {name}\nproc\nflatten\nopt\n"
+        "wreduce\nopt\nsimplemap\nopt\nwrite_json -\n"
+    )
+    out = yosys.run(["-q", "-"], script, ignore_warnings=True)
+    design = json.loads(out[out.index("{") :])
+    return sum(len(m.get("cells", {})) for m in design["modules"].values())
+
+
+def main(argv: list[str]) -> int:
+    from examples import moe, swiglu
+    from step_hw.elaborate import ElaboratedGraph
+
+    rows = []
+    for name, make in _blocks().items():
+        t0 = time.perf_counter()
+        try:
+            n = cells(make())
+        except TypeError as exc:  # a block's constructor changed: report, keep going
+            print(f"{name}: skipped ({exc})")
+            continue
+        rows.append({"name": name, "cells": n})
+        print(f"{name:<34} {n:>8} cells  ({time.perf_counter() - t0:.1f} s)")
+    examples = []
+    for name, make in (("swiglu", swiglu.hardware), ("moe", moe.hardware)):
+        t0 = time.perf_counter()
+        n = cells(ElaboratedGraph(make(), CFG), name=name)
+        examples.append({"name": name, "cells": n})
+        print(f"{name:<34} {n:>8} cells  ({time.perf_counter() - t0:.1f} s)")
+    out = pathlib.Path("build/bench")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "hw_area.json").write_text(json.dumps({"blocks": rows, "examples": examples}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
