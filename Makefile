@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Extra pytest arguments, e.g. `make test PYTEST_ARGS="tests/test_hw_queue.py rtl_tests"`.
 PYTEST_ARGS ?=
-LINT_DIRS := step_lang step_hw sim rtl_tests tests examples bench
+LINT_DIRS := step_lang step_hw sim stepcli rtl_tests tests examples bench
 
 .PHONY: venv rtl test lint bench experiments clean
 

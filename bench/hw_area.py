@@ -51,16 +51,30 @@ def _blocks() -> dict[str, Callable[[], object]]:
         "Parallelize(n=4, rank 0)": lambda: router.Parallelize(fmt=TILE, n=4, rank=0),
         "Flatten(rank 2, 0..1)": lambda: shape.Flatten(fmt=TILE, in_rank=2, lo=0, hi=1),
         "RepeatStatic(rank 1, x4)": lambda: shape.RepeatStatic(fmt=TILE, in_rank=1, count=4),
-        "ToSelector(4)": lambda: ToSelector(tile_format=TokenFormat.for_elem(Tile(int16, 1, 4), CFG), n=4),
-        "Map add (4x4 int16)": lambda: MapUnit(op="add", in_shapes=shapes, elem_bits=16, frac_bits=8),
-        "Map silu (4x4 int16)": lambda: MapUnit(op="silu", in_shapes=shapes[:1], elem_bits=16, frac_bits=8),
-        "Map exp (4x4 int16)": lambda: MapUnit(op="exp", in_shapes=shapes[:1], elem_bits=16, frac_bits=8),
+        "ToSelector(4)": lambda: ToSelector(
+            tile_format=TokenFormat.for_elem(Tile(int16, 1, 4), CFG), n=4
+        ),
+        "Map add (4x4 int16)": lambda: MapUnit(
+            op="add", in_shapes=shapes, elem_bits=16, frac_bits=8
+        ),
+        "Map silu (4x4 int16)": lambda: MapUnit(
+            op="silu", in_shapes=shapes[:1], elem_bits=16, frac_bits=8
+        ),
+        "Map exp (4x4 int16)": lambda: MapUnit(
+            op="exp", in_shapes=shapes[:1], elem_bits=16, frac_bits=8
+        ),
         "Matmul 4x4x4, 16 lanes": lambda: MatmulUnit(
             in_shapes=shapes, elem_bits=16, frac_bits=8, lanes=16, acc_bits=32, out_bits=16
         ),
-        "Accum add (4x4 int16)": lambda: AccumUnit(op="add", rank=1, in_shapes=shapes[:1], elem_bits=16, frac_bits=8),
-        "LinearLoad (8x4 int16 tensor)": lambda: LinearLoad(config=CFG, tensor_shape=(8, 4), tile_format=TILE),
-        "LinearStore (8x4 int16 tensor)": lambda: LinearStore(config=CFG, tensor_shape=(8, 4), tile_format=TILE),
+        "Accum add (4x4 int16)": lambda: AccumUnit(
+            op="add", rank=1, in_shapes=shapes[:1], elem_bits=16, frac_bits=8
+        ),
+        "LinearLoad (8x4 int16 tensor)": lambda: LinearLoad(
+            config=CFG, tensor_shape=(8, 4), tile_format=TILE
+        ),
+        "LinearStore (8x4 int16 tensor)": lambda: LinearStore(
+            config=CFG, tensor_shape=(8, 4), tile_format=TILE
+        ),
     }
 
 
@@ -99,7 +113,9 @@ def main(argv: list[str]) -> int:
         print(f"{name:<34} {n:>8} cells  ({time.perf_counter() - t0:.1f} s)")
     out = pathlib.Path("build/bench")
     out.mkdir(parents=True, exist_ok=True)
-    (out / "hw_area.json").write_text(json.dumps({"blocks": rows, "examples": examples}, indent=2) + "\n")
+    (out / "hw_area.json").write_text(
+        json.dumps({"blocks": rows, "examples": examples}, indent=2) + "\n"
+    )
     return 0
 
 

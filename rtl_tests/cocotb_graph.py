@@ -58,7 +58,9 @@ async def graph_matches_interpreter(dut) -> None:
     while not dut.done.value:
         await RisingEdge(dut.clk)
         cycles += 1
-        assert cycles < limit, f"no done after {limit} cycles (no progress: a deadlock or a lost token)"
+        assert cycles < limit, (
+            f"no done after {limit} cycles (no progress: a deadlock or a lost token)"
+        )
     assert not dut.error.value, "a block raised its error flag"
     for key in data.files:
         if not key.startswith("out_"):

@@ -68,7 +68,7 @@ def test_cosim_matches_interpreter(example, pattern, seed):
             "GRAPH_PAUSES": pattern,
             "GRAPH_SEED": str(seed),
             "GRAPH_REPORT": str(report),
-        },  # fmt: skip
+        },
         results_xml=str(FOLDER / f"results_{pattern}_{seed}.xml"),
     )
     assert get_results(results) == (1, 0)

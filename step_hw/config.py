@@ -54,18 +54,28 @@ class HwConfig:
         for name in ("elem_dtype", "acc_dtype"):
             value = getattr(self, name)
             if value not in _HW_DTYPES:
-                raise ValueError(f"HwConfig.{name} must be one of {', '.join(_HW_DTYPES)}, not {value!r}")
+                raise ValueError(
+                    f"HwConfig.{name} must be one of {', '.join(_HW_DTYPES)}, not {value!r}"
+                )
         if DTYPES[self.acc_dtype].nbytes < DTYPES[self.elem_dtype].nbytes:
-            raise ValueError(f"HwConfig.acc_dtype {self.acc_dtype} is narrower than elem_dtype {self.elem_dtype}")
+            raise ValueError(
+                f"HwConfig.acc_dtype {self.acc_dtype} is narrower than elem_dtype {self.elem_dtype}"
+            )
         for name in ("tile_rows", "tile_cols", "lanes", "queue_depth", "mem_port_elems", "max_outstanding",
                      "level_bits", "axi_addr_width", "axi_id_width"):  # fmt: skip
             _positive(name, getattr(self, name))
-        if isinstance(self.frac_bits, bool) or not isinstance(self.frac_bits, int) or not (
-            0 <= self.frac_bits < self.elem.nbytes * 8
+        if (
+            isinstance(self.frac_bits, bool)
+            or not isinstance(self.frac_bits, int)
+            or not (0 <= self.frac_bits < self.elem.nbytes * 8)
         ):
-            raise ValueError(f"HwConfig.frac_bits must be an integer in [0, {self.elem.nbytes * 8}), not {self.frac_bits!r}")
+            raise ValueError(
+                f"HwConfig.frac_bits must be an integer in [0, {self.elem.nbytes * 8}), not {self.frac_bits!r}"
+            )
         if self.axi_data_width not in (32, 64, 128, 256, 512):
-            raise ValueError(f"HwConfig.axi_data_width must be 32, 64, 128, 256 or 512, not {self.axi_data_width!r}")
+            raise ValueError(
+                f"HwConfig.axi_data_width must be 32, 64, 128, 256 or 512, not {self.axi_data_width!r}"
+            )
 
     @property
     def elem(self) -> DType:

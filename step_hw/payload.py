@@ -67,13 +67,20 @@ class TokenFormat:
             return cls("selector", n=elem.n, level_bits=config.level_bits)
         if isinstance(elem, Tile):
             if not elem.is_static:
-                raise StepTypeError(f"{where}: tile {elem} has a dynamic shape; hardware tiles are static")
+                raise StepTypeError(
+                    f"{where}: tile {elem} has a dynamic shape; hardware tiles are static"
+                )
             if elem.rows > config.tile_rows or elem.cols > config.tile_cols:
                 raise StepTypeError(
                     f"{where}: tile {elem} does not fit the configured {config.tile_rows}x{config.tile_cols} tile"
                 )
-            if elem.dtype.kind not in ("int", "uint", "bool") or elem.dtype.nbytes * 8 > config.acc.nbytes * 8:
-                raise StepTypeError(f"{where}: dtype {elem.dtype} is not supported by the hardware ({config.elem_dtype}/{config.acc_dtype})")
+            if (
+                elem.dtype.kind not in ("int", "uint", "bool")
+                or elem.dtype.nbytes * 8 > config.acc.nbytes * 8
+            ):
+                raise StepTypeError(
+                    f"{where}: dtype {elem.dtype} is not supported by the hardware ({config.elem_dtype}/{config.acc_dtype})"
+                )
             return cls("tile", rows=elem.rows, cols=elem.cols, elem_bits=elem.dtype.nbytes * 8 if elem.dtype.kind != "bool" else 1,
                        level_bits=config.level_bits)  # fmt: skip
         raise StepTypeError(f"{where}: element {elem} has no hardware encoding")
@@ -89,7 +96,13 @@ class TokenFormat:
 
     def layout(self) -> data.StructLayout:
         """The payload layout: ``kind``, ``level``, ``data`` from the least significant bit."""
-        return data.StructLayout({"kind": unsigned(KIND_BITS), "level": unsigned(self.level_bits), "data": self.data_shape})
+        return data.StructLayout(
+            {
+                "kind": unsigned(KIND_BITS),
+                "level": unsigned(self.level_bits),
+                "data": self.data_shape,
+            }
+        )
 
     def signature(self) -> stream.Signature:
         """The stream signature of this format."""
@@ -111,7 +124,9 @@ class TokenFormat:
             return int(Kind.DONE)
         if isinstance(token, Stop):
             if token.level >= 2**self.level_bits:
-                raise ValueError(f"stop level {token.level} does not fit {self.level_bits} level bits")
+                raise ValueError(
+                    f"stop level {token.level} does not fit {self.level_bits} level bits"
+                )
             return int(Kind.STOP) | token.level << KIND_BITS
         return int(Kind.DATA) | self._pack_data(token) << (KIND_BITS + self.level_bits)
 
@@ -123,7 +138,9 @@ class TokenFormat:
         if kind == Kind.STOP:
             return Stop((bits >> KIND_BITS) & (2**self.level_bits - 1))
         if kind != Kind.DATA:
-            raise ValueError(f"payload {bits:#x} has kind {kind}, which is none of DATA, STOP, DONE")
+            raise ValueError(
+                f"payload {bits:#x} has kind {kind}, which is none of DATA, STOP, DONE"
+            )
         return self._unpack_data(bits >> (KIND_BITS + self.level_bits))
 
     def _pack_data(self, value: Any) -> int:
