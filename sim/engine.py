@@ -79,6 +79,7 @@ class _Proc:
         "state",
         "stats",
         "timing",
+        "wait_on",
         "waiting",
     )
 
@@ -89,6 +90,7 @@ class _Proc:
         self.since = 0.0
         self.done = False
         self.waiting = "start"
+        self.wait_on: tuple[str, str] | None = None  # ("room" | "token", stream name)
         self.gen: Iterator[Any] | None = None
         self.io: SimIO | None = None
 
@@ -426,10 +428,12 @@ class Engine:
             elif op == "recv":
                 self._set_state(proc, "stalled_in")
                 proc.waiting = f"a token on {cmd[1].name}"
+                proc.wait_on = ("token", cmd[1].name)
                 cmd[1].recv_waiter = (proc, ep)
             elif op == "send":
                 self._set_state(proc, "stalled_out")
                 proc.waiting = f"room on {cmd[1].name}"
+                proc.wait_on = ("room", cmd[1].name)
                 cmd[1].send_waiter = (proc, ep)
             elif op == "mem":
                 req: MemRequest = cmd[1]
@@ -462,7 +466,19 @@ class Engine:
         )
         if full:
             msg += "\nqueues holding tokens:\n" + "\n".join(full)
-        raise SimDeadlock(msg, blocked=blocked, queues=queues, cycle=math.ceil(self.now))
+        waits = {p.node.name: p.wait_on for p in self.procs if not p.done and p.wait_on}
+        probe = SimDeadlock(msg, blocked=blocked, queues=queues, cycle=math.ceil(self.now))
+        probe.waits = waits
+        from .sizing import diagnose  # the engine's own report of reconvergent paths
+
+        causes = diagnose(self.graph, probe)
+        if causes:
+            msg += "\nlikely cause (reconvergent paths):\n" + "\n".join(f"  {c}" for c in causes)
+        err = SimDeadlock(msg, blocked=blocked, queues=queues, cycle=math.ceil(self.now))
+        err.waits = waits
+        err.capacity = {ch.name: ch.cap for ch in self.chans.values()}
+        err.causes = causes
+        raise err
 
     def _result(self) -> SimResult:
         end = math.ceil(self.now)

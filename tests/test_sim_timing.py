@@ -162,6 +162,10 @@ def test_constructed_deadlock_names_nodes_and_queues():
     assert err.blocked["total"] == "a token on x_out_bc.out0"
     assert err.queues["x_out_bc.out1"] == 2 and err.queues["x_out_bc.out0"] == 0
     assert "deadlocked at cycle" in str(err)
+    assert (
+        "likely cause (reconvergent paths):\n  queue x_out_bc.out1 is full while its consumer 'spread'"
+        in str(err)
+    )
 
 
 def test_deep_enough_queue_resolves_the_deadlock():
