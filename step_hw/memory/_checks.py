@@ -100,3 +100,38 @@ def from_node(node: Any, kind: str, build: Callable[[], Any]) -> Any:
 def where(node: Any, port: str) -> str:
     """The ``where`` of :meth:`TokenFormat.for_elem` for a port of ``node``."""
     return f"{node.kind} '{node.name}', port '{port}'"
+
+
+def geometry(who: str, config: HwConfig, tensor_shape: Any, fmt: TokenFormat, addr: int):
+    """The :class:`~step_hw.memory.axi.TileGeometry` of a controller's tensor in ``fmt`` tiles."""
+    from .axi import TileGeometry
+
+    return TileGeometry.build(
+        tensor_shape=tensor_shape,
+        tile=(fmt.rows, fmt.cols),
+        elem_bytes=fmt.elem_bits // 8,
+        addr=addr,
+        config=config,
+        who=who,
+    )
+
+
+def address_format(who: str, value: Any, fmt: TokenFormat) -> TokenFormat:
+    """A random controller's address format; its stop levels must match the tiles'."""
+    addr_fmt = address_tile(who, "addr_format", value)
+    if addr_fmt.level_bits != fmt.level_bits:
+        raise ValueError(
+            f"{who} addr_format has {addr_fmt.level_bits} level bits but tile_format has "
+            f"{fmt.level_bits}"
+        )
+    return addr_fmt
+
+
+def outstanding(who: str, value: Any, config: HwConfig) -> int:
+    """Bursts in flight: ``config.max_outstanding`` by default, at most 256."""
+    if value is None:
+        return config.max_outstanding
+    value = positive(who, "max_outstanding", value)
+    if value > 256:
+        raise ValueError(f"{who} max_outstanding must be at most 256, not {value}")
+    return value

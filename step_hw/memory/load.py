@@ -206,15 +206,6 @@ def _order_output(m, order, out, tile, tile_valid, tile_ready, *, has_data, zero
             m.d.sync += phase.eq(0)
 
 
-def _outstanding(who: str, value: Any, config: HwConfig) -> int:
-    if value is None:
-        return config.max_outstanding
-    value = _checks.positive(who, "max_outstanding", value)
-    if value > 256:
-        raise ValueError(f"{who} max_outstanding must be at most 256, not {value}")
-    return value
-
-
 class LinearLoad(wiring.Component):
     """LinearOffChipLoad: reads tiles of a tensor along an affine pattern over AXI4.
 
@@ -296,14 +287,7 @@ class LinearLoad(wiring.Component):
         who = "LinearLoad"
         self._config = config = _checks.config(who, config)
         self._fmt = fmt = _checks.memory_tile(who, "tile_format", tile_format)
-        self._geo = geo = TileGeometry.build(
-            tensor_shape=tensor_shape,
-            tile=(fmt.rows, fmt.cols),
-            elem_bytes=fmt.elem_bits // 8,
-            addr=addr,
-            config=config,
-            who=who,
-        )
+        self._geo = geo = _checks.geometry(who, config, tensor_shape, fmt, addr)
         tiled = (*geo.tensor_shape[:-2], geo.tensor_shape[-2] // fmt.rows, geo.cols // fmt.cols)
         out_shape = (
             tiled
@@ -333,7 +317,7 @@ class LinearLoad(wiring.Component):
         _checks.levels_fit(who, "output", out_rank, fmt.level_bits)
         self._out_shape, self._stride, self._base = tuple(out_shape), stride, base
         self._ref_format, self._ref_rank = ref_format, ref_rank
-        self._max_outstanding = _outstanding(who, max_outstanding, config)
+        self._max_outstanding = _checks.outstanding(who, max_outstanding, config)
         members: dict[str, Any] = {
             "o": Out(fmt.signature()),
             "axi": Out(AXI4Signature.for_config(config, write=False)),
@@ -487,21 +471,9 @@ class RandomLoad(wiring.Component):
         who = "RandomLoad"
         self._config = config = _checks.config(who, config)
         self._fmt = fmt = _checks.memory_tile(who, "tile_format", tile_format)
-        self._addr_fmt = _checks.address_tile(who, "addr_format", addr_format)
-        if addr_format.level_bits != fmt.level_bits:
-            raise ValueError(
-                f"{who} addr_format has {addr_format.level_bits} level bits but tile_format has "
-                f"{fmt.level_bits}"
-            )
-        self._geo = TileGeometry.build(
-            tensor_shape=tensor_shape,
-            tile=(fmt.rows, fmt.cols),
-            elem_bytes=fmt.elem_bits // 8,
-            addr=addr,
-            config=config,
-            who=who,
-        )
-        self._max_outstanding = _outstanding(who, max_outstanding, config)
+        self._addr_fmt = _checks.address_format(who, addr_format, fmt)
+        self._geo = _checks.geometry(who, config, tensor_shape, fmt, addr)
+        self._max_outstanding = _checks.outstanding(who, max_outstanding, config)
         super().__init__(
             {
                 "raddr": In(addr_format.signature()),

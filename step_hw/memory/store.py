@@ -17,7 +17,7 @@ from ..payload import Kind, TokenFormat
 from ..queue import Queue
 from . import _checks
 from .axi import BURST_INCR, AXI4Signature, BurstGenerator, TileGeometry
-from .load import _no_cost_width, _order_output, _outstanding
+from .load import _no_cost_width, _order_output
 
 __all__ = ["LinearStore", "RandomStore", "TileWriter"]
 
@@ -239,15 +239,8 @@ class LinearStore(wiring.Component):
         who = "LinearStore"
         self._config = config = _checks.config(who, config)
         self._fmt = fmt = _checks.memory_tile(who, "tile_format", tile_format)
-        self._geo = TileGeometry.build(
-            tensor_shape=tensor_shape,
-            tile=(fmt.rows, fmt.cols),
-            elem_bytes=fmt.elem_bits // 8,
-            addr=addr,
-            config=config,
-            who=who,
-        )
-        self._max_outstanding = _outstanding(who, max_outstanding, config)
+        self._geo = _checks.geometry(who, config, tensor_shape, fmt, addr)
+        self._max_outstanding = _checks.outstanding(who, max_outstanding, config)
         super().__init__(
             {
                 "i": In(fmt.signature()),
@@ -364,21 +357,9 @@ class RandomStore(wiring.Component):
         who = "RandomStore"
         self._config = config = _checks.config(who, config)
         self._fmt = fmt = _checks.memory_tile(who, "tile_format", tile_format)
-        self._addr_fmt = _checks.address_tile(who, "addr_format", addr_format)
-        if addr_format.level_bits != fmt.level_bits:
-            raise ValueError(
-                f"{who} addr_format has {addr_format.level_bits} level bits but tile_format has "
-                f"{fmt.level_bits}"
-            )
-        self._geo = TileGeometry.build(
-            tensor_shape=tensor_shape,
-            tile=(fmt.rows, fmt.cols),
-            elem_bytes=fmt.elem_bits // 8,
-            addr=addr,
-            config=config,
-            who=who,
-        )
-        self._max_outstanding = _outstanding(who, max_outstanding, config)
+        self._addr_fmt = _checks.address_format(who, addr_format, fmt)
+        self._geo = _checks.geometry(who, config, tensor_shape, fmt, addr)
+        self._max_outstanding = _checks.outstanding(who, max_outstanding, config)
         self.ack_format = ack_format(fmt.level_bits)
         super().__init__(
             {
