@@ -24,7 +24,8 @@ Memory layout (every dynamic quantity is a tensor in memory, read by the graph):
   schedule (see below). Every schedule declares them, so that one memory image from
   :func:`inputs` fits every graph; only ``"dynamic"`` reads them.
 
-Metadata is int64 (the tile addresses the library's address generators produce are int64). The
+Metadata is int64 (the tile addresses the library's address generators produce are int64; the
+hardware-size graph uses int32, see below). The
 KV lengths themselves are not stored: ``L_b = (n_tiles - 1) * kv_tile + offset``
 (:func:`kv_lengths_of`). ``dispatch_seed`` holds ``0, 1, ..., B - 1``; the dynamic schedule reads
 its first ``R`` entries as the regions' initial free slots.
@@ -66,6 +67,27 @@ Outputs are routed back to memory by request id (RandomOffChipStore), so no sche
 restore the queue order on chip, and the per-request arithmetic is the same in every region:
 all schedules give bit-identical results.
 
+**Hardware size** (:func:`hardware`, :func:`hardware_inputs`, ``make rtl``): :data:`HW` (head dim
+4, ``[4, 4]`` KV tiles, 16 cache rows per request), by default 4 requests over 2 regions, built
+with the hardware's fixed-point functions (``step_lang.numerics.functions(HwConfig())``: int16
+Q8 data, ``matmul_t`` narrowed to int16 for the scores, ``matmul_acc`` narrowed to int16 for
+``P · V``, fixed-point ``exp``, ``row_sum`` and ``div``), so the interpreter predicts the RTL bit
+for bit. Two things differ from the float graph:
+
+* metadata (request ids, tile counts, offsets, tile addresses, region ids, ``dispatch_keep`` as
+  0/1) is **int32**: the hardware's elements are at most its int32 accumulator wide, and an int32
+  tile index addresses far more tiles than any memory map has. The int32 address generator and
+  counter are ``step_lang.numerics.cache_read_addr`` and ``numerics.accum_count``;
+* padding is masked **after** ``exp`` by multiplying with :func:`pad_mask` tiles (1.0 on valid
+  rows, 0 on padding) instead of adding a bias before it. A bias of the most negative int16
+  (-128.0 in Q8) would make ``exp`` exactly 0 (``numerics.exp_q(-32768) == 0``), but the
+  hardware's ``add`` wraps: a negative padding score plus -128.0 wraps to a large positive value
+  whose ``exp`` saturates. ``mul`` by 1.0 is exact and by 0 is 0, whatever the stale rows hold.
+
+Fixed point bounds the data: ``exp`` saturates at 127.99 (scores above ~4.85), and the row sum of
+the weights must stay below 128 (up to 16 rows of ``exp(s)``); :func:`hardware_inputs` draws
+scores with standard deviation ~1, well inside.
+
 Run ``python -m examples.attention`` for the graphs' sizes and costs.
 """
 
@@ -74,8 +96,9 @@ from __future__ import annotations
 import argparse
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import sympy as sp
@@ -113,27 +136,34 @@ from step_lang import functions as F
 from step_lang.errors import StepRuntimeError
 from step_lang.metrics import NodeCost
 from step_lang.tokens import is_data
-from step_lang.types import int64
 
 from .traces import load_kv_lengths, synthetic_kv_lengths
 
 __all__ = [
+    "HW",
     "QWEN",
     "SCHEDULES",
     "SMALL",
     "AttentionConfig",
     "build",
     "evaluate",
+    "hardware",
+    "hardware_inputs",
     "inputs",
     "kv_lengths_of",
     "main",
     "pad_bias",
+    "pad_mask",
     "reference",
     "region_id",
     "region_select",
 ]
 
 SCHEDULES = ("interleaved", "coarse", "dynamic")
+# Element types of the fixed-point (hardware) graph: narrower than the hardware's int32
+# accumulator. The error message of AttentionConfig still says "float type" (tests anchor it).
+_FIXED_POINT = ("int8", "int16")
+_HW_META = "int32"  # metadata of the hardware graph (see the module docstring)
 
 
 @dataclass(frozen=True)
@@ -144,7 +174,8 @@ class AttentionConfig:
         head_dim: columns of q, K and V.
         kv_tile: KV rows per tile (the paper uses 32).
         max_len: cache rows per request (a multiple of ``kv_tile``); KV lengths must stay below it.
-        dtype: element type of q, K, V and the output (a float type).
+        dtype: element type of q, K, V and the output: a float type, or ``int8``/``int16``
+            fixed point for the hardware-size graph (:data:`HW`, :func:`hardware`).
     """
 
     head_dim: int
@@ -161,7 +192,7 @@ class AttentionConfig:
             raise ValueError(
                 f"AttentionConfig.max_len ({self.max_len}) must be a multiple of kv_tile ({self.kv_tile})"
             )
-        if not dtype(self.dtype).is_float:
+        if not (dtype(self.dtype).is_float or self.dtype in _FIXED_POINT):
             raise ValueError(f"AttentionConfig.dtype must be a float type, not {self.dtype!r}")
 
     @property
@@ -186,6 +217,10 @@ QWEN = AttentionConfig(head_dim=64, kv_tile=32, max_len=6464)
 SMALL = AttentionConfig(head_dim=8, kv_tile=4, max_len=32)
 """A tiny configuration for tests."""
 
+HW = AttentionConfig(head_dim=4, kv_tile=4, max_len=16, dtype="int16")
+"""Hardware size (:func:`hardware`): ``[4, 4]`` KV tiles (the default hardware tile), up to 16
+cache rows (4 tiles) per request, int16 Q8 data."""
+
 
 # ---------------------------------------------------------------------------------------------
 # Functions the graph needs beyond step_lang.functions
@@ -197,39 +232,65 @@ def _scalar(err, t, port: str, fn: str) -> Tile:
     return t
 
 
-def pad_bias(kv_tile: int, dtype_: str = "float32") -> F.FlatMapFn:
-    """Score bias tiles of one request: ``(n_tiles, offset)`` → ``n_tiles`` ``[1, kv_tile]`` tiles.
+def _pad_tiles(name: str, kv_tile: int, dt, valid: float, pad: float) -> F.FlatMapFn:
+    """``(n_tiles, offset)`` → ``n_tiles`` ``[1, kv_tile]`` tiles: ``valid`` on the valid KV rows,
+    ``pad`` on the padding rows past ``offset`` in the last tile.
 
-    Zero on valid KV rows, ``-inf`` on the padding rows past ``offset`` in the last tile.
+    ``kv_tile``, ``valid`` and ``pad`` are the function's parameters (``params``), which is what
+    the hardware block (``step_hw.addrgen.PadTiles``) reads.
     """
-    dt = dtype(dtype_)
 
     def type_rule(err, tiles, offset):
-        _scalar(err, tiles, "in0", "pad_bias")
-        _scalar(err, offset, "in1", "pad_bias")
+        _scalar(err, tiles, "in0", name)
+        _scalar(err, offset, "in1", name)
         return Tile(dt, 1, kv_tile), (), None
 
     def apply(out, tiles, offset):
         n, k = int(tiles[0, 0]), int(offset[0, 0])
         if n < 1 or not 0 <= k < kv_tile:
             raise StepRuntimeError(
-                f"function 'pad_bias': {n} tiles with offset {k} (kv_tile {kv_tile})"
+                f"function '{name}': {n} tiles with offset {k} (kv_tile {kv_tile})"
             )
-        res = [np.zeros((1, kv_tile), dtype=dt.numpy) for _ in range(n)]
-        res[-1][0, k + 1 :] = -np.inf
+        res = [np.full((1, kv_tile), valid, dtype=dt.numpy) for _ in range(n)]
+        res[-1][0, k + 1 :] = pad
         return res
 
-    return F.FlatMapFn("pad_bias", 2, 0, type_rule, apply, (("kv_tile", kv_tile),))
+    params = (("kv_tile", kv_tile), ("valid", valid), ("pad", pad))
+    return F.FlatMapFn(name, 2, 0, type_rule, apply, params)
 
 
-def region_id(r: int) -> F.MapFn:
-    """Any element → the ``[1,1]`` int64 id ``r`` of the region that emits it (a completion signal)."""
+def pad_bias(kv_tile: int, dtype_: str = "float32") -> F.FlatMapFn:
+    """Score bias tiles of one request: ``(n_tiles, offset)`` → ``n_tiles`` ``[1, kv_tile]`` tiles.
+
+    Zero on valid KV rows, ``-inf`` on the padding rows past ``offset`` in the last tile (for an
+    integer ``dtype_``, its most negative value; but see :func:`pad_mask`).
+    """
+    dt = dtype(dtype_)
+    pad = -np.inf if dt.is_float else int(np.iinfo(dt.numpy).min)
+    return _pad_tiles("pad_bias", kv_tile, dt, 0, pad)
+
+
+def pad_mask(kv_tile: int, dtype_: str, one: int) -> F.FlatMapFn:
+    """Weight mask tiles of one request: ``one`` (the fixed-point 1.0) on valid KV rows, ``0`` on
+    the padding rows past ``offset`` in the last tile; multiplied into ``exp(scores)``.
+
+    The fixed-point graph masks after ``exp`` because a bias cannot work there: the hardware's
+    ``add`` wraps, so a negative padding score plus the most negative value wraps to a large
+    positive one, whose ``exp`` saturates (``fx.mul`` by ``one`` is exact, by ``0`` gives 0).
+    """
+    return _pad_tiles("pad_mask", kv_tile, dtype(dtype_), one, 0)
+
+
+def region_id(r: int, dtype_: str = "int64") -> F.MapFn:
+    """Any element → the ``[1,1]`` integer id ``r`` of the region that emits it (a completion
+    signal), of dtype ``dtype_``."""
+    dt = dtype(dtype_)
     return F.MapFn(
         f"region_id{r}",
         1,
-        lambda err, t: Tile(int64, 1, 1),
+        lambda err, t: Tile(dt, 1, 1),
         lambda t: 0,
-        lambda out, x: np.array([[r]], dtype=np.int64),
+        lambda out, x: np.array([[r]], dtype=dt.numpy),
         (("region", r),),
     )
 
@@ -257,6 +318,65 @@ def region_select(n: int) -> F.MapFn:
 
 
 @dataclass(frozen=True)
+class _Functions:
+    """What differs between the float graph and the fixed-point (hardware) graph."""
+
+    meta: str  # dtype of request ids, tile counts, offsets, addresses and region ids
+    keep: str  # dtype of dispatch_keep
+    scores: Any  # q @ kᵀ
+    add: Any
+    mul: Any
+    exp: Any
+    pv: Any  # acc += p @ v
+    accum_add: Any
+    row_sum: Any
+    div: Any
+    addr: Callable[[int], F.FlatMapFn]  # cache_read_addr(tiles_per_request)
+    count: Any  # accum_count
+    masking: str  # "bias": exp(s + pad_bias); "mask": exp(s) * pad_mask
+    one: int = 1  # the element value of 1.0 (pad_mask)
+
+
+_FLOAT = _Functions(
+    meta="int64",
+    keep="bool",
+    scores=F.matmul(transpose_b=True),
+    add=F.add,
+    mul=F.mul,
+    exp=F.exp,
+    pv=F.matmul_acc(),
+    accum_add=F.accum_add,
+    row_sum=F.row_sum,
+    div=F.div,
+    addr=F.cache_read_addr,
+    count=F.accum_count,
+    masking="bias",
+)
+
+
+def _hardware_functions(hw: Any) -> _Functions:
+    from step_lang import numerics
+
+    fx = numerics.functions(hw)
+    return _Functions(
+        meta=_HW_META,
+        keep=_HW_META,
+        scores=fx.matmul_out(hw.elem_dtype, transpose_b=True),
+        add=fx.add,
+        mul=fx.mul,
+        exp=fx.exp,
+        pv=fx.matmul_acc_out(hw.elem_dtype),
+        accum_add=fx.accum_add,
+        row_sum=fx.row_sum,
+        div=fx.div,
+        addr=lambda n: numerics.cache_read_addr(n, _HW_META),
+        count=numerics.accum_count(_HW_META),
+        masking="mask",
+        one=2**hw.frac_bits,
+    )
+
+
+@dataclass(frozen=True)
 class _Tensors:
     q: OffChipTensor
     k_new: OffChipTensor
@@ -271,7 +391,7 @@ class _Tensors:
     dispatch_keep: OffChipTensor
 
 
-def _declare(g: Graph, c: AttentionConfig, batch: int) -> _Tensors:
+def _declare(g: Graph, c: AttentionConfig, batch: int, fx: _Functions) -> _Tensors:
     rows = (batch, c.head_dim)
     meta = (batch, 1)
     return _Tensors(
@@ -281,11 +401,11 @@ def _declare(g: Graph, c: AttentionConfig, batch: int) -> _Tensors:
         k_cache=g.tensor("k_cache", (batch * c.max_len, c.head_dim), c.dtype),
         v_cache=g.tensor("v_cache", (batch * c.max_len, c.head_dim), c.dtype),
         out=g.tensor("out", rows, c.dtype),
-        req_idx=g.tensor("req_idx", meta, "int64"),
-        n_tiles=g.tensor("n_tiles", meta, "int64"),
-        offset=g.tensor("offset", meta, "int64"),
-        dispatch_seed=g.tensor("dispatch_seed", meta, "int64"),
-        dispatch_keep=g.tensor("dispatch_keep", (2 * batch, 1), "bool"),
+        req_idx=g.tensor("req_idx", meta, fx.meta),
+        n_tiles=g.tensor("n_tiles", meta, fx.meta),
+        offset=g.tensor("offset", meta, fx.meta),
+        dispatch_seed=g.tensor("dispatch_seed", meta, fx.meta),
+        dispatch_keep=g.tensor("dispatch_keep", (2 * batch, 1), fx.keep),
     )
 
 
@@ -307,16 +427,20 @@ def _check_build_args(config: AttentionConfig, schedule: str, batch: int, region
         raise ValueError(f"coarse schedule: regions ({regions}) must divide batch ({batch})")
 
 
-def build(config: AttentionConfig, schedule: str, batch: int, regions: int = 4) -> Graph:
+def build(
+    config: AttentionConfig, schedule: str, batch: int, regions: int = 4, *, fns: Any = None
+) -> Graph:
     """Decode attention for ``batch`` requests over ``regions`` parallel regions.
 
     ``schedule`` is ``"interleaved"``, ``"coarse"`` or ``"dynamic"`` (see the module docstring).
-    Raises ``ValueError`` for an unknown schedule, non-positive sizes, more regions than requests,
-    or (coarse) regions that do not divide the batch.
+    ``fns`` is internal: :func:`hardware` passes the fixed-point functions. Raises ``ValueError``
+    for an unknown schedule, non-positive sizes, more regions than requests, or (coarse) regions
+    that do not divide the batch.
     """
     _check_build_args(config, schedule, batch, regions)
+    fx = fns or _FLOAT
     g = Graph(f"attention_{schedule}")
-    t = _declare(g, config, batch)
+    t = _declare(g, config, batch, fx)
     # The request queue as [B, 1]: one single-element vector per request. Per-request FlatMaps
     # then keep a stop between requests (over a rank-0 [B] stream they would concatenate every
     # request's tiles into one vector), and Partition/Parallelize move one request per chunk.
@@ -335,17 +459,21 @@ def build(config: AttentionConfig, schedule: str, batch: int, regions: int = 4) 
             ).out
             for r in range(regions)
         ]
-        signals = [_region(t, config, r, lane, signal=False) for r, lane in enumerate(lanes)]
+        for r, lane in enumerate(lanes):
+            _region(t, config, fx, r, lane, signal=False)
         return g
     queue = LinearOffChipLoad(t.req_idx, tile=(1, 1), out_shape=(batch, 1), name="queue").out
     queue = Flatten(queue, 1, 2, name="requests").out
     if schedule == "interleaved":
         lanes = Parallelize(queue, regions, rank=1, name="dispatch").outputs
     else:
-        free = Feedback(g, StreamType(Tile(int64, 1, 1), (regular("free_n"),)), name="free")
+        free = Feedback(
+            g, StreamType(Tile(dtype(fx.meta), 1, 1), (regular("free_n"),)), name="free"
+        )
         lanes = _dynamic_dispatch(t, queue, free.out, batch, regions)
     signals = [
-        _region(t, config, r, lane, signal=schedule == "dynamic") for r, lane in enumerate(lanes)
+        _region(t, config, fx, r, lane, signal=schedule == "dynamic")
+        for r, lane in enumerate(lanes)
     ]
     if schedule == "dynamic":
         done = EagerMerge(signals, name="merge_done")
@@ -371,7 +499,9 @@ def _dynamic_dispatch(
     return Partition(queue, route, 1, name="dispatch").outputs
 
 
-def _region(t: _Tensors, c: AttentionConfig, r: int, req: Stream, *, signal: bool) -> Stream | None:
+def _region(
+    t: _Tensors, c: AttentionConfig, fx: _Functions, r: int, req: Stream, *, signal: bool
+) -> Stream | None:
     """The per-request pipeline of region ``r``; ``req`` holds its request ids as ``[n, 1]``.
 
     Shapes in the comments: ``n`` requests, ``T`` = ``tiles{r}_n`` KV tiles per request (ragged).
@@ -386,9 +516,7 @@ def _region(t: _Tensors, c: AttentionConfig, r: int, req: Stream, *, signal: boo
 
     # KV tile addresses of every request, split by the last-tile flags into the tiles before the
     # last (split{r}_n000 of them) and the last tiles (split{r}_n001, one per request).
-    addr = FlatMap(
-        req, ntiles, fn=F.cache_read_addr(c.tiles_per_request), name=f"addr{r}"
-    ).out  # [n, T]
+    addr = FlatMap(req, ntiles, fn=fx.addr(c.tiles_per_request), name=f"addr{r}").out  # [n, T]
     last = FlatMap(ntiles, fn=F.last_tile_flags, name=f"tiles{r}").out  # [n, T] of Sel<2>
     mid_addr, last_addr = Partition(addr, last, 0, name=f"split{r}").outputs
 
@@ -408,19 +536,37 @@ def _region(t: _Tensors, c: AttentionConfig, r: int, req: Stream, *, signal: boo
     v = cache("v", t.v_cache, t.v_new)
 
     qx = Expand(q, k, rank=1, name=f"qexpand{r}").out  # [n, T]
-    scores = Map(qx, k, fn=F.matmul(transpose_b=True), name=f"qk{r}").out  # [1, kv_tile] each
-    bias = FlatMap(ntiles, offset, fn=pad_bias(c.kv_tile, c.dtype), name=f"bias{r}").out
-    p = Map(Map(scores, bias, fn=F.add, name=f"mask{r}").out, fn=F.exp, name=f"exp{r}").out
-    num = Accum(p, v, fn=F.matmul_acc(), rank=1, name=f"pv{r}").out  # [n] of [1, hd]
-    psum = Accum(p, fn=F.accum_add, rank=1, name=f"psum{r}").out  # [n] of [1, kv_tile]
-    den = Map(psum, fn=F.row_sum, name=f"rowsum{r}").out  # [n] of [1, 1]
-    o = Map(num, den, fn=F.div, name=f"div{r}").out
+    scores = Map(qx, k, fn=fx.scores, name=f"qk{r}").out  # [1, kv_tile] each
+    if fx.masking == "bias":
+        bias = FlatMap(ntiles, offset, fn=pad_bias(c.kv_tile, c.dtype), name=f"bias{r}").out
+        p = Map(Map(scores, bias, fn=fx.add, name=f"mask{r}").out, fn=fx.exp, name=f"exp{r}").out
+    else:  # fixed point: see pad_mask
+        keep = FlatMap(ntiles, offset, fn=pad_mask(c.kv_tile, c.dtype, fx.one), name=f"bias{r}")
+        p = Map(Map(scores, fn=fx.exp, name=f"exp{r}").out, keep.out, fn=fx.mul, name=f"mask{r}")
+        p = p.out
+    num = Accum(p, v, fn=fx.pv, rank=1, name=f"pv{r}").out  # [n] of [1, hd]
+    psum = Accum(p, fn=fx.accum_add, rank=1, name=f"psum{r}").out  # [n] of [1, kv_tile]
+    den = Map(psum, fn=fx.row_sum, name=f"rowsum{r}").out  # [n] of [1, 1]
+    o = Map(num, den, fn=fx.div, name=f"div{r}").out
     Sink(RandomOffChipStore(ids, o, t.out, name=f"ostore{r}").out, name=f"oack{r}")
 
     if not signal:
         return None
-    read = Accum(k, fn=F.accum_count, rank=1, name=f"kread{r}").out  # [n]
-    return Map(read, fn=region_id(r), name=f"done{r}").out
+    read = Accum(k, fn=fx.count, rank=1, name=f"kread{r}").out  # [n]
+    return Map(read, fn=region_id(r, fx.meta), name=f"done{r}").out
+
+
+def hardware(
+    schedule: str = "interleaved", batch: int = 4, regions: int = 2, hw: Any = None
+) -> Graph:
+    """The graph at hardware size (:data:`HW`, ``hw.elem_dtype`` data) with the hardware's
+    fixed-point arithmetic (``step_lang.numerics.functions(hw)``) and int32 metadata; its memory
+    image is :func:`hardware_inputs`."""
+    from step_hw.config import HwConfig
+
+    hw = hw or HwConfig()
+    config = replace(HW, dtype=hw.elem_dtype)
+    return build(config, schedule, batch, regions, fns=_hardware_functions(hw))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -482,6 +628,28 @@ def control_inputs(
         "dispatch_seed": np.arange(b, dtype=np.int64).reshape(b, 1),
         "dispatch_keep": (np.arange(2 * b) < b).reshape(2 * b, 1),
     }
+
+
+def hardware_inputs(
+    kv_lengths: Sequence[int] | np.ndarray, seed: int = 0, hw: Any = None
+) -> dict[str, np.ndarray]:
+    """The memory image of :func:`hardware`'s graphs: :func:`inputs` of :data:`HW` with every
+    float tensor rounded to fixed point (``hw.frac_bits`` fraction bits, saturated to
+    ``hw.elem_dtype``) and the metadata as int32 (``dispatch_keep`` as 0/1)."""
+    from step_hw.config import HwConfig
+
+    hw = hw or HwConfig()
+    config = replace(HW, dtype=hw.elem_dtype)
+    mem = inputs(replace(config, dtype="float32"), kv_lengths, seed)
+    info = np.iinfo(np.dtype(hw.elem_dtype))
+    out = {}
+    for name, x in mem.items():
+        if x.dtype.kind == "f":
+            q = np.round(x.astype(np.float64) * 2**hw.frac_bits)
+            out[name] = np.clip(q, info.min, info.max).astype(hw.elem_dtype)
+        else:
+            out[name] = x.astype(_HW_META)
+    return out
 
 
 def kv_lengths_of(config: AttentionConfig, memory: Mapping[str, np.ndarray]) -> np.ndarray:

@@ -111,7 +111,12 @@ class MoESchedule:
 
 
 FLOAT_FNS = SimpleNamespace(
-    matmul=F.matmul(), silu=F.silu, mul=F.mul, matmul_acc=F.matmul_acc(), accum_add=F.accum_add
+    matmul=F.matmul(),
+    silu=F.silu,
+    mul=F.mul,
+    matmul_acc=F.matmul_acc(),
+    accum_add=F.accum_add,
+    expert_addr=F.expert_addr,
 )
 """The functions of the float layer."""
 
@@ -120,7 +125,17 @@ HW = MoEConfig("hw", 4, 8, 4, 2, dtype="int16")
 
 
 def hardware(batch: int = 8, schedule: MoESchedule | None = None, hw: Any = None) -> Graph:
-    """The layer at hardware size, static tiling, with the hardware's fixed-point arithmetic."""
+    """The layer at hardware size with the hardware's fixed-point arithmetic.
+
+    ``schedule`` defaults to static tiling with ``tile_n = tile_f = 4``; a ``tile_f`` larger than
+    the hardware tile's columns (``MoESchedule("dynamic")``'s default 64) is reduced to them, so
+    ``hardware(schedule=MoESchedule("dynamic"))`` is the dynamic-tiling layer in hardware (each
+    expert's tokens in one ``[n_e, 4]`` tile of up to ``batch`` rows, which
+    ``HwConfig.dyn_tile_rows`` must hold). Time-multiplexing's addresses are
+    ``numerics.expert_addr`` (int32).
+    """
+    from dataclasses import replace
+
     from step_hw.config import HwConfig
     from step_lang import numerics
 
@@ -132,8 +147,11 @@ def hardware(batch: int = 8, schedule: MoESchedule | None = None, hw: Any = None
         mul=fx.mul,
         matmul_acc=fx.matmul_acc_out(hw.elem_dtype),
         accum_add=fx.accum_add,
+        expert_addr=numerics.expert_addr,
     )
     schedule = schedule or MoESchedule("static", tile_n=4, tile_f=4)
+    if schedule.tile_f > hw.tile_cols:
+        schedule = replace(schedule, tile_f=hw.tile_cols)
     return build(HW, schedule, batch, elem_bytes=None, fns=fns)
 
 
@@ -152,8 +170,9 @@ def build(
 ) -> Graph:
     """The MoE layer for ``batch`` tokens under ``schedule``.
 
-    ``fns`` supplies ``matmul``, ``silu``, ``mul``, ``matmul_acc`` and ``accum_add`` (default:
-    the float functions of ``step_lang.functions``; :func:`hardware` uses the fixed-point ones).
+    ``fns`` supplies ``matmul``, ``silu``, ``mul``, ``matmul_acc``, ``accum_add`` and optionally
+    ``expert_addr`` (default: the float functions of ``step_lang.functions``; :func:`hardware`
+    uses the fixed-point ones).
     """
     c, s = config, schedule
     s.check(c)
@@ -294,7 +313,7 @@ def _region(
     data, which = merge.outputs
     addr = FlatMap(
         Promote(which, 0, name=f"slot{r}").out,
-        fn=F.expert_addr(nf, base=first * nf),
+        fn=getattr(fx, "expert_addr", F.expert_addr)(nf, base=first * nf),
         name=f"addr{r}",
     ).out
     wg = RandomOffChipLoad(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from examples import moe, swiglu
+from examples import attention, moe, swiglu
 from rtl_tests.verilator import lint
 from step_hw.elaborate import convert
 
@@ -17,6 +17,14 @@ BUILD = Path(__file__).resolve().parent.parent / "build" / "rtl_tests" / "elabor
 @pytest.mark.parametrize(("name", "make", "ports"), [
     ("swiglu", swiglu.hardware, ("m_axi_load_x_araddr", "m_axi_store_awaddr")),
     ("moe", moe.hardware, ("m_axi_load_sel_araddr", "m_axi_load_gate3_araddr", "m_axi_store_wdata")),
+    # make rtl writes the interleaved schedule. The dynamic one adds the feedback loop, the
+    # EagerMerges and the count / region-id / region-select units (blocks in the same style as
+    # the row-append unit linted here); its co-simulation verilates it in `make test` anyway.
+    ("attention", lambda: attention.hardware("interleaved"),
+     ("m_axi_queue_araddr", "m_axi_kload1_araddr", "m_axi_kstore0_wdata", "snk_oack1__payload")),
+    pytest.param("attention_dynamic", lambda: attention.hardware("dynamic"),
+                 ("m_axi_keep_araddr", "m_axi_vstore1_awaddr", "snk_merge_done_sel__valid"),
+                 marks=pytest.mark.slow),
 ])  # fmt: skip
 def test_verilog_lints_clean(name, make, ports):
     BUILD.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,9 @@ from step_lang.types import DTYPES, DType
 __all__ = ["HwConfig"]
 
 _HW_DTYPES = ("int8", "int16", "int32")
+# Every dynamic tile carries dyn_tile_rows rows in its payload and in every register it passes;
+# beyond a few hundred rows a tile is a buffer, not a register (use Bufferize).
+_MAX_DYN_ROWS = 256
 
 
 def _positive(name: str, value: object) -> None:
@@ -34,6 +37,15 @@ class HwConfig:
         axi_data_width, axi_addr_width, axi_id_width: AXI4 port parameters (bits).
         max_outstanding: AXI bursts a memory controller keeps in flight.
         level_bits: width of the stop-level field (levels up to ``2**level_bits - 1``).
+        axi_ports: AXI4 ports of an elaborated graph. ``None`` (default): one port
+            ``m_axi_<node>`` per memory operator. ``k``: loads share up to ``k`` read ports
+            ``m_axi_rd<i>`` and stores up to ``k`` write ports ``m_axi_wr<i>``, each port behind
+            an arbiter when it has several operators (``step_hw.memory.arbiter``).
+        dyn_tile_rows: the most rows a dynamically sized tile (a ``Tile`` with symbolic rows,
+            e.g. dynamic tiling's ``[n_e, D]``) may hold; its payload carries this many rows plus
+            a row count (``docs/stop_tokens.md``), and elaboration checks every dynamic tile's
+            bound against it. The default 8 holds every token of ``examples.moe.hardware()``
+            (batch 8), at most 256.
     """
 
     elem_dtype: str = "int16"
@@ -49,6 +61,8 @@ class HwConfig:
     axi_id_width: int = 4
     max_outstanding: int = 2
     level_bits: int = 3
+    axi_ports: int | None = None
+    dyn_tile_rows: int = 8
 
     def __post_init__(self):
         for name in ("elem_dtype", "acc_dtype"):
@@ -62,8 +76,10 @@ class HwConfig:
                 f"HwConfig.acc_dtype {self.acc_dtype} is narrower than elem_dtype {self.elem_dtype}"
             )
         for name in ("tile_rows", "tile_cols", "lanes", "queue_depth", "mem_port_elems", "max_outstanding",
-                     "level_bits", "axi_addr_width", "axi_id_width"):  # fmt: skip
+                     "level_bits", "axi_addr_width", "axi_id_width", "dyn_tile_rows"):  # fmt: skip
             _positive(name, getattr(self, name))
+        if self.axi_ports is not None:
+            _positive("axi_ports", self.axi_ports)
         if (
             isinstance(self.frac_bits, bool)
             or not isinstance(self.frac_bits, int)
@@ -71,6 +87,10 @@ class HwConfig:
         ):
             raise ValueError(
                 f"HwConfig.frac_bits must be an integer in [0, {self.elem.nbytes * 8}), not {self.frac_bits!r}"
+            )
+        if self.dyn_tile_rows > _MAX_DYN_ROWS:
+            raise ValueError(
+                f"HwConfig.dyn_tile_rows must be at most {_MAX_DYN_ROWS}, not {self.dyn_tile_rows!r}"
             )
         if self.axi_data_width not in (32, 64, 128, 256, 512):
             raise ValueError(

@@ -11,7 +11,11 @@ block's ``from_node``), a :class:`~step_hw.queue.Queue` on every edge (depth fro
 * ``src_<node>`` (in) for each Source node and ``snk_<node>`` (out) for each Sink node: token
   streams (``docs/stop_tokens.md``);
 * ``m_axi_<node>`` (out): one AXI4 manager per memory operator, named for cocotbext-axi
-  (``AxiBus.from_prefix(dut, "m_axi_<node>")``).
+  (``AxiBus.from_prefix(dut, "m_axi_<node>")``); or, with ``HwConfig.axi_ports = k``, loads
+  spread round-robin over up to ``k`` read ports ``m_axi_rd<i>`` and stores over up to ``k``
+  write ports ``m_axi_wr<i>``, each behind an :class:`~step_hw.memory.AxiReadArbiter` /
+  :class:`~step_hw.memory.AxiWriteArbiter` when it serves several operators
+  (:attr:`ElaboratedGraph.axi_managers`).
 
 Off-chip tensors get byte addresses in one address space (:attr:`ElaboratedGraph.memory_map`),
 4 KiB aligned, so that one memory model can serve every port. Nodes without hardware support are
@@ -33,6 +37,7 @@ from step_lang.graph import Graph, Stream
 from step_lang.passes import insert_broadcasts
 
 from .config import HwConfig
+from .dyntile import check_dynamic_tiles
 from .payload import Kind, TokenFormat
 from .queue import Queue
 from .select import ToSelector
@@ -44,7 +49,7 @@ DEFAULT_CONFIG = HwConfig()
 
 
 def _builders() -> dict[str, Any]:
-    from . import router, shape
+    from . import addrgen, router, shape
     from .broadcast import Broadcast
     from .compute import compute_unit
     from .memory import buffer, load, store
@@ -61,6 +66,7 @@ def _builders() -> dict[str, Any]:
         "Expand": shape.Expand.from_node,
         "RepeatStatic": shape.RepeatStatic.from_node,
         "Zip": shape.Zip.from_node,
+        "FlatMap": addrgen.flatmap_unit,
         "Map": compute_unit,
         "Accum": compute_unit,
         "Scan": compute_unit,
@@ -78,6 +84,11 @@ _MEMORY = ("LinearOffChipLoad", "RandomOffChipLoad", "LinearOffChipStore", "Rand
 _PLUMBING = ("Source", "Sink", "Feedback")
 
 
+def _queue_name(s: Stream, consumer: str, port: int) -> str:
+    """Instance name of the queue that feeds input ``port`` of ``consumer`` from stream ``s``."""
+    return f"q_{s.name.replace('.', '_')}_{consumer}_{port}"
+
+
 def supported_kinds() -> list[str]:
     """Operator kinds the elaborator maps to hardware (plus Source, Sink and Feedback)."""
     return sorted([*_builders(), *_PLUMBING])
@@ -91,6 +102,7 @@ class ElaboratedGraph(wiring.Component):
             raise TypeError(f"config must be a HwConfig, not {config!r}")
         insert_broadcasts(graph)
         graph.validate()
+        check_dynamic_tiles(graph, config)  # every dynamic tile fits HwConfig.dyn_tile_rows
         self.graph, self.config = graph, config
         builders = _builders()
         self.memory_map = self._allocate(graph)
@@ -120,7 +132,6 @@ class ElaboratedGraph(wiring.Component):
                     block = builders[node.kind](
                         node, config, addr=self.memory_map[node.tensor.name]["addr"]
                     )
-                    members[f"m_axi_{node.name}"] = Out(block.axi.signature)
                 elif node.kind == "Map" and getattr(node.fn, "name", None) == "to_selector":
                     block = ToSelector.from_node(node, config)
                 else:
@@ -130,7 +141,31 @@ class ElaboratedGraph(wiring.Component):
             for block in self.blocks.values():  # never elaborated: do not warn about them
                 block._MustUse__silence = True
             raise
+        #: AXI port name -> the memory operators behind it, in graph order.
+        self.axi_managers = self._axi_managers(config)
+        self._arbiters: dict[str, Any] = {}
+        for port, names in self.axi_managers.items():
+            if len(names) == 1:
+                members[port] = Out(self.blocks[names[0]].axi.signature)
+                continue
+            from .memory.arbiter import AxiReadArbiter, AxiWriteArbiter
+
+            read = self.blocks[names[0]].axi.signature.read
+            kind = AxiReadArbiter if read else AxiWriteArbiter
+            self._arbiters[port] = arbiter = kind(n=len(names), config=config)
+            members[port] = Out(arbiter.axi.signature)
         super().__init__(members)
+
+    def _axi_managers(self, config: HwConfig) -> dict[str, list[str]]:
+        memory = [n for n in self.blocks if self.graph.nodes[n].kind in _MEMORY]
+        if config.axi_ports is None:
+            return {f"m_axi_{n}": [n] for n in memory}
+        out: dict[str, list[str]] = {}
+        for half, read in (("rd", True), ("wr", False)):
+            names = [n for n in memory if self.blocks[n].axi.signature.read == read]
+            for j, n in enumerate(names):
+                out.setdefault(f"m_axi_{half}{j % config.axi_ports}", []).append(n)
+        return out
 
     @staticmethod
     def _allocate(graph: Graph) -> dict[str, dict[str, Any]]:
@@ -178,9 +213,7 @@ class ElaboratedGraph(wiring.Component):
                     out_port = self.blocks[src.node.name].out_ports[src.port]
                     shape = out_port.payload.shape()
                 q = Queue(shape=shape, depth=depth)
-                m.submodules[f"q_{s.name.replace('.', '_')}_{node.name}_{i}"] = ResetInserter(
-                    holder
-                )(q)
+                m.submodules[_queue_name(s, node.name, i)] = ResetInserter(holder)(q)
                 wiring.connect(m, out_port, q.i)
                 if node.kind == "Sink":
                     sink = wiring.flipped(getattr(self, f"snk_{node.name}"))
@@ -192,10 +225,18 @@ class ElaboratedGraph(wiring.Component):
                 else:
                     wiring.connect(m, q.o, self.blocks[node.name].in_ports[i])
                 queues[s] = q
+        for port, names in self.axi_managers.items():
+            outer = wiring.flipped(getattr(self, port))
+            if port in self._arbiters:
+                arbiter = self._arbiters[port]
+                m.submodules[f"arbiter_{port}"] = ResetInserter(holder)(arbiter)
+                for i, name in enumerate(names):
+                    wiring.connect(m, self.blocks[name].axi, arbiter.managers[i])
+                wiring.connect(m, arbiter.axi, outer)
+            else:
+                wiring.connect(m, self.blocks[names[0]].axi, outer)
         for name, block in self.blocks.items():
             node = self.graph.nodes[name]
-            if node.kind in _MEMORY:
-                wiring.connect(m, block.axi, wiring.flipped(getattr(self, f"m_axi_{name}")))
             if node.kind == "LinearOffChipStore":
                 done_bits.append(block.done)
             for flag in ("error", "misaligned"):
@@ -253,10 +294,20 @@ class ElaboratedGraph(wiring.Component):
             "config": asdict(self.config),
             "memory_map": self.memory_map,
             "streams": streams,
-            "axi_ports": [
-                f"m_axi_{n}" for n, b in self.blocks.items() if self.graph.nodes[n].kind in _MEMORY
-            ],
+            "axi_ports": list(self.axi_managers),
+            "axi_managers": self.axi_managers,
             "nodes": {n: self.graph.nodes[n].kind for n in self.blocks},
+            # Queue instances (top-level submodules), for testbenches that watch their levels.
+            "queues": {
+                _queue_name(s, node.name, i): {
+                    "stream": s.name,
+                    "consumer": node.name,
+                    "depth": self.graph.queue_depths.get(s.name, self.config.queue_depth),
+                }
+                for node in self.graph.nodes.values()
+                if node.kind != "Feedback"
+                for i, s in enumerate(node.inputs)
+            },
         }
 
 

@@ -9,6 +9,20 @@ One beat of a stream carries one token, with the separate-token encoding of
 
 A tile element is ``rows x cols`` two's-complement values of the element width, row-major from
 the least significant bits; a selector is ``n`` bits (bit ``i`` set: target ``i`` selected).
+
+A *dynamic* tile (a step_lang ``Tile`` whose row count is a symbol, such as dynamic tiling's
+``[n_e, D]``) has a data field of two parts::
+
+    bit 0..                      elems   HwConfig.dyn_tile_rows x cols elements, as a static tile
+    bit R*C*W..R*C*W+B-1         rows    the actual row count n, 0 <= n <= dyn_tile_rows
+
+Rows ``n`` and beyond hold zeros. That keeps the encoding canonical (one payload per token, so
+whole payloads compare bit for bit, in queues, checkers and co-simulation) and costs every
+producer one multiplexer per row; consumers must still use ``rows``, never the zeros, because an
+operation need not map zero to zero (``exp``). :meth:`TokenFormat.unpack` rejects a payload whose
+padding rows are not zero. ``n = 0`` is legal: the interpreter's Accum(``retile_row``) of an
+empty group is a ``[0, C]`` tile.
+
 Lone STOP beats write empty inner dimensions and the DONE beat ends the stream, so every stream
 the language can express has a hardware encoding (STEP_REFERENCE §11, point 1).
 
@@ -54,11 +68,12 @@ class TokenFormat:
     """
 
     kind: str  # "tile" or "selector"
-    rows: int = 1
+    rows: int = 1  # a dynamic tile: the most rows it holds (HwConfig.dyn_tile_rows)
     cols: int = 1
     elem_bits: int = 16
     n: int = 0
     level_bits: int = 3
+    dynamic: bool = False  # a tile with a row count field (module docstring)
 
     @classmethod
     def for_elem(cls, elem: ElemType, config: HwConfig, *, where: str = "stream") -> TokenFormat:
@@ -66,11 +81,17 @@ class TokenFormat:
         if isinstance(elem, Selector):
             return cls("selector", n=elem.n, level_bits=config.level_bits)
         if isinstance(elem, Tile):
-            if not elem.is_static:
+            if not isinstance(elem.cols, int):
                 raise StepTypeError(
-                    f"{where}: tile {elem} has a dynamic shape; hardware tiles are static"
+                    f"{where}: tile {elem} has dynamic columns; hardware tiles have static "
+                    "columns (only the row count may be dynamic)"
                 )
-            if elem.rows > config.tile_rows or elem.cols > config.tile_cols:
+            dynamic = not isinstance(elem.rows, int)
+            if dynamic and elem.cols > config.tile_cols:
+                raise StepTypeError(
+                    f"{where}: tile {elem} has more than the configured {config.tile_cols} columns"
+                )
+            if not dynamic and (elem.rows > config.tile_rows or elem.cols > config.tile_cols):
                 raise StepTypeError(
                     f"{where}: tile {elem} does not fit the configured {config.tile_rows}x{config.tile_cols} tile"
                 )
@@ -81,8 +102,9 @@ class TokenFormat:
                 raise StepTypeError(
                     f"{where}: dtype {elem.dtype} is not supported by the hardware ({config.elem_dtype}/{config.acc_dtype})"
                 )
-            return cls("tile", rows=elem.rows, cols=elem.cols, elem_bits=elem.dtype.nbytes * 8 if elem.dtype.kind != "bool" else 1,
-                       level_bits=config.level_bits)  # fmt: skip
+            return cls("tile", rows=config.dyn_tile_rows if dynamic else elem.rows, cols=elem.cols,
+                       elem_bits=elem.dtype.nbytes * 8 if elem.dtype.kind != "bool" else 1,
+                       level_bits=config.level_bits, dynamic=dynamic)  # fmt: skip
         raise StepTypeError(f"{where}: element {elem} has no hardware encoding")
 
     # -- Amaranth ---------------------------------------------------------------------------------
@@ -92,7 +114,15 @@ class TokenFormat:
         if self.kind == "selector":
             return unsigned(self.n)
         shape = signed(self.elem_bits) if self.elem_bits > 1 else unsigned(1)
-        return data.ArrayLayout(data.ArrayLayout(shape, self.cols), self.rows)
+        elems = data.ArrayLayout(data.ArrayLayout(shape, self.cols), self.rows)
+        if self.dynamic:
+            return data.StructLayout({"elems": elems, "rows": unsigned(self.count_bits)})
+        return elems
+
+    @property
+    def count_bits(self) -> int:
+        """Width of a dynamic tile's ``rows`` field (0 for other formats)."""
+        return self.rows.bit_length() if self.dynamic else 0
 
     def layout(self) -> data.StructLayout:
         """The payload layout: ``kind``, ``level``, ``data`` from the least significant bit."""
@@ -110,7 +140,9 @@ class TokenFormat:
 
     @property
     def data_bits(self) -> int:
-        return self.n if self.kind == "selector" else self.rows * self.cols * self.elem_bits
+        if self.kind == "selector":
+            return self.n
+        return self.rows * self.cols * self.elem_bits + self.count_bits
 
     @property
     def width(self) -> int:
@@ -149,7 +181,14 @@ class TokenFormat:
             if arr.shape != (self.n,):
                 raise ValueError(f"selector of shape {arr.shape}, format has {self.n} bits")
             return sum(1 << i for i, b in enumerate(arr) if b)
-        if arr.shape != (self.rows, self.cols):
+        n = arr.shape[0] if arr.ndim == 2 else -1
+        if self.dynamic:
+            if arr.ndim != 2 or arr.shape[1] != self.cols or not 0 <= n <= self.rows:
+                raise ValueError(
+                    f"tile of shape {arr.shape}, format is a dynamic tile of 0..{self.rows} rows "
+                    f"x {self.cols}"
+                )
+        elif arr.shape != (self.rows, self.cols):
             raise ValueError(f"tile of shape {arr.shape}, format is {self.rows}x{self.cols}")
         w = self.elem_bits
         lo, hi = (0, 1) if w == 1 else (-(2 ** (w - 1)), 2 ** (w - 1) - 1)
@@ -159,6 +198,8 @@ class TokenFormat:
             if not lo <= v <= hi:
                 raise ValueError(f"value {v} does not fit a {w}-bit element")
             out |= (v & (2**w - 1)) << (i * w)
+        if self.dynamic:  # rows n.. stay zero; the count above the elements
+            out |= n << (self.rows * self.cols * w)
         return out
 
     def _unpack_data(self, bits: int) -> np.ndarray:
@@ -171,4 +212,12 @@ class TokenFormat:
             if w > 1 and v >= 2 ** (w - 1):
                 v -= 2**w
             vals.append(v)
-        return np.array(vals, dtype=np.int64).reshape(self.rows, self.cols)
+        tile = np.array(vals, dtype=np.int64).reshape(self.rows, self.cols)
+        if not self.dynamic:
+            return tile
+        n = bits >> (self.rows * self.cols * w)
+        if n > self.rows:
+            raise ValueError(f"dynamic tile with {n} rows, format holds at most {self.rows}")
+        if np.any(tile[n:]):
+            raise ValueError(f"dynamic tile of {n} rows has non-zero rows beyond its count")
+        return tile[:n]

@@ -44,6 +44,20 @@ def _check_level(block: str, what: str, level: int, fmt: TokenFormat) -> None:
         )
 
 
+def _same_format(
+    node: EagerMergeNode | ReassembleNode, config: HwConfig, fmt: TokenFormat, ports: Sequence[int]
+) -> None:
+    """The merged inputs share the output's payload format (a dynamic tile on the output, whose
+    rows unify inputs of different rows, needs dynamic tiles on every input)."""
+    for port in ports:
+        if node_format(node, config, port) != fmt:
+            raise node.error(
+                node.input_names[port],
+                f"tile {node.inputs[port].elem} and the output's {node.out_types[0].elem} have "
+                "different hardware formats (static and dynamic tiles do not merge)",
+            )
+
+
 def _selector_format(fmt: TokenFormat, n: int) -> TokenFormat:
     return TokenFormat("selector", n=n, level_bits=fmt.level_bits)
 
@@ -347,6 +361,7 @@ class Reassemble(wiring.Component):
         for port in range(n + 1):
             node_format(node, config, port)
         fmt = node_format(node, config, 0, output=True)
+        _same_format(node, config, fmt, range(n))
         return cls(
             fmt=fmt, n=n, rank=node.chunk_rank, sel_rank=node.inputs[-1].rank, count=node.count
         )
@@ -548,6 +563,7 @@ class EagerMerge(wiring.Component):
             node_format(node, config, port)
         fmt = node_format(node, config, 0, output=True)
         node_format(node, config, 1, output=True)
+        _same_format(node, config, fmt, range(len(node.inputs)))
         return cls(fmt=fmt, n=len(node.inputs), rank=node.chunk_rank)
 
     @property

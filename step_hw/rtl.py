@@ -1,5 +1,8 @@
 """`make rtl`: Verilog and a JSON description for every example at its hardware size.
 
+Attention is written with its ``"interleaved"`` schedule (``examples.attention.hardware()``); the
+other schedules elaborate the same way (``step_hw.elaborate.write(attention.hardware(s), ...)``).
+
 Writes ``build/rtl/<example>.v`` and ``build/rtl/<example>.json`` (ports, parameters, memory
 map). An example whose graph still uses an operator without hardware is reported, with the
 nodes in question, and skipped; the command fails only if nothing could be written.
@@ -31,7 +34,32 @@ def _moe():
     return moe.hardware()
 
 
-EXAMPLES = {"swiglu": _swiglu, "moe": _moe}
+def _moe_dynamic():
+    from examples import moe
+
+    return moe.hardware(schedule=moe.MoESchedule("dynamic"))
+
+
+def _moe_timemux():
+    from examples import moe
+
+    return moe.hardware(schedule=moe.MoESchedule("static", tile_n=4, tile_f=4, regions=2))
+
+
+def _attention():
+    from examples import attention
+
+    return attention.hardware("interleaved")
+
+
+EXAMPLES = {
+    "swiglu": _swiglu,
+    "moe": _moe,
+    # The MoE layer's dynamic-tiling and time-multiplexed (2 regions) schedules.
+    "moe_dynamic": _moe_dynamic,
+    "moe_timemux": _moe_timemux,
+    "attention": _attention,
+}
 
 
 def main(argv: list[str] | None = None, out: str = "build/rtl") -> int:
@@ -54,11 +82,6 @@ def main(argv: list[str] | None = None, out: str = "build/rtl") -> int:
             continue
         written += 1
         print(f"{name}: {out / name}.v, {out / name}.json ({time.perf_counter() - t0:.1f} s)")
-    if not argv:
-        print(
-            "attention: not yet elaborated (its graph needs FlatMap address generators without "
-            "hardware); see docs/hardware.md"
-        )
     return 0 if written else 1
 
 

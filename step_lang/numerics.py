@@ -77,8 +77,8 @@ import numpy as np
 
 from .dims import Dim, dims_equal, product
 from .errors import StepRuntimeError, StepTypeError
-from .functions import AccumFn, MapFn, retile_row
-from .types import DType, ElemType, Tile, dtype
+from .functions import AccumFn, FlatMapFn, MapFn, retile_row
+from .types import DType, ElemType, Selector, Tile, dtype
 
 __all__ = [
     "EXP2_TABLE",
@@ -95,7 +95,10 @@ __all__ = [
     "FixedMapFn",
     "FixedPointFunctions",
     "Numerics",
+    "accum_count",
+    "cache_read_addr",
     "div_table_bits",
+    "expert_addr",
     "functions",
     "is_fixed_point",
     "recip_table",
@@ -650,3 +653,133 @@ def functions(config: Any, *, overflow: str | None = None) -> FixedPointFunction
 def is_fixed_point(fn: Any) -> bool:
     """True for the function objects made by :func:`functions` (and ``retile_row``)."""
     return isinstance(fn, (FixedMapFn, FixedAccumFn)) or fn is retile_row
+
+
+# ---------------------------------------------------------------------------------------------
+# Integer metadata at hardware widths
+#
+# The address and control functions of :mod:`step_lang.functions` produce int64 tiles, which the
+# hardware has no encoding for (its elements are at most ``acc_dtype`` wide). These are the same
+# functions with a chosen integer output dtype; like their int64 originals they raise
+# StepRuntimeError when a result does not fit (the hardware wraps there and flags nothing, so a
+# graph must keep its metadata in range).
+
+
+def _int_dtype(what: str, out_dtype: DType | str) -> DType:
+    dt = dtype(out_dtype)
+    if dt.name not in HW_DTYPES:
+        raise ValueError(f"{what} out_dtype must be one of {', '.join(HW_DTYPES)}, not {dt.name!r}")
+    return dt
+
+
+def _meta_scalar(err: ErrorFn, t: ElemType, port: str, fn: str) -> Tile:
+    if not (isinstance(t, Tile) and t.rows == 1 and t.cols == 1 and t.dtype.is_integer):
+        raise err(port, f"function '{fn}' needs a [1,1] integer tile, got {t}")
+    return t
+
+
+def _fit(v: int, dt: DType, fn: str) -> np.ndarray:
+    lo, hi = _bounds(dt.nbytes * 8)
+    if not lo <= v <= hi:
+        raise StepRuntimeError(f"function '{fn}': result {v} does not fit {dt} [{lo}, {hi}]")
+    return np.array([[v]], dtype=dt.numpy)
+
+
+def cache_read_addr(row_offset: int, out_dtype: DType | str = "int32") -> FlatMapFn:
+    """KV-cache tile addresses ``idx * row_offset + j`` for ``j < tiles``, as ``out_dtype`` tiles.
+
+    :func:`step_lang.functions.cache_read_addr` (same name, same ``row_offset`` parameter) with a
+    hardware-width result; the hardware block is ``step_hw.addrgen.CacheReadAddr``.
+    """
+    if isinstance(row_offset, bool) or not isinstance(row_offset, int) or row_offset < 1:
+        raise ValueError(
+            f"cache_read_addr row_offset must be a positive integer, not {row_offset!r}"
+        )
+    dt = _int_dtype("cache_read_addr", out_dtype)
+
+    def type_rule(err: ErrorFn, idx: ElemType, tiles: ElemType):
+        _meta_scalar(err, idx, "in0", "cache_read_addr")
+        _meta_scalar(err, tiles, "in1", "cache_read_addr")
+        return Tile(dt, 1, 1), (), None
+
+    def apply(out: Tile, idx: np.ndarray, tiles: np.ndarray) -> list[Any]:
+        i, n = int(idx[0, 0]), int(tiles[0, 0])
+        if n > row_offset:
+            raise StepRuntimeError(
+                f"function 'cache_read_addr': {n} tiles exceed the row of {row_offset}"
+            )
+        return [_fit(i * row_offset + j, dt, "cache_read_addr") for j in range(n)]
+
+    return FlatMapFn(
+        "cache_read_addr",
+        2,
+        0,
+        type_rule,
+        apply,
+        (("row_offset", row_offset), ("out_dtype", dt.name)),
+    )
+
+
+def accum_count(out_dtype: DType | str = "int32") -> AccumFn:
+    """Count the elements of each group: one ``[1,1]`` ``out_dtype`` token per group.
+
+    :data:`step_lang.functions.accum_count` (same name, ``count``) with a hardware-width result;
+    the hardware block is ``step_hw.compute.rowops.CountUnit``.
+    """
+    dt = _int_dtype("accum_count", out_dtype)
+
+    def type_rule(err: ErrorFn, in_types: tuple[ElemType, ...], reduced: tuple[Dim, ...]):
+        return Tile(dt, 1, 1)
+
+    def update(out: Tile, acc: np.ndarray, x: Any) -> np.ndarray:
+        return _fit(int(acc[0, 0]) + 1, dt, "count")
+
+    return AccumFn(
+        "count",
+        1,
+        type_rule,
+        lambda t, first: np.zeros((1, 1), dtype=dt.numpy),
+        update,
+        lambda a: 0,
+        (("out_dtype", dt.name),),
+        meta="ignores_values",
+    )
+
+
+def expert_addr(
+    tiles_per_expert: int, base: int = 0, out_dtype: DType | str = "int32"
+) -> FlatMapFn:
+    """Tile addresses of the selected expert's weights, ``base + e * tiles_per_expert + j``, as
+    ``out_dtype`` tiles.
+
+    :func:`step_lang.functions.expert_addr` (same name, same ``tiles`` and ``base`` parameters)
+    with a hardware-width result; the hardware block is ``step_hw.expert_addr.ExpertAddr``.
+    """
+    for what, v, lo in (("tiles_per_expert", tiles_per_expert, 1), ("base", base, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            kind = "positive" if lo else "non-negative"
+            raise ValueError(f"expert_addr {what} must be a {kind} integer, not {v!r}")
+    dt = _int_dtype("expert_addr", out_dtype)
+
+    def type_rule(err: ErrorFn, s: ElemType):
+        if not isinstance(s, Selector):
+            raise err("in0", f"function 'expert_addr' needs a selector, got {s}")
+        return Tile(dt, 1, 1), (), tiles_per_expert
+
+    def apply(out: Tile, sel: np.ndarray) -> list[Any]:
+        hot = np.flatnonzero(sel)
+        if hot.size != 1:
+            raise StepRuntimeError(
+                f"function 'expert_addr': selector must be one-hot, has {hot.size} bits set"
+            )
+        first = base + int(hot[0]) * tiles_per_expert
+        return [_fit(first + j, dt, "expert_addr") for j in range(tiles_per_expert)]
+
+    return FlatMapFn(
+        "expert_addr",
+        1,
+        0,
+        type_rule,
+        apply,
+        (("tiles", tiles_per_expert), ("base", base), ("out_dtype", dt.name)),
+    )

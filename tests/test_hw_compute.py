@@ -462,14 +462,12 @@ FNS16 = nm.functions(CFG16)
             None,
             r"^Map 'q4': function 'exp' computes with 4 fraction bits, the hardware with 8$",
         ),
-        (
+        (  # (dynamic rows are encoded: tests/test_hw_dynamic_tiles.py)
             lambda: one_node(
-                [Tile(int16, 1, 2)],
-                lambda a: Accum(a, fn=FNS16.retile_row, rank=1, name="rows"),
-                shape=(2, ragged("n")),
+                [Tile(int16, 2, ragged("c"))], lambda a: Map(a, fn=FNS16.exp, name="cols")
             ),
-            AccumUnit,
-            r"^Accum 'rows', port 'out': tile Tile<int16, nx2> has a dynamic shape; hardware tiles are static$",
+            MapUnit,
+            r"^Map 'cols', port 'in0': tile Tile<int16, 2xc> has dynamic columns; hardware tiles have static columns",
         ),
         (
             lambda: one_node(

@@ -659,7 +659,7 @@ def test_from_node_rejects_unsupported():
     # Inputs whose tile rows differ symbolically unify to a dynamic tile on the output.
     node = graph_with(lambda a, b: ops.EagerMerge([a, b], name="m"),
                       stype(0, "a", Tile(int32, regular("r"), 1)), stype(0, "b", SCALAR))  # fmt: skip
-    with pytest.raises(StepTypeError, match=r"^EagerMerge 'm', port 'in0': tile Tile<int32, rx1> has a dynamic shape; hardware tiles are static$"):  # fmt: skip
+    with pytest.raises(StepTypeError, match=r"^EagerMerge 'm', port 'in1': tile Tile<int32, 1x1> and the output's Tile<int32, m_rowsx1> have different hardware formats \(static and dynamic tiles do not merge\)$"):  # fmt: skip
         EagerMerge.from_node(node, CFG)
     # Stop levels beyond the level field (2 bits: up to S3).
     narrow = HwConfig(level_bits=2)

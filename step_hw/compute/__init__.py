@@ -18,6 +18,7 @@ from .accum import ACCUM_OPS, SCAN_OPS, AccumUnit, ScanUnit
 from .elementwise import BINARY_OPS, MAP_OPS, UNARY_OPS, MapUnit
 from .matmul import MatmulUnit
 from .retile import RetileUnit
+from .rowops import CountUnit, RegionIdUnit, RegionSelectUnit, RowAppendUnit, row_op_unit
 
 __all__ = [
     "ACCUM_OPS",
@@ -26,9 +27,13 @@ __all__ = [
     "SCAN_OPS",
     "UNARY_OPS",
     "AccumUnit",
+    "CountUnit",
     "MapUnit",
     "MatmulUnit",
+    "RegionIdUnit",
+    "RegionSelectUnit",
     "RetileUnit",
+    "RowAppendUnit",
     "ScanUnit",
     "compute_unit",
 ]
@@ -38,6 +43,9 @@ def compute_unit(node: Any, config: HwConfig) -> Any:
     """The compute unit of a Map, Accum, Scan or RetileStreamify node (``from_node`` of the
     right class); other nodes raise :class:`StepTypeError`."""
     kind = getattr(node, "kind", None)
+    unit = row_op_unit(node, config)  # row_append, region_id, region_select, count
+    if unit is not None:
+        return unit
     if kind == "Map":
         fn = node.fn
         if getattr(fn, "op", None) == "matmul":

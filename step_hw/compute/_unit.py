@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from amaranth.hdl import Const, Module, Signal, Value
+from amaranth.hdl import Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -67,6 +67,24 @@ def check_shapes(owner: str, value: Any, count: int, what: str) -> tuple[tuple[i
             f"{owner} in_shapes must hold {count} shape(s) for {what}, not {len(value)}"
         )
     return tuple(check_shape(owner, f"in_shapes[{i}]", s) for i, s in enumerate(value))
+
+
+def dynamic_shapes(owner: str, in_shapes: Any, max_rows: Any) -> tuple[Any, tuple[bool, ...]]:
+    """Tile shapes whose rows may be ``None`` (a dynamic tile of up to ``max_rows`` rows): the
+    shapes with ``max_rows`` in place of ``None`` (for the shape checks) and which were dynamic."""
+    if not isinstance(in_shapes, (tuple, list)):
+        return in_shapes, ()
+    dyn = tuple(isinstance(s, (tuple, list)) and len(s) == 2 and s[0] is None for s in in_shapes)
+    if any(dyn):
+        if max_rows is None:
+            raise ValueError(f"{owner} max_rows is required for dynamic-row (None) in_shapes")
+        check_int(owner, "max_rows", max_rows)
+    elif max_rows is not None:
+        raise ValueError(f"{owner} max_rows applies to dynamic-row (None) in_shapes only")
+    else:
+        return in_shapes, dyn  # as given, for the shape checks' messages
+    shapes = [(max_rows, s[1]) if d else s for s, d in zip(in_shapes, dyn, strict=True)]
+    return shapes, dyn
 
 
 def check_bits(owner: str, elem_bits: Any, frac_bits: Any) -> tuple[int, int]:
@@ -138,8 +156,26 @@ def node_fn(node: Any, config: HwConfig, ops: Sequence[str], unit: str) -> Any:
     return fn
 
 
-def tile_shape(fmt: TokenFormat) -> tuple[int, int]:
-    return (fmt.rows, fmt.cols)
+def tile_shape(fmt: TokenFormat) -> tuple[int | None, int]:
+    """``(rows, cols)`` of a tile format; rows ``None`` for a dynamic tile."""
+    return (None if fmt.dynamic else fmt.rows, fmt.cols)
+
+
+def shapes_kwargs(formats: Sequence[TokenFormat]) -> dict[str, Any]:
+    """``in_shapes`` (and ``max_rows`` with a dynamic tile) of a unit's constructor."""
+    kw: dict[str, Any] = {"in_shapes": [tile_shape(f) for f in formats]}
+    dyn = [f.rows for f in formats if f.dynamic]
+    if dyn:
+        kw["max_rows"] = dyn[0]
+    return kw
+
+
+def static_only(node: Any, formats: Sequence[TokenFormat], what: str, *, first: int = 0) -> None:
+    """Reject dynamic tiles on inputs ``first..`` of a unit without dynamic-row support there."""
+    pairs = zip(node.input_names, formats, strict=True)
+    for port, f in list(pairs)[first:]:
+        if f.dynamic:
+            raise node.error(port, f"{what} has no hardware for dynamically sized tiles")
 
 
 # -- the units --------------------------------------------------------------------------------
@@ -150,10 +186,14 @@ class StreamUnit(wiring.Component):
 
     With several inputs it also has ``misaligned`` (``Out(1)``), a sticky flag set when tokens
     taken together do not line up (data with a stop, stops of different levels, ...): the
-    interpreter raises an error there, the hardware goes on with ``in0``'s token kind.
+    interpreter raises an error there, the hardware goes on with ``in0``'s token kind. With
+    ``error=True`` it has ``error`` (``Out(1)``), a sticky flag the unit raises where the
+    interpreter's function raises (e.g. an index out of range).
     """
 
-    def __init__(self, in_formats: Sequence[TokenFormat], out_format: TokenFormat):
+    def __init__(
+        self, in_formats: Sequence[TokenFormat], out_format: TokenFormat, *, error: bool = False
+    ):
         self._in_formats = tuple(in_formats)
         self._out_format = out_format
         members: dict[str, Any] = {
@@ -162,6 +202,8 @@ class StreamUnit(wiring.Component):
         members["out"] = Out(out_format.signature())
         if len(self._in_formats) > 1:
             members["misaligned"] = Out(1)
+        if error:
+            members["error"] = Out(1)
         super().__init__(members)
 
     @property
@@ -234,6 +276,42 @@ class Datapath:
     ) -> Any:
         raise NotImplementedError
 
+    # Dynamic tiles (``TokenFormat.dynamic``): ``build`` sees the ``elems`` arrays of dynamic
+    # inputs and accumulators (``max_rows`` rows, zeros beyond the count); these hooks give the
+    # row count of the result and the data-dependent number of steps.
+
+    def last_step(self, m: Module, step: Value, in_rows: Value | None) -> Value:
+        """High in the last step of a data token (``in_rows``: the first dynamic input's
+        row count, ``None`` without one)."""
+        return (step == self.steps - 1) if self.steps > 1 else Const(1)
+
+    def out_rows(self, m: Module, in_rows: Value | None) -> Value | None:
+        """Rows of a dynamic result (default: those of the first dynamic input)."""
+        return in_rows
+
+
+def dynamic_rows(unit: StreamUnit) -> Value | None:
+    """The ``rows`` field of the first dynamic-tile input of ``unit`` (``None`` without one)."""
+    for p, fmt in zip(unit.in_ports, unit.in_formats, strict=True):
+        if fmt.dynamic:
+            return p.payload.data.rows
+    return None
+
+
+def elems(value: Any, fmt: TokenFormat) -> Any:
+    """The element array of a tile's data (a dynamic tile's ``elems``)."""
+    return value.elems if fmt.dynamic else value
+
+
+def with_rows(m: Module, fmt: TokenFormat, result: Any, rows: Value) -> Any:
+    """A dynamic tile of ``fmt`` from an element array and a row count: rows ``>= rows`` are
+    zeroed (the canonical encoding, ``step_hw.payload``)."""
+    out = Signal(fmt.data_shape, name="result_rows")
+    m.d.comb += out.rows.eq(rows)
+    for r in range(fmt.rows):
+        m.d.comb += out.elems[r].eq(Mux(r < rows, result[r], 0))
+    return out
+
 
 class FoldUnit(StreamUnit):
     """Control shared by Map (``mode="map"``), Accum and Scan units around a :class:`Datapath`."""
@@ -260,7 +338,8 @@ class FoldUnit(StreamUnit):
 
         steps = dp.steps
         step = Signal(range(steps), name="step") if steps > 1 else Const(0)
-        last = (step == steps - 1) if steps > 1 else Const(1)
+        in_rows = dynamic_rows(self)
+        last = dp.last_step(m, step, in_rows)
         advance, finish, clear = Signal(), Signal(), Signal()
         if steps > 1:
             with m.If(advance):
@@ -271,19 +350,27 @@ class FoldUnit(StreamUnit):
         acc = None
         if mode != "map":
             fmt = self._out_format
-            init = [[dp.init] * fmt.cols for _ in range(fmt.rows)]
+            init: Any = [[dp.init] * fmt.cols for _ in range(fmt.rows)]
+            if fmt.dynamic:  # an empty group: a tile of 0 rows
+                init = {"elems": init, "rows": 0}
             acc = Signal(layout, init=init, name="acc")
             with m.If(clear):
                 m.d.sync += acc.eq(layout.const(init))
+        out_fmt = self._out_format
         result = dp.build(
             m,
-            xs=[p.payload.data for p in self.in_ports],
-            acc=acc,
+            xs=[
+                elems(p.payload.data, f)
+                for p, f in zip(self.in_ports, self._in_formats, strict=True)
+            ],
+            acc=None if acc is None else elems(acc, out_fmt),
             step=step,
             advance=advance,
             finish=finish,
             clear=clear,
         )
+        if out_fmt.dynamic:
+            result = with_rows(m, out_fmt, result, dp.out_rows(m, in_rows))
         is_data = kind == Kind.DATA
         is_stop = kind == Kind.STOP
 

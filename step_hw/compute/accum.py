@@ -20,8 +20,11 @@ from ._unit import (
     check_int,
     check_node,
     check_shapes,
+    dynamic_shapes,
     node_fn,
     node_formats,
+    shapes_kwargs,
+    static_only,
 )
 from .matmul import MacArrayDatapath, check_matmul_bits, matmul_dims
 
@@ -84,6 +87,38 @@ class _RowConcat(Datapath):
         return res
 
 
+class _RowAppend(Datapath):
+    """``retile_row`` into a dynamic tile: each tile of a group is appended below the rows so
+    far (``count``); the result's row count is ``count + R``. A tile that would pass
+    ``max_rows`` is dropped (elaboration proves that a graph's tiles fit, ``step_hw.dyntile``).
+    """
+
+    def __init__(self, in_rows: int, max_rows: int, cols: int, bits: int):
+        self.in_rows, self.max_rows, self.cols, self.bits = in_rows, max_rows, cols, bits
+        self._next: Any = None
+
+    def build(self, m: Module, *, xs, acc, step, advance, finish, clear) -> Any:
+        r_in, top = self.in_rows, self.max_rows
+        count = Signal(range(top + 1), name="count")
+        nxt = Signal(range(top + 1), name="count_next")
+        m.d.comb += nxt.eq(Mux(count + r_in <= top, count + r_in, count))
+        self._next = nxt
+        with m.If(finish):
+            m.d.sync += count.eq(nxt)
+        with m.If(clear):
+            m.d.sync += count.eq(0)
+        res = Signal(TokenFormat("tile", top, self.cols, self.bits).data_shape, name="result")
+        m.d.comb += res.eq(acc)
+        with m.Switch(count):
+            for at in range(top - r_in + 1):
+                with m.Case(at):
+                    m.d.comb += [res[at + r].eq(xs[0][r]) for r in range(r_in)]
+        return res
+
+    def out_rows(self, m: Module, in_rows: Any) -> Any:
+        return self._next
+
+
 def _reduce_unit(
     owner: str,
     ops,
@@ -99,9 +134,24 @@ def _reduce_unit(
     acc_bits,
     out_bits,
     out_rows,
+    max_rows=None,
 ):
     """Validate the parameters of an Accum or Scan unit: (input formats, output format, datapath)."""
     check_choice(owner, "op", op, ops)
+    dyn: tuple[bool, ...] = ()
+    if op == "matmul":
+        in_shapes, dyn = dynamic_shapes(owner, in_shapes, max_rows)
+        if len(dyn) == 2 and dyn[1]:
+            raise ValueError(f"{owner} b must be a static tile; only a's rows may be dynamic")
+    elif op == "retile_row" and max_rows is not None:
+        check_int(owner, "max_rows", max_rows)
+        if out_rows is not None:
+            raise ValueError(
+                f"{owner} out_rows (a static result) and max_rows (a dynamic one) exclude "
+                "each other"
+            )
+    elif max_rows is not None:
+        raise ValueError(f"{owner} max_rows applies to op='matmul' and op='retile_row' only")
     if not (op == "retile_row" and elem_bits == 1):  # bool flags only move; no arithmetic
         check_bits(owner, elem_bits, frac_bits)
     check_int(owner, "level_bits", level_bits)
@@ -120,8 +170,8 @@ def _reduce_unit(
     if op != "retile_row" and out_rows is not None:
         raise ValueError(f"{owner} out_rows applies to op='retile_row' only")
 
-    def fmt(rows: int, cols: int, bits: int = elem_bits) -> TokenFormat:
-        return TokenFormat("tile", rows, cols, bits, level_bits=level_bits)
+    def fmt(rows: int, cols: int, bits: int = elem_bits, dynamic: bool = False) -> TokenFormat:
+        return TokenFormat("tile", rows, cols, bits, level_bits=level_bits, dynamic=dynamic)
 
     if op == "matmul":
         transpose_b = (
@@ -141,9 +191,18 @@ def _reduce_unit(
             acc_bits=acc_bits,
             out_bits=out_bits,
             accumulate=True,
+            dynamic=any(dyn),
         )
-        return [fmt(*s) for s in shapes], fmt(dims[0], dims[2], out_bits), datapath
+        ins = [fmt(*s, dynamic=d) for s, d in zip(shapes, dyn, strict=True)]
+        return ins, fmt(dims[0], dims[2], out_bits, any(dyn)), datapath
     (shape,) = check_shapes(owner, in_shapes, 1, f"op {op!r}")
+    if op == "retile_row" and max_rows is not None:
+        if shape[0] > max_rows:
+            raise ValueError(
+                f"{owner} max_rows must be at least the input's {shape[0]} rows, not {max_rows}"
+            )
+        datapath = _RowAppend(shape[0], max_rows, shape[1], elem_bits)
+        return [fmt(*shape)], fmt(max_rows, shape[1], dynamic=True), datapath
     if op == "retile_row":
         if out_rows is None:
             raise ValueError(f"{owner} out_rows is required for op='retile_row'")
@@ -161,10 +220,12 @@ def _reduce_kwargs(node: Any, config: HwConfig, ops, owner: str) -> dict[str, An
     ins, out = node_formats(node, config)
     fn = node_fn(node, config, ops, owner)
     op = "retile_row" if fn is numerics.retile_row else fn.op
+    # Dynamic tiles: a's rows of an Accum matmul; the result of retile_row.
+    static_only(node, ins, owner, first=1 if (op, owner) == ("matmul", "AccumUnit") else 0)
     kw: dict[str, Any] = {
         "op": op,
         "rank": node.rank,
-        "in_shapes": [(f.rows, f.cols) for f in ins],
+        **shapes_kwargs(ins),
         "elem_bits": ins[0].elem_bits,
         "frac_bits": config.frac_bits,
         "level_bits": config.level_bits,
@@ -176,7 +237,9 @@ def _reduce_kwargs(node: Any, config: HwConfig, ops, owner: str) -> dict[str, An
             acc_bits=config.acc.nbytes * 8,
             out_bits=out.elem_bits,
         )
-    if op == "retile_row":
+    if op == "retile_row" and out.dynamic:
+        kw["max_rows"] = out.rows
+    elif op == "retile_row":
         kw["out_rows"] = out.rows
     return kw
 
@@ -204,6 +267,14 @@ class AccumUnit(FoldUnit):
         ``matmul`` only; as :class:`~step_hw.compute.MatmulUnit`.
     out_rows : int
         ``retile_row`` only: rows of the output tile (a multiple of the input's rows).
+    max_rows : int
+        Dynamic tiles (``step_hw.payload``), bounded by ``max_rows`` (``HwConfig.dyn_tile_rows``):
+        for ``matmul``, with ``in_shapes`` ``((None, K), (K, N))``, ``a`` and the accumulator are
+        dynamic, the accumulator taking ``a``'s row count (``ceil(n*K*N / lanes)`` cycles per
+        pair, at least one, as :class:`~step_hw.compute.MatmulUnit`); for ``retile_row``
+        (instead of ``out_rows``) the result is a dynamic tile and every input tile is appended
+        below the rows so far (its row count grows by the input's rows; an empty group gives a
+        0-row tile, as the interpreter).
 
     Ports
     -----
@@ -243,6 +314,7 @@ class AccumUnit(FoldUnit):
         acc_bits: int | None = None,
         out_bits: int | None = None,
         out_rows: int | None = None,
+        max_rows: int | None = None,
     ):
         ins, out, datapath = _reduce_unit(
             "AccumUnit",
@@ -258,6 +330,7 @@ class AccumUnit(FoldUnit):
             acc_bits=acc_bits,
             out_bits=out_bits,
             out_rows=out_rows,
+            max_rows=max_rows,
         )
         self._op = op
         super().__init__(ins, out, datapath, mode="accum", rank=rank)

@@ -18,9 +18,10 @@ from ._unit import (
     check_int,
     check_node,
     check_shapes,
+    dynamic_shapes,
     node_fn,
     node_formats,
-    tile_shape,
+    shapes_kwargs,
 )
 
 __all__ = ["BINARY_OPS", "MAP_OPS", "UNARY_OPS", "MapUnit"]
@@ -98,7 +99,14 @@ class MapUnit(FoldUnit):
     op : str
         One of :data:`MAP_OPS`.
     in_shapes : sequence of (rows, cols)
-        The input tiles' shapes (two for :data:`BINARY_OPS`, one otherwise).
+        The input tiles' shapes (two for :data:`BINARY_OPS`, one otherwise). Rows ``None``: a
+        dynamic tile of up to ``max_rows`` rows (``step_hw.payload``); the result is then a
+        dynamic tile with that input's row count (rows beyond it zero), and the other input of a
+        binary operation is dynamic too (same count; not checked: the interpreter raises on a
+        mismatch, the hardware uses the first dynamic input's count) or a single row that
+        broadcasts.
+    max_rows : int
+        The bound of dynamic inputs (``HwConfig.dyn_tile_rows``); only with a ``None`` row.
     elem_bits : int
         Element width (8, 16 or 32); inputs and output share it.
     frac_bits : int
@@ -124,7 +132,8 @@ class MapUnit(FoldUnit):
         1 cycle (a token taken in cycle *t* is offered in *t + 1*; the datapath is
         combinational).
     Throughput
-        Initiation interval 1: one token (tile, stop or done) per cycle.
+        Initiation interval 1: one token (tile, stop or done) per cycle, dynamic tiles included
+        (all ``max_rows`` rows are computed in parallel).
     Stop tokens
         Stops and the done token pass through unchanged, in order, one cycle each.
     """
@@ -137,11 +146,20 @@ class MapUnit(FoldUnit):
         elem_bits: int,
         frac_bits: int = 0,
         level_bits: int = 3,
+        max_rows: int | None = None,
     ):
         owner = "MapUnit"
         check_choice(owner, "op", op, MAP_OPS)
         arity = 2 if op in BINARY_OPS else 1
+        in_shapes, dyn = dynamic_shapes(owner, in_shapes, max_rows)
         shapes = check_shapes(owner, in_shapes, arity, f"op {op!r}")
+        if any(dyn):
+            for s, d in zip(shapes, dyn, strict=True):
+                if not d and s[0] != 1:
+                    raise ValueError(
+                        f"MapUnit in_shapes: a static {s[0]}-row tile does not broadcast against "
+                        "a dynamic tile (only a single row does)"
+                    )
         check_bits(owner, elem_bits, frac_bits)
         check_int(owner, "level_bits", level_bits)
         if arity == 2:
@@ -152,11 +170,14 @@ class MapUnit(FoldUnit):
             out_shape = (shapes[0][0], 1) if op == "row_sum" else shapes[0]
         self._op = op
 
-        def fmt(shape: tuple[int, int]) -> TokenFormat:
-            return TokenFormat("tile", shape[0], shape[1], elem_bits, level_bits=level_bits)
+        def fmt(shape: tuple[int, int], dynamic: bool = False) -> TokenFormat:
+            return TokenFormat(
+                "tile", shape[0], shape[1], elem_bits, level_bits=level_bits, dynamic=dynamic
+            )
 
         datapath = _ElementwiseDatapath(op, shapes, out_shape, elem_bits, frac_bits)
-        super().__init__([fmt(s) for s in shapes], fmt(out_shape), datapath, mode="map")
+        ins = [fmt(s, d) for s, d in zip(shapes, dyn, strict=True)]
+        super().__init__(ins, fmt(out_shape, any(dyn)), datapath, mode="map")
 
     @property
     def op(self) -> str:
@@ -172,7 +193,7 @@ class MapUnit(FoldUnit):
         fn = node_fn(node, config, MAP_OPS, "MapUnit")
         return cls(
             op=fn.op,
-            in_shapes=[tile_shape(f) for f in ins],
+            **shapes_kwargs(ins),
             elem_bits=out.elem_bits,
             frac_bits=config.frac_bits,
             level_bits=config.level_bits,

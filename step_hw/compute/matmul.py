@@ -19,8 +19,11 @@ from ._unit import (
     check_int,
     check_node,
     check_shapes,
+    dynamic_shapes,
     node_fn,
     node_formats,
+    shapes_kwargs,
+    static_only,
 )
 
 __all__ = ["MacArrayDatapath", "MatmulUnit", "matmul_dims"]
@@ -58,16 +61,47 @@ class MacArrayDatapath(Datapath):
     ``t*lanes .. t*lanes + lanes - 1``, adding them into per-output partial sums of
     ``acc_bits`` (wrapping, as ``numerics.matmul_q``). The last step's sums are rescaled with
     ``round_shift(., frac_bits)``; with ``accumulate`` the result is added to the accumulator.
+
+    With ``dynamic`` ``M`` is the most rows of a dynamic tile ``a``: a tile of ``n`` rows takes
+    ``max(1, ceil(n*K*N / lanes))`` steps (its products are the first ``n*K*N``).
     """
 
     def __init__(
-        self, *, dims, lanes, transpose_b, bits, frac_bits, acc_bits, out_bits, accumulate: bool
+        self,
+        *,
+        dims,
+        lanes,
+        transpose_b,
+        bits,
+        frac_bits,
+        acc_bits,
+        out_bits,
+        accumulate: bool,
+        dynamic: bool = False,
     ):
         self.dims, self.lanes, self.transpose_b = dims, lanes, transpose_b
         self.bits, self.frac_bits = bits, frac_bits
         self.acc_bits, self.out_bits, self.accumulate = acc_bits, out_bits, accumulate
+        self.dynamic = dynamic
         mm, kk, nn = dims
         self.steps = math.ceil(mm * kk * nn / lanes)
+
+    def steps_for(self, rows: int) -> int:
+        """Steps of a tile ``a`` of ``rows`` rows (at least one, to take the token)."""
+        _, kk, nn = self.dims
+        return max(1, math.ceil(rows * kk * nn / self.lanes))
+
+    def last_step(self, m: Module, step, in_rows):
+        if not self.dynamic or self.steps == 1:
+            return super().last_step(m, step, in_rows)
+        last = Signal(name="last_step")
+        with m.Switch(in_rows):  # a small table: rows -> steps - 1
+            for n in range(self.dims[0] + 1):
+                with m.Case(n):
+                    m.d.comb += last.eq(step == self.steps_for(n) - 1)
+            with m.Default():  # beyond max_rows: never produced (the encoding's bound)
+                m.d.comb += last.eq(step == self.steps - 1)
+        return last
 
     def build(self, m: Module, *, xs, acc, step, advance, finish, clear) -> Any:
         (mm, kk, nn), lanes, steps = self.dims, self.lanes, self.steps
@@ -143,11 +177,17 @@ class MatmulUnit(FoldUnit):
     Parameters
     ----------
     in_shapes : ((M, K), (K, N))
-        The tiles ``a`` and ``b`` (``b`` is ``(N, K)`` with ``transpose_b``).
+        The tiles ``a`` and ``b`` (``b`` is ``(N, K)`` with ``transpose_b``). ``M = None``: ``a``
+        is a dynamic tile of up to ``max_rows`` rows (``step_hw.payload``); the result is a
+        dynamic ``[rows, N]`` tile with ``a``'s row count.
+    max_rows : int
+        The bound of a dynamic ``a`` (``HwConfig.dyn_tile_rows``); only with ``M = None``.
     elem_bits, frac_bits : int
         Input element width (8, 16, 32) and fraction bits.
     lanes : int
-        Multipliers. ``M*K*N`` products take ``ceil(M*K*N / lanes)`` cycles.
+        Multipliers. ``M*K*N`` products take ``ceil(M*K*N / lanes)`` cycles; a dynamic ``a`` of
+        ``n`` rows takes ``max(1, ceil(n*K*N / lanes))`` cycles (the actual rows, not the bound;
+        at least one cycle, in which a 0-row tile is taken and a 0-row result written).
     transpose_b : bool
         Multiply by ``b.T``.
     acc_bits, out_bits : int
@@ -172,8 +212,9 @@ class MatmulUnit(FoldUnit):
         ``ceil(M*K*N / lanes)`` cycles from the first cycle the pair is valid to the result being
         offered.
     Throughput
-        Initiation interval ``ceil(M*K*N / lanes)`` cycles per tile pair; one cycle per stop or
-        done token.
+        Initiation interval ``ceil(M*K*N / lanes)`` cycles per tile pair
+        (``max(1, ceil(n*K*N / lanes))`` for a dynamic ``a`` of ``n`` rows); one cycle per stop
+        or done token.
     Stop tokens
         Stops and the done token pass through unchanged, in order.
     """
@@ -189,9 +230,13 @@ class MatmulUnit(FoldUnit):
         acc_bits: int = 32,
         out_bits: int | None = None,
         level_bits: int = 3,
+        max_rows: int | None = None,
     ):
         owner = "MatmulUnit"
         check_bool(owner, "transpose_b", transpose_b)
+        in_shapes, dyn = dynamic_shapes(owner, in_shapes, max_rows)
+        if len(dyn) == 2 and dyn[1]:
+            raise ValueError(f"{owner} b must be a static tile; only a's rows may be dynamic")
         shapes, dims = matmul_dims(owner, in_shapes, transpose_b)
         acc_bits, out_bits = check_matmul_bits(owner, elem_bits, frac_bits, acc_bits, out_bits)
         check_int(owner, "lanes", lanes)
@@ -206,9 +251,15 @@ class MatmulUnit(FoldUnit):
             acc_bits=acc_bits,
             out_bits=out_bits,
             accumulate=False,
+            dynamic=any(dyn),
         )
-        ins = [TokenFormat("tile", r, c, elem_bits, level_bits=level_bits) for r, c in shapes]
-        out = TokenFormat("tile", dims[0], dims[2], out_bits, level_bits=level_bits)
+        ins = [
+            TokenFormat("tile", r, c, elem_bits, level_bits=level_bits, dynamic=d)
+            for (r, c), d in zip(shapes, dyn, strict=True)
+        ]
+        out = TokenFormat(
+            "tile", dims[0], dims[2], out_bits, level_bits=level_bits, dynamic=any(dyn)
+        )
         super().__init__(ins, out, datapath, mode="map")
 
     @property
@@ -227,8 +278,9 @@ class MatmulUnit(FoldUnit):
         check_node(node, ("Map",), "MatmulUnit")
         ins, out = node_formats(node, config)
         fn = node_fn(node, config, ("matmul",), "MatmulUnit")
+        static_only(node, ins, "MatmulUnit operand b", first=1)
         return cls(
-            in_shapes=[(f.rows, f.cols) for f in ins],
+            **shapes_kwargs(ins),
             elem_bits=ins[0].elem_bits,
             frac_bits=config.frac_bits,
             lanes=config.lanes,

@@ -16,7 +16,9 @@ from ._unit import (
     check_choice,
     check_int,
     check_node,
+    elems,
     node_formats,
+    static_only,
 )
 
 __all__ = ["RetileUnit"]
@@ -38,7 +40,11 @@ class RetileUnit(StreamUnit):
     Parameters
     ----------
     rows, cols : int
-        The input tile's shape.
+        The input tile's shape. ``rows=None``: a dynamic tile of up to ``max_rows`` rows
+        (``step_hw.payload``; ``split="rows"``, unmasked), split into as many row tiles as its
+        ``rows`` field says (none for a 0-row tile).
+    max_rows : int
+        The bound of a dynamic input (``HwConfig.dyn_tile_rows``); only with ``rows=None``.
     elem_bits : int
         Element width (8, 16 or 32).
     split : str
@@ -66,7 +72,8 @@ class RetileUnit(StreamUnit):
         1 cycle from a tile being valid to its first piece being offered.
     Throughput
         One piece per cycle: ``R`` (``C``) cycles per tile, masked rows included (they take a
-        cycle without an output beat); one cycle per stop or done token.
+        cycle without an output beat); a dynamic tile of ``n`` rows takes ``n`` cycles, a 0-row
+        tile one cycle without an output beat; one cycle per stop or done token.
     Stop tokens
         The FlatMap block rule with a rank-0 sub-stream (``BlockWriter`` with ``inner = 0``):
         stops and the done token pass through unchanged; the pieces of a tile extend the
@@ -76,14 +83,28 @@ class RetileUnit(StreamUnit):
     def __init__(
         self,
         *,
-        rows: int,
+        rows: int | None,
         cols: int,
         elem_bits: int,
         split: str = "rows",
         masked: bool = False,
         level_bits: int = 3,
+        max_rows: int | None = None,
     ):
         owner = "RetileUnit"
+        dynamic = rows is None
+        if dynamic:
+            if max_rows is None:
+                raise ValueError(f"{owner} max_rows is required for a dynamic tile (rows=None)")
+            check_int(owner, "max_rows", max_rows)
+            if split != "rows" or masked:
+                raise ValueError(
+                    f"{owner} splits a dynamic tile into rows only, unmasked "
+                    f"(split={split!r}, masked={masked!r})"
+                )
+            rows = max_rows
+        elif max_rows is not None:
+            raise ValueError(f"{owner} max_rows applies to a dynamic tile (rows=None) only")
         check_int(owner, "rows", rows)
         check_int(owner, "cols", cols)
         check_choice(owner, "elem_bits", elem_bits, (8, 16, 32))
@@ -93,7 +114,7 @@ class RetileUnit(StreamUnit):
         if masked and split != "rows":
             raise ValueError("RetileUnit masked applies to split='rows' only")
         self._split, self._masked = split, masked
-        tile = TokenFormat("tile", rows, cols, elem_bits, level_bits=level_bits)
+        tile = TokenFormat("tile", rows, cols, elem_bits, level_bits=level_bits, dynamic=dynamic)
         ins = [tile]
         if masked:
             ins.append(TokenFormat("tile", rows, 1, 1, level_bits=level_bits))
@@ -117,8 +138,15 @@ class RetileUnit(StreamUnit):
         if node.fn not in _FNS:
             raise node.error(None, f"function '{node.fn.name}' has no RetileUnit")
         split, masked = _FNS[node.fn]
+        if ins[0].dynamic and (split, masked) != ("rows", False):
+            raise node.error(
+                node.input_names[0],
+                f"function '{node.fn.name}' has no hardware for dynamically sized tiles",
+            )
+        static_only(node, ins, "RetileUnit", first=1)
         return cls(
-            rows=ins[0].rows,
+            rows=None if ins[0].dynamic else ins[0].rows,
+            max_rows=ins[0].rows if ins[0].dynamic else None,
             cols=ins[0].cols,
             elem_bits=ins[0].elem_bits,
             split=split,
@@ -136,7 +164,11 @@ class RetileUnit(StreamUnit):
         tile = self.in_formats[0]
         pieces = tile.rows if self._split == "rows" else tile.cols
         index = Signal(range(pieces), name="index")
-        x = self.in0.payload.data
+        x = elems(self.in0.payload.data, tile)
+        # The last piece: a static count, or a dynamic tile's row count (0 rows: no piece).
+        count = self.in0.payload.data.rows if tile.dynamic else pieces
+        last = Signal(name="last_piece")
+        m.d.comb += last.eq((index == count - 1) | (count == 0))
         piece = Signal(self.out_format.data_shape, name="piece")
         keep = Signal(init=1, name="keep")
         with m.Switch(index):
@@ -148,11 +180,14 @@ class RetileUnit(StreamUnit):
                         m.d.comb += [piece[r][0].eq(x[r][i]) for r in range(tile.rows)]
                     if self._masked:
                         m.d.comb += keep.eq(~self.in1.payload.data[i][0])
+        if tile.dynamic:
+            with m.If(count == 0):
+                m.d.comb += keep.eq(0)
         with m.If(valid):
             with m.If(kind == Kind.DATA), m.If(~keep | free):
                 with m.If(keep):
                     self._emit(m, Kind.DATA, 0, piece)
-                with m.If(index == pieces - 1):
+                with m.If(last):
                     m.d.comb += take.eq(1)
                     m.d.sync += index.eq(0)
                 with m.Else():

@@ -5,6 +5,7 @@ it from a step_lang node, and ``in_ports`` / ``out_ports`` listing its stream po
 order (AXI4 ports, ``axi``, and status signals are separate).
 """
 
+from .arbiter import AxiReadArbiter, AxiWriteArbiter
 from .axi import AXI4Signature, BurstGenerator, TileGeometry, axi_ports
 from .buffer import BufferGeometry, Bufferize, BufferPortSignature, Streamify
 from .load import LinearLoad, RandomLoad
@@ -12,6 +13,8 @@ from .store import LinearStore, RandomStore
 
 __all__ = [
     "AXI4Signature",
+    "AxiReadArbiter",
+    "AxiWriteArbiter",
     "BufferGeometry",
     "BufferPortSignature",
     "Bufferize",

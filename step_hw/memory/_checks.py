@@ -57,6 +57,13 @@ def token_format(
 def memory_tile(who: str, what: str, value: Any) -> TokenFormat:
     """A tile format whose elements are whole bytes (so they have a memory layout)."""
     fmt = token_format(who, what, value)
+    if fmt.dynamic:
+        # Memory layouts are static tilings; a dynamic tile reaches memory as its rows
+        # (RetileStreamify) or through Bufferize of those rows.
+        raise ValueError(
+            f"{who} {what} is a dynamic tile (up to {fmt.rows} rows); memory operators move "
+            "static tiles"
+        )
     if fmt.elem_bits not in (8, 16, 32):
         raise ValueError(
             f"{who} {what} elements must be 8, 16 or 32 bits wide to have a byte layout in memory, "

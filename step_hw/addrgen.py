@@ -1,0 +1,438 @@
+"""FlatMap address and control generators: ``cache_read_addr``, ``last_tile_flags`` and the
+padding tiles of ``pad_bias`` / ``pad_mask``.
+
+Each turns one element (a zipped tuple of ``[1,1]`` integer tiles) into a run of output elements
+whose length the element's data decides, one per cycle. They are FlatMaps with a rank-0
+sub-stream, so stop tokens pass through unchanged (``stoprules.block_stop(level, 0) == level``)
+and the pieces of one element extend the innermost dimension.
+
+The step_lang functions carry what the hardware needs as their name and ``params``:
+
+* ``cache_read_addr`` (``row_offset``; ``step_lang.numerics.cache_read_addr`` for an int32
+  result, ``step_lang.functions.cache_read_addr`` is int64 and has no hardware encoding):
+  :class:`CacheReadAddr`;
+* ``last_tile_flags`` (``step_lang.functions``): :class:`LastTileFlags`;
+* ``pad_bias`` / ``pad_mask`` (``examples.attention``; ``kv_tile``, ``valid``, ``pad``):
+  :class:`PadTiles`.
+
+:func:`flatmap_unit` picks the block of a FlatMap node (``retile_*`` functions go to
+:class:`~step_hw.compute.RetileUnit`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from amaranth.hdl import Const, Module, Mux, Signal, Value, unsigned
+
+from step_lang import functions
+from step_lang.errors import StepTypeError, op_message
+from step_lang.graph import Node
+from step_lang.types import Selector
+
+from .compute._unit import StreamUnit, check_bits, check_int, node_formats
+from .config import HwConfig
+from .payload import Kind, TokenFormat
+
+__all__ = ["FLATMAP_FNS", "CacheReadAddr", "LastTileFlags", "PadTiles", "flatmap_unit"]
+
+#: The FlatMap functions with a block here, by name.
+FLATMAP_FNS = ("cache_read_addr", "last_tile_flags", "pad_bias", "pad_mask")
+
+_META_BITS = (8, 16, 32)
+
+
+def _check_in_bits(owner: str, name: str, value: Any) -> int:
+    if isinstance(value, bool) or value not in _META_BITS:
+        raise ValueError(f"{owner} {name} must be one of 8, 16, 32, not {value!r}")
+    return value
+
+
+def _meta_format(bits: int, level_bits: int) -> TokenFormat:
+    return TokenFormat("tile", 1, 1, bits, level_bits=level_bits)
+
+
+class _Expander(StreamUnit):
+    """Control shared by the generators: each data token becomes ``count`` pieces.
+
+    Subclasses give :meth:`_plan` (the piece count of the current element, the sticky-error
+    condition) and :meth:`_piece` (the ``j``-th piece). The element is read in place while its
+    pieces are written and taken with the last one (or at once, without output, when the count is
+    0 or negative).
+    """
+
+    def __init__(self, in_formats, out_format, counter_bits: int):
+        super().__init__(in_formats, out_format, error=True)
+        self._counter_bits = counter_bits
+
+    @property
+    def initiation_interval(self) -> int:
+        """Cycles per output piece (and per input element without pieces) with a ready output."""
+        return 1
+
+    def _plan(self, m: Module) -> tuple[Value, Value]:
+        raise NotImplementedError
+
+    def _piece(self, m: Module, j: Value, last: Value) -> Value:
+        raise NotImplementedError
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        out = self.out
+        valid, take, kind, level = self._join(m)
+        free = ~out.valid | out.ready
+        with m.If(out.ready):
+            m.d.sync += out.valid.eq(0)  # a load below (later statement) wins
+        count, bad = self._plan(m)
+        j = Signal(unsigned(self._counter_bits), name="j")
+        last = Signal(name="last")
+        m.d.comb += last.eq(j == count - 1)
+        with m.If(valid):
+            with m.If(kind == Kind.DATA):
+                with m.If(count <= 0):
+                    m.d.comb += take.eq(1)  # an empty sub-stream: nothing to write
+                    with m.If(bad):
+                        m.d.sync += self.error.eq(1)
+                with m.Elif(free):
+                    self._emit(m, Kind.DATA, 0, self._piece(m, j, last))
+                    with m.If(last):
+                        m.d.comb += take.eq(1)
+                        m.d.sync += j.eq(0)
+                        with m.If(bad):
+                            m.d.sync += self.error.eq(1)
+                    with m.Else():
+                        m.d.sync += j.eq(j + 1)
+            with m.Elif(free):
+                m.d.comb += take.eq(1)
+                self._emit(m, kind, level)
+        return m
+
+
+_PROTOCOL = """
+    Protocol
+        :mod:`amaranth.lib.stream` on every port. Zipped inputs are taken together, with the
+        last piece of their element (``ready`` depends on the inputs' ``valid`` and on
+        ``out.ready``, never the reverse); ``out.valid`` comes from a register.
+    Latency
+        1 cycle from an element being valid to its first piece being offered.
+    Throughput
+        One piece per cycle: an element of ``n`` pieces takes ``n`` cycles, one of none takes 1
+        cycle (without an output beat); one cycle per stop or done token (initiation interval 1
+        per output token).
+    Stop tokens
+        FlatMap with a rank-0 sub-stream: stops and the done token pass through unchanged, in
+        order; the pieces of an element extend the innermost dimension.
+"""
+
+
+class CacheReadAddr(_Expander):
+    """FlatMap ``cache_read_addr``: ``(idx, tiles)`` → ``idx * row_offset + j`` for
+    ``j < tiles``.
+
+    Parameters
+    ----------
+    row_offset : int
+        Tiles per cache row (the address stride between indices); at most ``2**16``.
+    in_bits : tuple of two ints
+        Widths (8, 16 or 32) of the ``idx`` and ``tiles`` elements.
+    elem_bits : int
+        Width (8, 16 or 32) of the address elements (they wrap to it; the interpreter raises).
+    level_bits : int
+        Width of the stop-level field.
+
+    Ports
+    -----
+    in0, in1 : In(``[1,1]`` integer tiles)
+        ``idx`` and ``tiles``, zipped.
+    out : Out(``[1,1]`` integer tiles)
+        The addresses.
+    misaligned : Out(1)
+        Sticky: the inputs' tokens did not line up.
+    error : Out(1)
+        Sticky: ``tiles > row_offset`` (the interpreter raises; the block writes ``row_offset``
+        addresses). ``tiles <= 0`` writes none, as the interpreter.
+    """
+
+    __doc__ += _PROTOCOL
+
+    def __init__(
+        self, *, row_offset: int, in_bits: tuple[int, int], elem_bits: int, level_bits: int = 3
+    ):
+        owner = "CacheReadAddr"
+        _check_row_offset(owner, row_offset)
+        if not isinstance(in_bits, (tuple, list)) or len(in_bits) != 2:
+            raise TypeError(f"{owner} in_bits must be a pair of widths, not {in_bits!r}")
+        for i, b in enumerate(in_bits):
+            _check_in_bits(owner, f"in_bits[{i}]", b)
+        _check_in_bits(owner, "elem_bits", elem_bits)
+        check_int(owner, "level_bits", level_bits)
+        self._row_offset = row_offset
+        ins = [_meta_format(b, level_bits) for b in in_bits]
+        super().__init__(ins, _meta_format(elem_bits, level_bits), row_offset.bit_length())
+
+    @property
+    def row_offset(self) -> int:
+        return self._row_offset
+
+    @classmethod
+    def from_node(cls, node: Any, config: HwConfig) -> CacheReadAddr:
+        """The block of a FlatMap of ``cache_read_addr``; raises :class:`StepTypeError` naming
+        the node otherwise (an int64 result included)."""
+        _check_flatmap(node, ("cache_read_addr",), "CacheReadAddr")
+        ins, out = _formats(node, config, "CacheReadAddr")
+        row_offset = _param(node, "row_offset")
+        # Checked before the block exists: a half-built block would warn that it was never used.
+        _build(node, _check_row_offset, "CacheReadAddr", row_offset)
+        return _build(
+            node,
+            cls,
+            row_offset=row_offset,
+            in_bits=tuple(f.elem_bits for f in ins),
+            elem_bits=out.elem_bits,
+            level_bits=config.level_bits,
+        )
+
+    def _plan(self, m: Module) -> tuple[Value, Value]:
+        tiles = self.in1.payload.data[0][0]
+        over = tiles > self._row_offset
+        count = Signal(range(-1, self._row_offset + 1), name="count")
+        m.d.comb += count.eq(Mux(tiles <= 0, 0, Mux(over, self._row_offset, tiles)))
+        return count, over
+
+    def _piece(self, m: Module, j: Value, last: Value) -> Value:
+        bits = self.out_format.elem_bits
+        addr = Signal(self.out_format.data_shape, name="addr")
+        idx = self.in0.payload.data[0][0]
+        m.d.comb += addr[0][0].eq((idx * self._row_offset + j)[:bits].as_signed())
+        return addr
+
+
+class LastTileFlags(_Expander):
+    """FlatMap ``last_tile_flags``: a tile count ``n`` → ``n`` two-way selectors, bit 1 on the
+    last, bit 0 on the others.
+
+    Parameters
+    ----------
+    in_bits : int
+        Width (8, 16 or 32) of the count element.
+    level_bits : int
+        Width of the stop-level field.
+
+    Ports
+    -----
+    in0 : In(``[1,1]`` integer tiles)
+        Tile counts (``n <= 0`` writes no selector, as the interpreter).
+    out : Out(2-bit selectors)
+    error : Out(1)
+        Never raised (the function has no error case); present as on every generator.
+    """
+
+    __doc__ += _PROTOCOL
+
+    def __init__(self, *, in_bits: int, level_bits: int = 3):
+        owner = "LastTileFlags"
+        _check_in_bits(owner, "in_bits", in_bits)
+        check_int(owner, "level_bits", level_bits)
+        sel = TokenFormat("selector", n=2, level_bits=level_bits)
+        super().__init__([_meta_format(in_bits, level_bits)], sel, in_bits)
+
+    @classmethod
+    def from_node(cls, node: Any, config: HwConfig) -> LastTileFlags:
+        """The block of a FlatMap of ``last_tile_flags``; raises :class:`StepTypeError` naming
+        the node otherwise."""
+        _check_flatmap(node, ("last_tile_flags",), "LastTileFlags")
+        ins, _ = _formats(node, config, "LastTileFlags")
+        if node.fn is not functions.last_tile_flags or not isinstance(
+            node.out_types[0].elem, Selector
+        ):
+            raise node.error(None, "LastTileFlags builds step_lang.functions.last_tile_flags only")
+        return _build(node, cls, in_bits=ins[0].elem_bits, level_bits=config.level_bits)
+
+    def _plan(self, m: Module) -> tuple[Value, Value]:
+        n = self.in0.payload.data[0][0]
+        return Mux(n <= 0, 0, n), Const(0)
+
+    def _piece(self, m: Module, j: Value, last: Value) -> Value:
+        return Mux(last, 0b10, 0b01)
+
+
+class PadTiles(_Expander):
+    """FlatMap ``pad_bias`` / ``pad_mask``: ``(n, offset)`` → ``n`` ``[1, kv_tile]`` tiles,
+    ``valid`` everywhere except the columns past ``offset`` of the last tile, which hold ``pad``.
+
+    Parameters
+    ----------
+    kv_tile : int
+        Columns of a tile.
+    valid, pad : int
+        The two element values (integers that fit ``elem_bits``).
+    in_bits : tuple of two ints
+        Widths (8, 16 or 32) of the ``n`` and ``offset`` elements.
+    elem_bits : int
+        Width (8, 16 or 32) of the output elements.
+    level_bits : int
+        Width of the stop-level field.
+
+    Ports
+    -----
+    in0, in1 : In(``[1,1]`` integer tiles)
+        ``n`` and ``offset``, zipped.
+    out : Out(``[1, kv_tile]`` tiles)
+    misaligned : Out(1)
+        Sticky: the inputs' tokens did not line up.
+    error : Out(1)
+        Sticky: ``n < 1`` or ``offset`` outside ``[0, kv_tile)`` (the interpreter raises; the
+        block writes no tile for ``n < 1``, and compares columns with ``offset`` as it is).
+    """
+
+    __doc__ += _PROTOCOL
+
+    def __init__(
+        self,
+        *,
+        kv_tile: int,
+        valid: int,
+        pad: int,
+        in_bits: tuple[int, int],
+        elem_bits: int,
+        level_bits: int = 3,
+    ):
+        owner = "PadTiles"
+        check_int(owner, "kv_tile", kv_tile)
+        if not isinstance(in_bits, (tuple, list)) or len(in_bits) != 2:
+            raise TypeError(f"{owner} in_bits must be a pair of widths, not {in_bits!r}")
+        for i, b in enumerate(in_bits):
+            _check_in_bits(owner, f"in_bits[{i}]", b)
+        check_bits(owner, elem_bits, 0)
+        check_int(owner, "level_bits", level_bits)
+        _check_fill(owner, "valid", valid, elem_bits)
+        _check_fill(owner, "pad", pad, elem_bits)
+        self._kv_tile, self._valid, self._pad = kv_tile, valid, pad
+        ins = [_meta_format(b, level_bits) for b in in_bits]
+        out = TokenFormat("tile", 1, kv_tile, elem_bits, level_bits=level_bits)
+        super().__init__(ins, out, in_bits[0])
+
+    @classmethod
+    def from_node(cls, node: Any, config: HwConfig) -> PadTiles:
+        """The block of a FlatMap of ``pad_bias`` or ``pad_mask`` (``examples.attention``) with
+        integer ``valid`` and ``pad`` values; raises :class:`StepTypeError` naming the node
+        otherwise (a float bias of ``-inf`` included)."""
+        _check_flatmap(node, ("pad_bias", "pad_mask"), "PadTiles")
+        ins, out = _formats(node, config, "PadTiles")
+        valid, pad = (_param(node, p) for p in ("valid", "pad"))
+        valid, pad = (int(v) if _is_int(v) else v for v in (valid, pad))
+        # Checked before the block exists: a half-built block would warn that it was never used.
+        for name, v in (("valid", valid), ("pad", pad)):
+            _build(node, _check_fill, "PadTiles", name, v, out.elem_bits)
+        return _build(
+            node,
+            cls,
+            kv_tile=out.cols,
+            valid=valid,
+            pad=pad,
+            in_bits=tuple(f.elem_bits for f in ins),
+            elem_bits=out.elem_bits,
+            level_bits=config.level_bits,
+        )
+
+    def _plan(self, m: Module) -> tuple[Value, Value]:
+        n, k = self.in0.payload.data[0][0], self.in1.payload.data[0][0]
+        bad = (n < 1) | (k < 0) | (k >= self._kv_tile)
+        return Mux(n <= 0, 0, n), bad
+
+    def _piece(self, m: Module, j: Value, last: Value) -> Value:
+        tile = Signal(self.out_format.data_shape, name="tile")
+        k = self.in1.payload.data[0][0]
+        for c in range(self._kv_tile):
+            m.d.comb += tile[0][c].eq(Mux(last & (k < c), self._pad, self._valid))
+        return tile
+
+
+# -- from_node helpers ---------------------------------------------------------------------------
+
+
+def _check_row_offset(owner: str, row_offset: Any) -> int:
+    check_int(owner, "row_offset", row_offset)
+    if row_offset > 2**16:
+        raise ValueError(f"{owner} row_offset must be at most 65536, not {row_offset}")
+    return row_offset
+
+
+def _check_fill(owner: str, name: str, v: Any, elem_bits: int) -> int:
+    lo, hi = -(2 ** (elem_bits - 1)), 2 ** (elem_bits - 1) - 1
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{owner} {name} must be an integer, not {v!r}")
+    if not lo <= v <= hi:
+        raise ValueError(f"{owner} {name} must fit a {elem_bits}-bit element [{lo}, {hi}], not {v}")
+    return v
+
+
+def _is_int(v: Any) -> bool:
+    """An integer parameter, also as a whole float (numpy scalars included); ``-inf`` is not."""
+    try:
+        return not isinstance(v, bool) and float(v).is_integer()
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def _check_flatmap(node: Any, names: tuple[str, ...], unit: str) -> None:
+    if not isinstance(node, Node):
+        raise TypeError(f"{unit}.from_node needs a step_lang node, not {node!r}")
+    if node.kind != "FlatMap":
+        raise node.error(None, f"{unit} builds FlatMap nodes only")
+    if getattr(node.fn, "name", None) not in names:
+        raise node.error(
+            None, f"function '{node.fn.name}' has no {unit} (it builds {', '.join(names)})"
+        )
+
+
+def _formats(node: Any, config: HwConfig, unit: str) -> tuple[list[TokenFormat], TokenFormat]:
+    ins, out = node_formats(node, config)
+    for port, f in zip(node.input_names, ins, strict=True):
+        if f.kind != "tile" or (f.rows, f.cols) != (1, 1) or f.elem_bits not in _META_BITS:
+            raise node.error(port, f"{unit} needs [1,1] 8-, 16- or 32-bit integer tiles")
+    return ins, out
+
+
+def _param(node: Any, name: str) -> Any:
+    params = dict(node.fn.params)
+    if name not in params:
+        raise node.error(None, f"function '{node.fn.name}' has no parameter '{name}'")
+    return params[name]
+
+
+def _build(node: Any, make: Any, *args: Any, **kwargs: Any) -> Any:
+    """``make(*args, **kwargs)``; a rejected parameter becomes a :class:`StepTypeError` naming
+    the node."""
+    try:
+        return make(*args, **kwargs)
+    except (TypeError, ValueError) as exc:
+        raise StepTypeError(op_message(node.kind, node.name, None, str(exc))) from exc
+
+
+def flatmap_unit(node: Any, config: HwConfig) -> Any:
+    """The block of a FlatMap node: a generator of this module, or the
+    :class:`~step_hw.compute.RetileUnit` of a ``retile_*`` function; raises
+    :class:`StepTypeError` naming the node otherwise."""
+    from .compute import RetileUnit
+
+    if not isinstance(node, Node) or node.kind != "FlatMap":
+        kind, name = getattr(node, "kind", type(node).__name__), getattr(node, "name", "?")
+        raise StepTypeError(op_message(str(kind), name, None, "is not a FlatMap"))
+    name = getattr(node.fn, "name", None)
+    if name == "cache_read_addr":
+        return CacheReadAddr.from_node(node, config)
+    if name == "last_tile_flags":
+        return LastTileFlags.from_node(node, config)
+    if name in ("pad_bias", "pad_mask"):
+        return PadTiles.from_node(node, config)
+    if name in ("retile_rows", "retile_cols", "retile_rows_masked"):
+        return RetileUnit.from_node(node, config)
+    if name == "expert_addr":  # time-multiplexing's address generator, step_hw/expert_addr.py
+        from .expert_addr import ExpertAddr
+
+        return ExpertAddr.from_node(node, config)
+    raise node.error(
+        None,
+        f"function '{name}' has no hardware block (FlatMap blocks: {', '.join(FLATMAP_FNS)}, expert_addr, retile_*)",
+    )

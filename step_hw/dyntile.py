@@ -1,0 +1,126 @@
+"""Bounds of dynamic tiles: every dynamically sized tile of a graph must fit
+``HwConfig.dyn_tile_rows`` rows.
+
+A dynamic tile's rows are a sympy expression over the graph's dimension symbols (dynamic
+tiling's ``[route_n000, D]``). :func:`symbol_bounds` gives each symbol an upper bound from the
+node that minted it, walking the graph in topological order:
+
+* Partition ``<node>_nXXX`` (chunks routed to one output): at most the number of selector
+  elements, the product of the bounds of the selector stream's shape;
+* Flatten ``<node>_n`` (a ragged product): the product of the merged dims' bounds;
+* Accum ``<node>_rows`` / ``<node>_cols`` (a ragged accumulator, e.g. ``retile_row`` over a
+  ragged dim): the input tile's extent times the reduced dims' bounds.
+
+Other symbols (Reassemble's ``_k``, RetileStreamify's masked count, FlatMap sub-streams, ...)
+have no bound here; a dynamic tile that depends on one is rejected. :func:`dim_bound` evaluates an
+expression at its symbols' bounds, which bounds it because shape expressions are monotone (sums,
+products, ``ceiling``, ``Min``, ``Max`` of non-negative terms); one with a negative constant is
+treated as unbounded rather than guessed.
+
+:func:`check_dynamic_tiles` is the elaboration check (``ElaboratedGraph`` calls it before
+building blocks): a :class:`~step_lang.errors.StepTypeError` naming the producing node for a
+dynamic tile whose bound is unknown or exceeds ``HwConfig.dyn_tile_rows``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sympy as sp
+
+from step_lang.dims import Dim, product
+from step_lang.errors import StepTypeError, op_message
+from step_lang.graph import Graph
+from step_lang.types import Selector, Tile
+
+from .config import HwConfig
+
+__all__ = ["check_dynamic_tiles", "dim_bound", "symbol_bounds", "tile_row_bound"]
+
+
+def dim_bound(d: Dim, bounds: dict[sp.Symbol, int]) -> int | None:
+    """An upper bound of ``d`` given its symbols' bounds; ``None`` when one is unknown."""
+    if isinstance(d, int):
+        return d
+    expr = sp.sympify(d)
+    if any(s not in bounds for s in expr.free_symbols):
+        return None
+    if any(a.is_negative for a in expr.atoms(sp.Number)):
+        return None  # not monotone in its symbols: no safe bound
+    value = expr.subs(bounds)
+    return int(value) if value.is_Integer else None
+
+
+def _product_bound(dims, bounds) -> int | None:
+    values = [dim_bound(d, bounds) for d in dims]
+    return None if None in values else int(product(values))
+
+
+def _minted_bound(node: Any, bounds: dict[sp.Symbol, int]) -> int | None:
+    """The bound of the symbols a node mints (one rule per kind; module docstring)."""
+    if node.kind == "Partition":
+        sel = next((s for s in node.inputs if isinstance(s.elem, Selector)), None)
+        return None if sel is None else _product_bound(sel.shape, bounds)
+    if node.kind == "Flatten":
+        x = node.inputs[0]
+        lo, hi = node.lo, node.hi
+        merged = x.shape[len(x.shape) - 1 - hi : len(x.shape) - lo]
+        return _product_bound(merged, bounds)
+    if node.kind == "Accum" and isinstance(node.inputs[0].elem, Tile):
+        x = node.inputs[0]
+        reduced = x.shape[len(x.shape) - node.rank :]
+        # Concatenating rows or columns: the larger extent times the reduced elements.
+        extents = [dim_bound(x.elem.rows, bounds), dim_bound(x.elem.cols, bounds)]
+        if None in extents:
+            return None
+        return _product_bound((max(extents), *reduced), bounds)
+    return None
+
+
+def symbol_bounds(graph: Graph) -> dict[sp.Symbol, int]:
+    """Upper bounds of the graph's dimension symbols that a rule of this module covers."""
+    bounds: dict[sp.Symbol, int] = {}
+    for node in graph.topo_order():
+        fresh: set[sp.Symbol] = set()
+        for t in node.out_types:
+            dims = list(t.shape)
+            if isinstance(t.elem, Tile):
+                dims += [t.elem.rows, t.elem.cols]
+            for d in dims:
+                if not isinstance(d, int):
+                    fresh |= {s for s in sp.sympify(d).free_symbols if s not in bounds}
+        if fresh:
+            b = _minted_bound(node, bounds)
+            if b is not None:
+                bounds.update(dict.fromkeys(fresh, b))
+    return bounds
+
+
+def tile_row_bound(tile: Tile, bounds: dict[sp.Symbol, int]) -> int | None:
+    """The most rows ``tile`` can have (its rows for a static tile)."""
+    return dim_bound(tile.rows, bounds)
+
+
+def check_dynamic_tiles(graph: Graph, config: HwConfig) -> dict[sp.Symbol, int]:
+    """Reject dynamic tiles without a bound or beyond ``config.dyn_tile_rows``; the bounds."""
+    bounds = symbol_bounds(graph)
+    for node in graph.topo_order():
+        for port, t in zip(node.output_names, node.out_types, strict=True):
+            elem = t.elem
+            if not isinstance(elem, Tile) or isinstance(elem.rows, int):
+                continue
+            rows = tile_row_bound(elem, bounds)
+            if rows is None:
+                raise StepTypeError(
+                    op_message(node.kind, node.name, port,
+                               f"dynamic tile {elem} has no known bound on its rows "
+                               f"(hardware tiles hold at most HwConfig.dyn_tile_rows="
+                               f"{config.dyn_tile_rows})")
+                )  # fmt: skip
+            if rows > config.dyn_tile_rows:
+                raise StepTypeError(
+                    op_message(node.kind, node.name, port,
+                               f"dynamic tile {elem} has up to {rows} rows; the hardware holds "
+                               f"HwConfig.dyn_tile_rows={config.dyn_tile_rows}")
+                )  # fmt: skip
+    return bounds
