@@ -90,8 +90,13 @@ HW_CONFIG = SwiGLUConfig(batch=8, hidden=4, intermediate=8, dtype="int16")
 """The hardware-size layer: int16 Q8.8 fixed point in 4x4 tiles (``step_hw.HwConfig()``)."""
 
 
-def hardware(tile_b: int = 4, tile_i: int = 4, hw: Any = None) -> Graph:
-    """The layer at hardware size with the hardware's fixed-point arithmetic (``step_lang.numerics``)."""
+def hardware(
+    tile_b: int = 4, tile_i: int = 4, hw: Any = None, size: SwiGLUConfig | None = None
+) -> Graph:
+    """The layer at hardware size with the hardware's fixed-point arithmetic (``step_lang.numerics``).
+
+    ``size`` overrides the layer's sizes (default :data:`HW_CONFIG`; its dtype must be the
+    hardware's element type), e.g. for the tile sweeps of ``make validate``."""
     from step_hw.config import HwConfig
     from step_lang import numerics
 
@@ -103,7 +108,7 @@ def hardware(tile_b: int = 4, tile_i: int = 4, hw: Any = None) -> Graph:
         mul=fx.mul,
         matmul_acc=fx.matmul_acc_out(hw.elem_dtype),
     )
-    return build(HW_CONFIG, tile_b, tile_i, fns=fns)
+    return build(size or HW_CONFIG, tile_b, tile_i, fns=fns)
 
 
 def inputs(config: SwiGLUConfig = SwiGLUConfig(), seed: int = 0) -> dict[str, np.ndarray]:

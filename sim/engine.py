@@ -33,8 +33,8 @@ from step_lang.passes import insert_broadcasts
 from step_lang.tokens import DONE, Token, to_tokens
 
 from .memory import FluidMemory
-from .profiles.base import MemRequest, NodeTiming, TimingProfile
-from .result import NodeStats, SimResult
+from .profiles.base import MemRequest, NodeTiming, TimingProfile, WaitFor
+from .result import NodeStats, QueueCurve, SimResult
 
 __all__ = ["Engine", "SimIO"]
 
@@ -47,13 +47,20 @@ _PASS_THROUGH = {
 class _Chan:
     __slots__ = (
         "cap",
+        "first_in",
+        "first_out",
+        "frees",
+        "full_cycles",
         "history",
         "hwm",
+        "last_in",
         "latency",
+        "n_in",
         "name",
         "occ",
         "q",
         "recv_waiter",
+        "release",
         "send_waiter",
     )
 
@@ -64,7 +71,15 @@ class _Chan:
         self.hwm = 0
         self.recv_waiter: tuple[_Proc, int] | None = None
         self.send_waiter: tuple[_Proc, int] | None = None
+        self.release = 0  # cycles from a token leaving to its slot accepting another
+        self.frees: list[float] = []  # when slots of tokens that left free up (a heap)
         self.history: list[Token] | None = [] if record else None
+        # the production/consumption curve of counted tokens (queue sizing), and producer stalls
+        self.n_in = 0
+        self.first_in: float | None = None
+        self.last_in: float | None = None
+        self.first_out: float | None = None
+        self.full_cycles = 0.0
 
 
 class _Proc:
@@ -114,7 +129,16 @@ class SimIO:
     def __init__(self, engine: Engine, proc: _Proc, inputs: list[_Chan], outputs: list[_Chan]):
         self.engine, self.proc, self.node = engine, proc, proc.node
         self.inputs, self.outputs = inputs, outputs
-        self._timing = proc.timing
+        self._timing = timing = proc.timing
+        self.visible = 0.0  # when the token last received became visible to this node
+        # Optional hooks of timings that model pipelines in absolute time (sim.profiles.rtl);
+        # looked up once, so profiles without them pay nothing per token.
+        self._before_recv = _hook(timing, "before_recv")
+        self._sent = _hook(timing, "sent")
+        self._hold = _hook(timing, "hold")
+        attach = getattr(timing, "attach", None)
+        if attach is not None:
+            attach(self)
 
     # -- streams --------------------------------------------------------------------------------
 
@@ -124,17 +148,30 @@ class SimIO:
             if ch.q:
                 t = ch.q[0][0]
                 if t <= eng.now:
+                    if self._before_recv is not None:  # the node cannot take it yet
+                        wait = self._before_recv(i)
+                        if isinstance(wait, WaitFor):
+                            yield from self.peek(wait.port)
+                            continue
+                        if wait > 0:
+                            yield ("sleep", wait)
                     break
                 yield ("until", t, ch)
             else:
                 yield ("recv", ch)
-        _, tok = ch.q.popleft()
+        self.visible, tok = ch.q.popleft()
         if eng.counts(tok):
-            ch.occ -= 1
+            if ch.release:  # the slot takes a new token only some cycles after this one left
+                hold = self._hold(i, tok) if self._hold is not None else 0
+                heapq.heappush(ch.frees, eng.now + ch.release + hold)
+            else:
+                ch.occ -= 1
+            if ch.first_out is None:
+                ch.first_out = eng.now
             if ch.send_waiter is not None:
                 proc, ep = ch.send_waiter
                 ch.send_waiter = None
-                eng.push(eng.now, proc, ep)
+                eng.push(eng.now + ch.release, proc, ep)
         cost = self._timing.on_recv(i, tok)
         if cost:
             yield from self._charge(cost)
@@ -165,13 +202,27 @@ class SimIO:
             yield from self._charge(cost)
         ch = self.outputs[j]
         if eng.counts(token):
-            while ch.occ >= ch.cap:
-                yield ("send", ch)
+            while True:
+                while ch.frees and ch.frees[0] <= eng.now:
+                    heapq.heappop(ch.frees)
+                    ch.occ -= 1
+                if ch.occ < ch.cap:
+                    break
+                if ch.frees:  # a slot frees soon
+                    yield ("sleep", ch.frees[0] - eng.now)
+                else:
+                    yield ("send", ch)
             ch.occ += 1
             if ch.occ > ch.hwm:
                 ch.hwm = ch.occ
+            ch.n_in += 1
+            ch.last_in = eng.now
+            if ch.first_in is None:
+                ch.first_in = eng.now
         visible = eng.now + ch.latency
         ch.q.append((visible, token))
+        if self._sent is not None:
+            self._sent(j, token)
         if ch.history is not None:
             ch.history.append(token)
         if ch.recv_waiter is not None:
@@ -224,6 +275,14 @@ class SimIO:
         return self.engine.source_tokens(self.node)
 
 
+def _hook(timing: Any, name: str) -> Any:
+    """``timing.<name>`` when its class overrides :class:`NodeTiming`'s no-op, else ``None``."""
+    method = getattr(type(timing), name, None)
+    if method is None or method is getattr(NodeTiming, name, None):
+        return None
+    return getattr(timing, name)
+
+
 class _MetaTensor:
     """Stands for a float tensor whose values a timing-only run does not need."""
 
@@ -267,7 +326,15 @@ class Engine:
                     raise StepValueError(
                         f"queue depth of {s.name} must be a positive integer, not {cap!r}"
                     )
-                self.chans[s] = _Chan(s.name, cap, profile.channel_latency, record=functional)
+                latency = getattr(profile, "stream_latency", None)
+                self.chans[s] = _Chan(
+                    s.name,
+                    cap,
+                    latency(s, cap) if latency else profile.channel_latency,
+                    record=functional,
+                )
+                self.chans[s].release = getattr(profile, "slot_release", 0)
+        self.chan_by_name = {ch.name: ch for ch in self.chans.values()}
         resident = self._residency(order)
         self.procs: list[_Proc] = []
         for idx, node in enumerate(order):
@@ -363,6 +430,8 @@ class Engine:
         dt = self.now - proc.since
         if dt > 0:
             setattr(proc.stats, proc.state, getattr(proc.stats, proc.state) + dt)
+            if proc.state == "stalled_out" and proc.wait_on and proc.wait_on[0] == "room":
+                self.chan_by_name[proc.wait_on[1]].full_cycles += dt
             if self.trace:
                 self.spans.append((proc.node.name, proc.state, proc.since, self.now))
         proc.state, proc.since = state, self.now
@@ -504,6 +573,11 @@ class Engine:
             offchip_read_bytes=self.read_bytes,
             offchip_write_bytes=self.write_bytes,
             queue_high_water={ch.name: ch.hwm for ch in self.chans.values()},
+            queue_full_cycles={ch.name: round(ch.full_cycles) for ch in self.chans.values()},
+            queue_curves={
+                ch.name: QueueCurve(ch.n_in, ch.first_in, ch.last_in, ch.first_out)
+                for ch in self.chans.values()
+            },
             memory=memory,
             streams=streams,
             events=self.events,

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["NodeStats", "SimResult"]
+__all__ = ["NodeStats", "QueueCurve", "SimResult"]
 
 
 @dataclass
@@ -26,6 +26,28 @@ class NodeStats:
     finish: int = 0
 
 
+@dataclass(frozen=True)
+class QueueCurve:
+    """The production/consumption curve of one queue, in counted tokens (queue sizing).
+
+    ``n`` tokens entered, the first at ``first_in`` and the last at ``last_in``; the consumer took
+    its first at ``first_out`` (``None``: never).
+    """
+
+    n: int
+    first_in: float | None
+    last_in: float | None
+    first_out: float | None
+
+    @property
+    def rate(self) -> float:
+        """Tokens per cycle while the producer was producing (``n`` if all came at once)."""
+        if self.n <= 1 or self.first_in is None or self.last_in is None:
+            return float(self.n)
+        span = self.last_in - self.first_in
+        return (self.n - 1) / span if span > 0 else float(self.n)
+
+
 @dataclass
 class SimResult:
     """The outcome of :func:`sim.simulate`.
@@ -35,6 +57,8 @@ class SimResult:
         nodes: per-node statistics by name.
         offchip_read_bytes / offchip_write_bytes: traffic counted per tile (the cost model's bytes).
         queue_high_water: largest occupancy (data tokens) seen on each stream, by stream name.
+        queue_full_cycles: cycles the producer of each stream spent waiting for room in its queue.
+        queue_curves: each queue's production/consumption curve (:class:`QueueCurve`).
         memory: off-chip tensors after the run (functional mode; float tensors are absent in
             timing-only mode).
         streams: tokens of every stream (functional mode only).
@@ -49,6 +73,8 @@ class SimResult:
     memory: dict[str, np.ndarray] = field(repr=False)
     streams: dict[str, list[Any]] = field(repr=False)
     events: int = 0
+    queue_full_cycles: dict[str, int] = field(default_factory=dict)
+    queue_curves: dict[str, QueueCurve] = field(default_factory=dict, repr=False)
     spans: list[tuple[str, str, int, int]] = field(default_factory=list, repr=False)
 
     @property

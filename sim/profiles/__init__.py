@@ -2,7 +2,8 @@
 
 from .base import MemRequest, NodeTiming, TimingProfile
 from .paper import PaperProfile
+from .rtl import RtlProfile
 
-PROFILES = {"paper": PaperProfile}
+PROFILES = {"paper": PaperProfile, "rtl": RtlProfile}
 
-__all__ = ["PROFILES", "MemRequest", "NodeTiming", "PaperProfile", "TimingProfile"]
+__all__ = ["PROFILES", "MemRequest", "NodeTiming", "PaperProfile", "RtlProfile", "TimingProfile"]

@@ -20,7 +20,15 @@ from step_lang.graph import Node
 
 from ..memory import MemoryConfig
 
-__all__ = ["MemRequest", "NodeTiming", "TimingProfile"]
+__all__ = ["MemRequest", "NodeTiming", "TimingProfile", "WaitFor"]
+
+
+@dataclass(frozen=True)
+class WaitFor:
+    """Returned by :meth:`NodeTiming.before_recv`: take nothing until input ``port`` has a
+    visible token (a block that takes all its inputs in one cycle)."""
+
+    port: int
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,26 @@ class NodeTiming:
     def on_send(self, port: int, token: Any) -> int | MemRequest:
         return 0
 
+    # Optional hooks for timings that keep their own clock (pipelines modelled in absolute
+    # time). The engine calls them only when a subclass overrides them.
+
+    def attach(self, io: Any) -> None:
+        """Called once with the node's ``SimIO``: ``io.engine.now`` is the current cycle and
+        ``io.visible`` the cycle the last received token became visible."""
+
+    def before_recv(self, port: int) -> int | WaitFor:
+        """Cycles to wait before taking the visible head token of ``port`` (0: take it now), or
+        :class:`WaitFor` another input first."""
+        return 0
+
+    def hold(self, port: int, token: Any) -> int:
+        """Cycles beyond the profile's ``slot_release`` that ``token``, just taken from input
+        ``port``, keeps its queue slot (a block that holds its input while it works on it)."""
+        return 0
+
+    def sent(self, port: int, token: Any) -> None:
+        """Called when ``token`` has entered the queue of output ``port`` (at ``io.engine.now``)."""
+
 
 class TimingProfile:
     """Base class of timing profiles."""
@@ -51,6 +79,7 @@ class TimingProfile:
     name = "abstract"
     channel_depth = 2
     channel_latency = 1
+    slot_release = 0  # cycles from a token leaving a queue to its slot accepting another
 
     def memory_config(self) -> MemoryConfig:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -58,6 +87,11 @@ class TimingProfile:
     def node_timing(self, node: Node, resident: list[bool]) -> NodeTiming:  # pragma: no cover
         """Timing of ``node``; ``resident[i]`` says input ``i``'s tiles sit in a memory unit."""
         raise NotImplementedError
+
+    def stream_latency(self, stream: Any, depth: int) -> int:
+        """Cycles from a token entering the queue of ``stream`` (capacity ``depth``) to its
+        consumer seeing it (default :attr:`channel_latency`)."""
+        return self.channel_latency
 
     def counts_against_capacity(self, token: Any) -> bool:
         """Whether ``token`` occupies a queue slot (and so can block its sender)."""

@@ -1,0 +1,56 @@
+"""Simulator (``rtl`` profile) against the RTL on one small point per workload.
+
+Reuses the builds of ``test_graph_verilator.py`` and ``test_attention_verilator.py`` (the same
+designs: ``rtl_tests.cosim`` caches them by Verilog hash), so it adds only the cocotb runs. ``make validate`` runs the full sweeps
+(``bench/validate.py``, ``docs/validation.md``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from examples import attention, moe, swiglu
+from rtl_tests import cosim
+from sim import simulate
+from sim.profiles import RtlProfile
+from step_lang import interpret
+
+#: The validation target per point (docs/validation.md): sim cycles within 5% of RTL cycles.
+TOLERANCE = 0.05
+
+
+def _moe_case(pattern: str):
+    c = moe.HW
+    b = np.arange(8)
+    choices = {
+        "skewed": np.stack([np.zeros(8, int), 1 + b % 2], axis=1),  # expert 3 gets no token
+        "balanced": np.stack([b % c.experts, (b + 1) % c.experts], axis=1),
+    }[pattern]
+    return moe.hardware, moe.inputs(c, choices, seed=4)
+
+
+def _attention_case():
+    kv = [8, 12, 8, 2]  # the dynamic schedule: regions take requests as they become free
+    return (lambda: attention.hardware("dynamic")), attention.hardware_inputs(kv, seed=1)
+
+
+CASES = {
+    "swiglu": lambda: (swiglu.hardware, swiglu.inputs(swiglu.HW_CONFIG, seed=3)),
+    "attention_dynamic": _attention_case,
+    "moe_skewed": lambda: _moe_case("skewed"),
+    "moe_balanced": lambda: _moe_case("balanced"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_sim_predicts_rtl_cycles(case):
+    make, memory = CASES[case]()
+    want = interpret(make(), memory).memory
+    rtl = cosim.run(make(), memory, tag=f"validate_{case}")
+    sim = simulate(make(), memory, profile=RtlProfile())
+    for name, got in rtl.outputs.items():
+        assert np.array_equal(got, want[name]), f"RTL tensor '{name}' differs"
+        assert np.array_equal(sim.memory[name], want[name]), f"simulated '{name}' differs"
+    err = abs(sim.cycles - rtl.cycles) / rtl.cycles
+    assert err <= TOLERANCE, f"sim {sim.cycles} vs RTL {rtl.cycles} cycles ({err:.1%})"

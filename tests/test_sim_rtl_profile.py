@@ -1,0 +1,104 @@
+"""The simulator's ``rtl`` profile on hand-countable cases (``sim/profiles/rtl.py``).
+
+The cycle numbers are those of the generated RTL (``step_hw.queue.Queue``, the MAC array, the
+AXI load controller against cocotbext-axi's AxiRam), as measured in ``docs/validation.md``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim import simulate
+from sim.profiles import PROFILES, RtlProfile
+from step_hw.config import HwConfig
+from step_lang import Graph, LinearOffChipLoad, Map, Sink, Source, StreamType, Tile, numerics
+from step_lang.types import DTYPES
+
+INT16 = DTYPES["int16"]
+FX = numerics.functions(HwConfig())
+
+
+def _tiles(n: int) -> list[list[np.ndarray]]:
+    """A ``[1, n]`` stream of 4x4 tiles: n data tokens, S1, done."""
+    return [[np.full((4, 4), i, np.int16) for i in range(n)]]
+
+
+def chain(depth: int | None, n: int) -> Graph:
+    """Source -> queue -> Map (element-wise: latency 1, II 1) -> queue -> Sink."""
+    g = Graph("chain")
+    src = Source(g, StreamType(Tile(INT16, 4, 4), (1, n)), name="src").out
+    y = Map(src, fn=FX.silu, name="silu").out
+    if depth is not None:
+        g.set_queue_depth(src, depth)
+    Sink(y, name="sink")
+    return g
+
+
+def test_registered():
+    assert PROFILES["rtl"] is RtlProfile
+    assert RtlProfile().channel_depth == HwConfig().queue_depth
+
+
+@pytest.mark.parametrize("n", [1, 5])
+def test_queue_sustains_one_token_per_cycle_from_depth_3(n):
+    # m = n data + S1 + done tokens. The Map takes token i at 2 + i (queue latency 2) and offers
+    # it at 3 + i; the sink sees the done token two cycles later: m + 4 cycles.
+    m = n + 2
+    r = simulate(chain(None, n), inputs={"src": _tiles(n)}, profile=RtlProfile())
+    assert r.cycles == m + 4
+    assert r.queue_high_water["src.out"] == 3
+
+
+@pytest.mark.parametrize("n", [1, 5])
+def test_queue_of_depth_1_moves_a_token_every_other_cycle(n):
+    # A single register: latency 1, and a slot refills only the cycle after it was emptied, so
+    # the Map takes token i at 1 + 2i; the last (done) leaves at 2m and is seen at 2m + 2.
+    m = n + 2
+    r = simulate(chain(1, n), inputs={"src": _tiles(n)}, profile=RtlProfile())
+    assert r.cycles == 2 * m + 2
+
+
+@pytest.mark.parametrize(("lanes", "steps"), [(16, 4), (64, 1), (5, 13)])
+def test_matmul_initiation_interval(lanes, steps):
+    # 4x4 @ 4x4 = 64 products: ceil(64 / lanes) cycles per tile pair. Pair i is valid from
+    # 2 + steps*i, taken in its last step and offered at 2 + steps*(i + 1); then S1 and done
+    # take a cycle each, and the sink sees done 2 cycles later.
+    n = 3
+    g = Graph("mm")
+    t = StreamType(Tile(INT16, 4, 4), (1, n))
+    a = Source(g, t, name="a").out
+    b = Source(g, t, name="b").out
+    Sink(Map(a, b, fn=FX.matmul_out("int16"), name="mm").out, name="sink")
+    profile = RtlProfile(HwConfig(lanes=lanes))
+    r = simulate(g, inputs={"a": _tiles(n), "b": _tiles(n)}, profile=profile)
+    assert r.cycles == 2 + steps * n + 2 + 2
+
+
+def load(shape: tuple[int, int]) -> Graph:
+    g = Graph("load")
+    x = g.tensor("x", shape, "int16")
+    Sink(LinearOffChipLoad(x, tile=(4, 4), name="load").out, name="sink")
+    return g
+
+
+def test_load_one_burst():
+    # A 4x4 int16 tile spanning the tensor's width is one burst of four 64-bit beats: entry at
+    # 2, AR at 5, R beats 7..10 (AxiRam answers 2 cycles after AR), the tile leaves 2 cycles
+    # after its last beat (12), S2 at 13, done at 14; the sink sees done at 16.
+    mem = {"x": np.arange(16, dtype=np.int16).reshape(4, 4)}
+    r = simulate(load((4, 4)), mem, profile=RtlProfile())
+    assert r.cycles == 16
+
+
+def test_load_outstanding_bursts():
+    # Tiles of a wider tensor are one 1-beat burst per row. Two bursts in flight: ARs at 5, 6,
+    # 8, 9, ... (a slot is reused the cycle after its beat), beats at 7, 8, 10, 11, ...; tile 0
+    # leaves at 13 and tile 1 at 19 (as measured on the SwiGLU layer's weight loads). With four
+    # in flight the ARs follow one per cycle: beats 7..14, tiles at 12 and 16.
+    mem = {"x": np.arange(32, dtype=np.int16).reshape(4, 8)}
+    two = simulate(load((4, 8)), mem, profile=RtlProfile())
+    four = simulate(load((4, 8)), mem, profile=RtlProfile(HwConfig(max_outstanding=4)))
+    # tile 1, then S2 and done one per cycle; the sink sees done 2 cycles later
+    assert two.cycles == 19 + 2 + 2
+    assert four.cycles == 16 + 2 + 2
