@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 LINT_DIRS := step_lang step_hw sim stepcli rtl_tests tests examples bench
 
-.PHONY: venv rtl test lint bench experiments clean
+.PHONY: venv rtl test test-all lint bench experiments validate clean
 
 venv: $(STAMP)
 
@@ -24,8 +24,12 @@ rtl: $(STAMP)
 	$(PY) -m step_hw.rtl
 
 # pytest runs tests/ and rtl_tests/ (pyproject testpaths); generated RTL and
-# Verilator builds go to build/.
+# Verilator builds go to build/. `make test` leaves out the tests marked `slow`
+# (extra Verilator builds of large designs); `make test-all` runs them too.
 test: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+test-all: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # The paper's experiments (`step paper`); TRACES=../shared/traces uses recorded traces.
@@ -37,6 +41,15 @@ experiments: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench.sim_speed
 	$(PY) -m bench.hw_area
+	$(PY) -m bench.queue_sizing
+
+# Simulator (rtl profile) vs Verilated RTL: SwiGLU tile sweep, MoE routing patterns, attention
+# when it has hardware; writes build/validate/summary.json, validate.png and
+# build/bench/validate_speed.json (docs/validation.md). RTL results are cached per design and
+# point; VALIDATE_ARGS="--fresh" re-runs them.
+VALIDATE_ARGS ?=
+validate: $(STAMP)
+	$(PY) -m bench.validate $(VALIDATE_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check $(LINT_DIRS)

@@ -1,27 +1,66 @@
-"""Queue sizing guided by the simulator, and deadlock diagnosis.
+"""Queue sizing: the smallest queue depths that neither deadlock nor stall; deadlock diagnosis.
 
 :func:`diagnose` explains a :class:`~step_lang.errors.SimDeadlock`: a node blocked for *room* on a
 full queue whose consumer waits for a token on another input is the classic reconvergent-path
 deadlock. It names that queue, the consumer, the two paths from their common ancestor, and — when
 given a deep run's high-water marks — the depth that suffices.
 
-:func:`size_queues` runs the graph with very deep queues, takes each queue's high-water mark
-(times ``margin``, at least the profile's default depth) and checks the sized graph in a second
-run. The static-rate analytic sizing of the queue-sizing issue is not here yet.
+:func:`plan_queue_sizes` sizes every queue of a graph in three steps:
+
+1. **Curves.** One run per representative memory image with every queue ``deep`` (1024) gives
+   each queue's production/consumption curve (:class:`~sim.result.QueueCurve`: token count, first
+   and last production, first consumption) and the reference cycle count. For static rates the
+   timing model is deterministic, so these are the exact curves of the hardware model.
+2. **Path balancing (LP).** Each node ``v`` gets a start time ``t_v``: when it holds the first
+   token of every input (in the deep run: the latest first consumption over its inputs). An edge
+   ``u -> v`` whose first token leaves ``u`` ``L`` cycles after ``u`` started must buffer
+   ``r · (t_v - t_u - L)`` tokens (``r`` its production rate) and needs ``t_v >= t_u + L``. Minimising the sum over edges of buffered bits (token
+   width × tokens) is a linear program over the ``t_v`` (difference constraints; solved with
+   HiGHS through ``scipy.optimize.linprog``). Edge depth: ``max(base, ceil(buffer) + 1)``, never
+   more than the deep run's high-water mark (a queue that held the deep run's peak never blocks).
+   Feedback (loop back) edges take no constraint.
+3. **Simulator refinement.** The LP sees first tokens and average rates only; data-dependent
+   graphs (routing, ragged dims) and bursty consumers need more. Each memory image is simulated
+   with the depths: a deadlock doubles the queues its diagnosis names; a run slower than the deep
+   one by more than ``tolerance`` doubles the queues whose producers waited longest for room.
+   The LP's estimates are upper bounds, so the grown queues are then given back what the runs show
+   they do not need (all at once, else the ``shrink_budget`` widest by halving). Graphs with
+   data-dependent rates then get ``margin`` (× depth, default 1.25) for traces not seen, and the
+   result is checked once more on every image.
+
+:func:`size_queues` applies a plan to the graph (``Graph.queue_depths``, which both the simulator
+and the hardware elaborator read). The report also finds the smallest *uniform* depth that runs
+every image without deadlock and within ``tolerance`` of the deep run, so sized and uniform
+storage compare at equal performance.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from step_lang.errors import SimDeadlock
+import numpy as np
+import sympy as sp
+
+from step_lang.errors import SimDeadlock, StepValueError
 from step_lang.graph import Graph, Stream
 from step_lang.passes import insert_broadcasts
+from step_lang.types import BufferType, Selector, Tile, TupleType
 
-__all__ = ["Diagnosis", "diagnose", "size_queues"]
+__all__ = [
+    "Diagnosis",
+    "SizingReport",
+    "diagnose",
+    "plan_queue_sizes",
+    "queue_bits",
+    "size_queues",
+    "token_bits",
+]
+
+DEEP = 1024
+_KIND_AND_LEVEL_BITS = 2 + 3  # token kind and stop level, as in step_hw.payload (3 level bits)
 
 
 @dataclass(frozen=True)
@@ -102,37 +141,402 @@ def diagnose(
     return found
 
 
-def size_queues(
+# -- storage ---------------------------------------------------------------------------------------
+
+
+def _elem_bits(elem: Any, dims: Mapping[str, int]) -> int:
+    if isinstance(elem, TupleType):
+        return sum(_elem_bits(e, dims) for e in elem.items)
+    if isinstance(elem, Selector):
+        return elem.n
+    if isinstance(elem, (Tile, BufferType)):
+        if isinstance(elem, BufferType):  # a buffer token is a reference (an address)
+            return 32
+        size = sp.sympify(elem.size_bytes)
+        if size.free_symbols:
+            unknown = {s for s in size.free_symbols if str(s) not in dims}
+            if unknown:
+                raise StepValueError(
+                    f"token width of {elem}: give values for {sorted(map(str, unknown))} (dims=...)"
+                )
+            size = size.subs({s: dims[str(s)] for s in size.free_symbols})
+        return int(size) * 8
+    raise StepValueError(f"token width of {elem}: unknown element type")
+
+
+def token_bits(stream: Stream, hw_config: Any = None, dims: Mapping[str, int] | None = None) -> int:
+    """Bits one queue slot of ``stream`` holds.
+
+    With a ``hw_config`` (:class:`step_hw.config.HwConfig`): the width of the stream's hardware
+    token (``step_hw.payload.TokenFormat``). Otherwise: the element's data bits plus kind and stop
+    level; dynamically sized tiles take their size from ``dims`` (e.g. the largest tile of a run).
+    """
+    if hw_config is not None:
+        from step_hw.payload import TokenFormat
+
+        return TokenFormat.for_elem(stream.elem, hw_config, where=stream.name).width
+    return _elem_bits(stream.elem, dims or {}) + _KIND_AND_LEVEL_BITS
+
+
+def queue_bits(bits: Mapping[str, int], depths: Mapping[str, int]) -> int:
+    """Total queue storage: the sum over streams of depth × token bits."""
+    return sum(depths[name] * bits[name] for name in bits)
+
+
+# -- the plan --------------------------------------------------------------------------------------
+
+
+@dataclass
+class SizingReport:
+    """What :func:`plan_queue_sizes` found. Cycle counts are the worst over the memory images."""
+
+    depths: dict[str, int]  # the sized depth of every queue
+    analytic: dict[str, int]  # the LP's depths, before simulator refinement
+    bits: dict[str, int]  # token bits per queue slot
+    base: int  # the smallest depth any queue gets
+    cycles_deep: int  # every queue `deep`
+    cycles_sized: int
+    uniform_depth: int  # the smallest uniform depth within tolerance of the deep run
+    cycles_uniform: int
+    default_depths: dict[str, int]  # the graph's depths before sizing
+    cycles_default: int | None  # None: the graph deadlocked as built
+    data_dependent: bool
+    margin: float
+    tolerance: float
+    images: int  # memory images simulated
+    steps: list[str] = field(default_factory=list)  # refinement log
+    deadlock_free: bool = True
+
+    @property
+    def bits_sized(self) -> int:
+        return queue_bits(self.bits, self.depths)
+
+    @property
+    def bits_uniform(self) -> int:
+        return queue_bits(self.bits, dict.fromkeys(self.bits, self.uniform_depth))
+
+    @property
+    def bits_default(self) -> int:
+        return queue_bits(self.bits, self.default_depths)
+
+    def summary(self) -> str:
+        """A human-readable report: storage and cycles before and after."""
+        before = "deadlock" if self.cycles_default is None else str(self.cycles_default)
+        lines = [
+            f"queues            {len(self.depths)}",
+            f"bits as built     {self.bits_default}   cycles {before}",
+            f"bits sized        {self.bits_sized}   cycles {self.cycles_sized}",
+            f"bits uniform      {self.bits_uniform} (depth {self.uniform_depth})"
+            f"   cycles {self.cycles_uniform}",
+            f"cycles, depth {DEEP} {self.cycles_deep}",
+        ]
+        grown = sorted(
+            ((d, n) for n, d in self.depths.items() if d > self.base), key=lambda x: (-x[0], x[1])
+        )
+        if grown:
+            lines.append("deeper than " + str(self.base) + ":")
+            lines += [f"  {n}: {d} x {self.bits[n]} bits" for d, n in grown]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "depths": self.depths,
+            "analytic": self.analytic,
+            "bits_default": self.bits_default,
+            "bits_sized": self.bits_sized,
+            "bits_uniform": self.bits_uniform,
+            "uniform_depth": self.uniform_depth,
+            "cycles_default": self.cycles_default,
+            "cycles_deep": self.cycles_deep,
+            "cycles_sized": self.cycles_sized,
+            "cycles_uniform": self.cycles_uniform,
+            "data_dependent": self.data_dependent,
+            "deadlock_free": self.deadlock_free,
+            "steps": self.steps,
+        }
+
+
+def _data_dependent(graph: Graph) -> bool:
+    """Whether token counts depend on data: some stream or tile has a dim that is not a number."""
+    for node in graph.nodes.values():
+        for s in node.outputs:
+            for d in (*s.shape, *getattr(s.elem, "shape", ())):
+                if sp.sympify(d).free_symbols:
+                    return True
+    return False
+
+
+def _lp_depths(
+    graph: Graph, curves: Mapping[str, Any], bits: Mapping[str, int], base: int
+) -> dict[str, float]:
+    """Tokens each queue must buffer under the best start times (module docstring, step 2)."""
+    from scipy.optimize import linprog
+
+    nodes = list(graph.nodes)
+    index = {n: i for i, n in enumerate(nodes)}
+    start = {}
+    for name, node in graph.nodes.items():
+        firsts = [curves[s.name].first_out for s in node.inputs if s.name in curves]
+        firsts = [f for f in firsts if f is not None]
+        start[name] = max(firsts) if firsts else 0.0
+    rows, rhs, cost = [], [], np.zeros(len(nodes))
+    edges = []
+    for s, consumer, _ in graph.edges():
+        c = curves.get(s.name)
+        if c is None or c.n == 0 or c.first_in is None or c.first_out is None:
+            continue
+        if consumer.kind == "Feedback":
+            continue  # the back edge of a loop: no ordering constraint
+        u, v = index[s.node.name], index[consumer.name]
+        lat = max(0.0, c.first_in - start[s.node.name])
+        row = np.zeros(len(nodes))
+        row[u], row[v] = 1.0, -1.0  # t_u - t_v <= -lat
+        rows.append(row)
+        rhs.append(-lat)
+        weight = bits[s.name] * min(c.rate, 1e6)
+        cost[v] += weight
+        cost[u] -= weight
+        edges.append((s.name, u, v, lat, c.rate))
+    if not edges:
+        return {}
+    res = linprog(cost, A_ub=np.array(rows), b_ub=np.array(rhs), bounds=(0, None), method="highs")
+    if res.status != 0:  # pragma: no cover - the constraints are acyclic, so always feasible
+        raise RuntimeError(f"queue-sizing LP failed: {res.message}")
+    t = res.x
+    return {name: max(0.0, rate * (t[v] - t[u] - lat)) for name, u, v, lat, rate in edges}
+
+
+def plan_queue_sizes(
     graph: Graph,
-    memory: Mapping[str, Any] | None = None,
+    memories: Sequence[Mapping[str, Any] | None] | None = None,
     *,
+    hw_config: Any = None,
     profile: Any = None,
     inputs: Mapping[str, Any] | None = None,
     functional: bool = False,
-    margin: float = 1.0,
-    deep: int = 1024,
-) -> dict[str, Any]:
-    """Give every queue of ``graph`` the depth a deep run needed; annotate the graph and report.
+    tolerance: float = 0.01,
+    margin: float = 1.25,
+    deep: int = DEEP,
+    dims: Mapping[str, int] | None = None,
+    max_rounds: int = 40,
+    min_depth: int = 1,
+    shrink_budget: int = 64,
+) -> SizingReport:
+    """Size every queue of ``graph`` (module docstring); the graph itself is not changed.
 
-    Returns ``{"depths", "cycles_deep", "cycles_sized", "high_water"}``; the graph's
-    ``queue_depths`` are set (both backends read them).
+    Args:
+        memories: representative memory images (e.g. several routing traces); ``None``: one run
+            without memory (Source-driven graphs).
+        hw_config: size for the hardware: the simulator's ``rtl`` profile of this
+            :class:`~step_hw.config.HwConfig` and the hardware's token widths.
+        profile: the timing model otherwise (default :class:`~sim.PaperProfile`).
+        tolerance: how much slower than the deep run a sized run may be.
+        margin: extra depth factor for graphs whose rates depend on data.
+        dims: values of dynamic tile dims for token widths (not needed with ``hw_config``).
+        min_depth: the smallest depth a queue may get (shrinking goes down to it, so queues that
+            need no more than one slot get one).
+        shrink_budget: at most this many checks (one run per image each) while shrinking.
     """
     from . import PaperProfile, simulate
 
+    if hw_config is not None and profile is None:
+        from .profiles import PROFILES
+
+        if "rtl" not in PROFILES:
+            raise StepValueError("sizing for hardware needs the simulator's 'rtl' profile")
+        profile = PROFILES["rtl"](hw_config)
     profile = profile or PaperProfile()
     insert_broadcasts(graph)
-    names = list(_streams(graph))
-    deep_run = simulate(graph, memory, profile=profile, inputs=inputs, functional=functional,
-                        queue_depths={n: deep for n in names})  # fmt: skip
-    depths = {
-        n: max(profile.channel_depth, math.ceil(deep_run.queue_high_water.get(n, 0) * margin))
-        for n in names
+    images = list(memories) if memories else [None]
+    streams = _streams(graph)
+    base = max(1, int(min_depth))
+    bits = {n: token_bits(s, hw_config, dims) for n, s in streams.items()}
+    default_depths = {n: graph.queue_depths.get(n, int(profile.channel_depth)) for n in streams}
+
+    def run(depths: Mapping[str, int], image):
+        return simulate(graph, image, profile=profile, inputs=inputs, functional=functional,
+                        queue_depths=depths)  # fmt: skip
+
+    deep_runs = [run(dict.fromkeys(streams, deep), m) for m in images]
+    cycles_deep = [r.cycles for r in deep_runs]
+    # The most a queue can usefully get: the deep run's peak, and at least the profile's default
+    # depth (a queue that never holds more than one token may still need slots for throughput).
+    hwm = {
+        n: max(max(r.queue_high_water.get(n, 0) for r in deep_runs), base, profile.channel_depth)
+        for n in streams
     }
-    graph.queue_depths.update(depths)
-    sized = simulate(graph, memory, profile=profile, inputs=inputs, functional=functional)
-    return {
-        "depths": depths,
-        "cycles_deep": deep_run.cycles,
-        "cycles_sized": sized.cycles,
-        "high_water": dict(deep_run.queue_high_water),
-    }
+    peak = {n: max(max(r.queue_high_water.get(n, 0) for r in deep_runs), base) for n in streams}
+
+    # Every queue starts at the profile's default depth (what sustains full throughput) or what
+    # the LP says it buffers; refinement grows, shrinking then takes back what is not needed.
+    start = max(base, int(profile.channel_depth))
+    analytic = dict.fromkeys(streams, start)
+    for r in deep_runs:
+        for name, buffered in _lp_depths(graph, r.queue_curves, bits, base).items():
+            want = start if buffered < 0.5 else max(start, math.ceil(buffered - 1e-9) + 1)
+            analytic[name] = max(analytic[name], min(want, max(peak[name], start)))
+
+    steps: list[str] = []
+    depths = dict(analytic)
+
+    def within(cycles: int, ref: int) -> bool:
+        return cycles <= ref * (1 + tolerance)
+
+    def grow(names, why: str) -> bool:
+        grown = []
+        for n in names:
+            if depths[n] < hwm[n]:
+                depths[n] = min(hwm[n], max(2 * depths[n], depths[n] + 1))
+                grown.append(f"{n}->{depths[n]}")
+        if grown:
+            steps.append(f"{why}: " + ", ".join(grown))
+        return bool(grown)
+
+    def refine(image, ref: int) -> int:
+        for _ in range(max_rounds):
+            try:
+                r = run(depths, image)
+            except SimDeadlock as err:
+                named = [c.queue for c in getattr(err, "causes", [])]
+                full = [q for q, n in err.queues.items() if n and n >= err.capacity.get(q, n + 1)]
+                if grow(named, "deadlock") or grow(full, "deadlock (full queues)"):
+                    continue
+                if grow(list(streams), "deadlock (no queue named)"):
+                    continue
+                raise
+            if within(r.cycles, ref):
+                return r.cycles
+            stalls = {q: c for q, c in r.queue_full_cycles.items() if c > 0 and depths[q] < hwm[q]}
+            if not stalls:
+                return r.cycles
+            top = max(stalls.values())
+            if not grow([q for q, c in stalls.items() if c >= top / 2], f"{r.cycles} cycles"):
+                return r.cycles
+        return run(depths, image).cycles
+
+    for image, ref in zip(images, cycles_deep, strict=True):
+        refine(image, ref)
+
+    def passes(trial: Mapping[str, int]) -> bool:
+        for image, ref in zip(images, cycles_deep, strict=True):
+            try:
+                if not within(run(trial, image).cycles, ref):
+                    return False
+            except SimDeadlock:
+                return False
+        return True
+
+    checks = [shrink_budget]
+
+    def lower(names: list[str], to: int) -> None:
+        """Lower ``names`` to depth ``to`` where the runs allow it: all at once, else by halves."""
+        if not names or checks[0] <= 0:
+            return
+        checks[0] -= 1
+        if passes({**depths, **dict.fromkeys(names, to)}):
+            depths.update(dict.fromkeys(names, to))
+            steps.append(f"shrink: {len(names)} queue(s) to {to}" if len(names) > 1
+                         else f"shrink: {names[0]}->{to}")  # fmt: skip
+            return
+        if len(names) > 1:
+            half = len(names) // 2
+            lower(names[:half], to)
+            lower(names[half:], to)
+
+    # Shrink: the LP's estimates are upper bounds and the default depth is more than some queues
+    # need; give back what the runs show is not needed, widest tokens first.
+    widest = sorted(streams, key=lambda n: (-depths[n] * bits[n], n))
+    lower([n for n in widest if depths[n] > start], start)
+    for n in [n for n in widest if depths[n] > start]:  # the smallest depth that passes
+        lo, hi = start - 1, depths[n]  # below `start` is the last phase's job; hi passes
+        while hi - lo > 1 and checks[0] > 0:
+            checks[0] -= 1
+            mid = (lo + hi) // 2
+            if passes({**depths, n: mid}):
+                hi = mid
+            else:
+                lo = mid
+        if hi < depths[n]:
+            depths[n] = hi
+            steps.append(f"shrink: {n}->{hi}")
+    if start > base:
+        lower([n for n in widest if depths[n] == start], base)
+
+    dependent = _data_dependent(graph) or len(images) > 1
+    if dependent and margin > 1:
+        depths = {n: math.ceil(d * margin) if d > start else d for n, d in depths.items()}
+    sized = []
+    deadlock_free = True
+    for image in images:
+        try:
+            sized.append(run(depths, image).cycles)
+        except SimDeadlock:
+            deadlock_free = False
+            sized.append(-1)
+
+    def uniform_ok(d: int) -> int | None:
+        worst = 0
+        for image, ref in zip(images, cycles_deep, strict=True):
+            try:
+                c = run(dict.fromkeys(streams, d), image).cycles
+            except SimDeadlock:
+                return None
+            if not within(c, ref):
+                return None
+            worst = max(worst, c)
+        return worst
+
+    lo, hi = base - 1, base
+    found = uniform_ok(hi)
+    while found is None and hi < deep:
+        lo, hi = hi, min(deep, hi * 2)
+        found = uniform_ok(hi)
+    if found is None:  # pragma: no cover - deep itself is the reference
+        raise RuntimeError("no uniform depth up to the deep one reproduces the deep run")
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        c = uniform_ok(mid)
+        if c is None:
+            lo = mid
+        else:
+            hi, found = mid, c
+
+    try:
+        cycles_default = max(run(default_depths, m).cycles for m in images)
+    except SimDeadlock:
+        cycles_default = None
+    return SizingReport(
+        depths=depths,
+        analytic=analytic,
+        bits=bits,
+        base=base,
+        cycles_deep=max(cycles_deep),
+        cycles_sized=max(sized),
+        uniform_depth=hi,
+        cycles_uniform=found,
+        default_depths=default_depths,
+        cycles_default=cycles_default,
+        data_dependent=dependent,
+        margin=margin,
+        tolerance=tolerance,
+        images=len(images),
+        steps=steps,
+        deadlock_free=deadlock_free,
+    )
+
+
+def size_queues(
+    graph: Graph,
+    hw_config: Any = None,
+    memories: Sequence[Mapping[str, Any] | None] | None = None,
+    **options: Any,
+) -> Graph:
+    """Give every queue of ``graph`` its sized depth (:func:`plan_queue_sizes`); returns the graph.
+
+    The depths land in ``graph.queue_depths``, which the simulator and the hardware elaborator
+    both read; the report is kept as ``graph.sizing``.
+    """
+    report = plan_queue_sizes(graph, memories, hw_config=hw_config, **options)
+    graph.queue_depths.update(report.depths)
+    graph.sizing = report
+    return graph

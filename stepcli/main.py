@@ -46,9 +46,21 @@ def cmd_metrics(args) -> None:
 def cmd_sim(args) -> None:
     from sim import simulate, write_trace
 
-    ex, params, graph = _load(args)
-    result = simulate(graph, ex.memory(params, args.functional), profile=ex.profile(params),
-                      functional=args.functional, trace=bool(args.trace))  # fmt: skip
+    if args.hardware:  # the `make rtl` graph with the timing of the generated RTL
+        from sim.profiles import RtlProfile
+
+        from .sizing import hardware_case
+
+        if args.param:
+            raise UsageError("--hardware simulates the fixed hardware-size graph; it takes no -p")
+        graph, (memory,) = hardware_case(args.example, args.schedule)
+        result = simulate(graph, memory, profile=RtlProfile(), trace=bool(args.trace))
+    else:
+        if args.schedule:
+            raise UsageError("--schedule picks a hardware-size schedule; use -p without --hardware")
+        ex, params, graph = _load(args)
+        result = simulate(graph, ex.memory(params, args.functional), profile=ex.profile(params),
+                          functional=args.functional, trace=bool(args.trace))  # fmt: skip
     print(result.summary())
     if args.trace:
         print(f"trace: {write_trace(result, args.trace)}")
@@ -96,6 +108,26 @@ def cmd_sweep(args) -> None:
     print(f"{len(rows)} points in {spec.output}")
 
 
+def cmd_size_queues(args) -> None:
+    from .sizing import size_example, size_hardware
+
+    options = {"images": args.images, "margin": args.margin, "tolerance": args.tolerance}
+    if args.hardware:
+        if args.param:
+            raise UsageError("--hardware sizes the fixed hardware-size graph; it takes no -p")
+        report = size_hardware(args.example, args.schedule, **options)
+    else:
+        if args.schedule:
+            raise UsageError("--schedule picks a hardware-size schedule; use -p without --hardware")
+        report = size_example(args.example, parse_params(args.param), **options)
+    print(report.summary())
+    if args.json:
+        out = pathlib.Path(args.json)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report.to_json(), indent=1))
+        print(f"wrote {out}")
+
+
 def cmd_paper(args) -> None:
     from .paper import run_paper
 
@@ -132,6 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--trace", metavar="FILE", help="write a Perfetto/Chrome trace (JSON)")
     p.add_argument("--json", action="store_true", help="also print the figures as one JSON line")
+    p.add_argument(
+        "--hardware",
+        action="store_true",
+        help="simulate the hardware-size graph (`make rtl`) with the rtl timing profile",
+    )
+    p.add_argument("--schedule", help="with --hardware: the schedule")  # fmt: skip
     p.set_defaults(fn=cmd_sim)
 
     p = sub.add_parser("graph", help="write an example's graph as DOT and SVG")
@@ -161,6 +199,39 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--cluster", choices=("local",), help="start a local Dask cluster")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(fn=cmd_sweep)
+
+    p = sub.add_parser(
+        "size-queues",
+        help="size every queue of an example: the smallest depths that neither deadlock nor stall",
+    )
+    _add_example(p)
+    p.add_argument(
+        "--hardware",
+        action="store_true",
+        help="size the hardware-size graph (`make rtl`) with the rtl timing profile",
+    )
+    p.add_argument("--schedule", help="with --hardware: the schedule (see docs/simulator.md)")
+    p.add_argument(
+        "--images",
+        type=int,
+        default=1,
+        metavar="N",
+        help="representative memory images (seeds seed..seed+N-1; e.g. routings)",
+    )
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=1.25,
+        help="extra depth factor for data-dependent rates (default 1.25)",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.01,
+        help="allowed slowdown against depth-1024 queues (default 0.01)",
+    )
+    p.add_argument("--json", metavar="FILE", help="also write the report as JSON")  # fmt: skip
+    p.set_defaults(fn=cmd_size_queues)
 
     p = sub.add_parser("paper", help="run the paper's experiments (figures 9-15, 21)")
     p.add_argument(

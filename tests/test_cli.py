@@ -79,10 +79,6 @@ def test_graph_writes_dot_and_svg(capsys, tmp_path):
             "step: error: routing trace /no/such/trace.npz: cannot read",
         ),
         (
-            ["rtl", "attention"],
-            "step: error: no hardware-size variant of attention; available: swiglu, moe",
-        ),
-        (
             ["paper", "--traces", "/no/such/dir"],
             "step: error: traces directory /no/such/dir does not exist",
         ),
@@ -185,3 +181,37 @@ def test_paper_writes_summary(capsys, tmp_path):
     assert (tmp_path / "timemux.csv").exists() and (
         tmp_path / "fig12_time_multiplexing.png"
     ).exists()
+
+
+def test_size_queues_reports_storage_and_cycles(capsys, tmp_path):
+    out_json = tmp_path / "sizing.json"
+    rc, out, _ = run(capsys, "size-queues", "moe", "-p", "model=small", "-p", "batch=16",
+                     "--images", "2", "--json", str(out_json))  # fmt: skip
+    assert rc == 0
+    lines = {line.split()[0] + " " + line.split()[1]: line for line in out.splitlines()[:5]}
+    sized = int(lines["bits sized"].split()[2])
+    uniform = int(lines["bits uniform"].split()[2])
+    report = json.loads(out_json.read_text())
+    assert report["bits_sized"] == sized and report["bits_uniform"] == uniform
+    assert sized < uniform and report["deadlock_free"]
+    assert report["cycles_sized"] <= report["cycles_deep"] * 1.01
+    assert report["uniform_depth"] > 1 and report["data_dependent"]
+
+
+def test_size_queues_rejects_an_unknown_parameter(capsys):
+    rc, _, err = run(capsys, "size-queues", "swiglu", "-p", "tile=3")
+    assert rc == 2 and "has no parameter tile" in err
+
+
+def test_sim_hardware_uses_the_rtl_profile(capsys):
+    from sim import simulate
+    from sim.profiles import RtlProfile
+    from stepcli.sizing import hardware_case
+
+    rc, out, _ = run(capsys, "sim", "moe", "--hardware", "--schedule", "dynamic", "--json")
+    assert rc == 0
+    graph, (memory,) = hardware_case("moe", "dynamic")
+    want = simulate(graph, memory, profile=RtlProfile()).cycles
+    assert json.loads(out.splitlines()[-1])["cycles"] == want
+    rc, _, err = run(capsys, "sim", "moe", "--hardware", "--schedule", "nope")
+    assert rc == 2 and "no schedule 'nope'" in err

@@ -1,14 +1,23 @@
-"""Deadlock diagnosis and simulator-guided queue sizing on a reconvergent graph."""
+# amaranth: UnusedElaboratable=no
+# (The elaborated graph of the last test is inspected, never simulated.)
+"""Queue sizing (sim/sizing.py): deadlock diagnosis, the path-balancing LP, simulator refinement
+and the storage report, on reconvergent graphs whose needs can be counted by hand."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
 import pytest
 from lang_helpers import SCALAR, parse
 
-from sim import SimDeadlock, simulate
-from sim.sizing import diagnose, size_queues
+from examples import moe, traces
+from sim import PaperProfile, SimDeadlock, simulate
+from sim.sizing import diagnose, plan_queue_sizes, queue_bits, size_queues, token_bits
+from step_hw.config import HwConfig
 from step_lang import Accum, Expand, Graph, Map, Promote, Sink, Source, StreamType
 from step_lang import functions as F
+from step_lang.types import Tile
 
 TOKENS = "1 2 3 4 5 6 7 8 S1 D"
 
@@ -23,6 +32,10 @@ def centred(n: int) -> Graph:
     return g
 
 
+def tokens(n: int) -> str:
+    return " ".join(str(i + 1) for i in range(n)) + " S1 D"
+
+
 def test_diagnosis_names_the_queue_the_paths_and_a_depth():
     g = centred(8)
     deep = simulate(
@@ -30,24 +43,150 @@ def test_diagnosis_names_the_queue_the_paths_and_a_depth():
         inputs={"x": parse(TOKENS)},
         queue_depths={s: 64 for s in ("x_out_bc.out1", "x_out_bc.out2")},
     )
-    with pytest.raises(SimDeadlock) as info:
+    with pytest.raises(SimDeadlock) as info:  # every queue at the default depth 2
         simulate(g, inputs={"x": parse(TOKENS)})
     (d,) = diagnose(g, info.value, deep.queue_high_water)
     assert d.queue == "x_out_bc.out1" and d.consumer == "spread" and d.waits_for == "lift.out"
     assert d.ancestor == "x_out_bc"
     assert d.short_path == ["x_out_bc", "spread"]
     assert d.long_path == ["x_out_bc", "total", "lift", "spread"]
-    assert d.suggested_depth == deep.queue_high_water["x_out_bc.out1"] >= 7
+    assert d.suggested_depth == deep.queue_high_water["x_out_bc.out1"] == 8
     assert str(d).startswith(
         "queue x_out_bc.out1 is full while its consumer 'spread' waits for lift.out"
     )
+    assert "likely cause" in str(info.value) and "x_out_bc.out1" in str(info.value)
 
 
-def test_size_queues_removes_the_deadlock_without_slowing_down():
+@pytest.mark.parametrize("n", [3, 8, 13])
+def test_the_lp_alone_sizes_the_two_short_paths_to_the_vector(n):
+    g = centred(n)
+    r = plan_queue_sizes(g, inputs={"x": parse(tokens(n))})
+    # the direct paths to `spread` (Expand's reference) and `center` (Map's first operand) must
+    # hold the whole vector while `total` reads it; the LP leaves everything else at the
+    # profile's default depth (2), and shrinking finds that one slot is enough there
+    long = {"x_out_bc.out1": n, "x_out_bc.out2": n}
+    assert r.analytic == dict.fromkeys(r.depths, 2) | long
+    assert all(step.startswith("shrink") for step in r.steps)  # the LP needed no growing
+    short = {q: d for q, d in r.depths.items() if q not in long}
+    assert short == dict.fromkeys(short, 1)
+    assert r.depths["x_out_bc.out1"] == n and n - 1 <= r.depths["x_out_bc.out2"] <= n
+    for q in long:  # minimal: one slot less deadlocks or slows down
+        less = {**r.depths, q: r.depths[q] - 1}
+        try:
+            slower = simulate(g, inputs={"x": parse(tokens(n))}, queue_depths=less).cycles
+        except SimDeadlock:
+            continue
+        assert slower > r.cycles_deep * 1.01
+    assert r.cycles_sized == r.cycles_deep and r.deadlock_free
+    assert r.cycles_default is None  # as built (depth 2 everywhere) it deadlocks
+    assert r.uniform_depth == n and r.cycles_uniform == r.cycles_deep
+
+
+def test_storage_is_counted_in_token_bits():
     g = centred(8)
-    report = size_queues(g, inputs={"x": parse(TOKENS)})
-    assert report["cycles_sized"] == report["cycles_deep"]
-    assert report["depths"]["x_out_bc.out1"] >= 7 and report["depths"]["x_out_bc.out2"] >= 7
-    assert report["depths"]["total.out"] == 2  # short queues stay at the default
+    r = plan_queue_sizes(g, inputs={"x": parse(TOKENS)})
+    per_slot = 32 + 2 + 3  # an int32 scalar, token kind and stop level
+    assert set(r.bits.values()) == {per_slot}
+    assert r.depths["x_out_bc.out1"] == 8 and r.depths["x_out_bc.out2"] == 7
+    assert r.bits_sized == per_slot * (8 + 7 + 6)
+    assert r.bits_uniform == per_slot * 8 * 8
+    assert r.bits_default == per_slot * 2 * 8
+    assert queue_bits(r.bits, r.depths) == r.bits_sized
+    assert r.bits_sized < r.bits_uniform / 2
+
+
+def test_hardware_token_widths_come_from_the_payload_format():
+    g = centred(4)
+    hw = HwConfig()
+    x = g.nodes["x"].out
+    fmt_width = token_bits(x, hw)
+    from step_hw.payload import TokenFormat
+
+    assert fmt_width == TokenFormat.for_elem(x.elem, hw).width
+    with pytest.raises(Exception, match="dims"):
+        token_bits(
+            Source(Graph("d"), StreamType(Tile("int16", "n", 4), (2,)), name="dyn").out, None
+        )
+
+
+def test_size_queues_writes_the_depths_into_the_graph():
+    g = centred(8)
+    assert size_queues(g, inputs={"x": parse(TOKENS)}) is g
+    assert g.queue_depths["x_out_bc.out1"] == 8 and g.sizing.deadlock_free
     r = simulate(g, inputs={"x": parse(TOKENS)})  # the graph now carries the depths
-    assert r.cycles == report["cycles_sized"]
+    assert r.cycles == g.sizing.cycles_sized
+
+
+def test_refinement_fixes_what_the_lp_misses(monkeypatch):
+    """With no LP (every estimate zero) the simulator loop alone must find the same depths."""
+    import sim.sizing as sizing
+
+    g = centred(8)
+    monkeypatch.setattr(sizing, "_lp_depths", lambda *a, **k: {})
+    r = plan_queue_sizes(g, inputs={"x": parse(TOKENS)})
+    assert r.steps and r.steps[0].startswith("deadlock")
+    assert r.depths["x_out_bc.out1"] == 8 and r.depths["x_out_bc.out2"] == 7
+    assert r.cycles_sized == r.cycles_deep
+
+
+def test_data_dependent_graphs_get_the_margin_over_every_trace():
+    cfg = moe.SMALL
+    sched = moe.MoESchedule("static", tile_n=4, tile_f=cfg.intermediate)
+    g = moe.build(cfg, sched, 16)
+    images = [
+        moe.routing_tensors(
+            cfg, traces.synthetic_routing(16, cfg.experts, cfg.top_k, skew=s, seed=1)
+        )
+        for s in (0.0, 2.0)
+    ]
+    profile = PaperProfile(stops_take_slots=True)
+    r = plan_queue_sizes(g, images, profile=profile, dims={}, margin=1.5)
+    assert r.data_dependent and r.images == 2 and r.deadlock_free
+    for image in images:  # sized graphs run every trace without deadlock, within tolerance
+        run = simulate(g, image, profile=profile, functional=False, queue_depths=r.depths)
+        assert run.cycles <= r.cycles_deep * 1.01
+    assert r.bits_sized <= r.bits_uniform
+
+
+def test_paper_profile_can_charge_stop_tokens_a_slot():
+    g = centred(4)
+    fused = simulate(g, inputs={"x": parse(tokens(4))}, queue_depths=dict.fromkeys(
+        ("x_out_bc.out1", "x_out_bc.out2"), 4))  # fmt: skip
+    assert fused.queue_high_water["x_out_bc.out1"] == 4  # data tokens only
+    slots = dataclasses.replace(PaperProfile(), stops_take_slots=True)
+    deep = simulate(g, inputs={"x": parse(tokens(4))}, profile=slots,
+                    queue_depths=dict.fromkeys(("x_out_bc.out1", "x_out_bc.out2"), 64))  # fmt: skip
+    assert deep.queue_high_water["x_out_bc.out1"] == 6  # four values, their stop and done
+    assert np.isfinite(deep.cycles)
+
+
+def test_the_elaborated_hardware_takes_the_sized_depths():
+    """Both backends read Graph.queue_depths: the RTL queues are built at the sized depths."""
+    from amaranth.hdl import Fragment
+
+    from examples import swiglu
+    from step_hw.elaborate import ElaboratedGraph
+    from step_hw.queue import Queue
+
+    g = swiglu.hardware()
+    hw = HwConfig()
+    size_queues(
+        g, hw, [swiglu.inputs(swiglu.HW_CONFIG)], profile=PaperProfile(stops_take_slots=True)
+    )
+    top = ElaboratedGraph(g, hw)
+    desc = top.description()["queues"]
+    m = top.elaborate(None)
+    Fragment.get(m, None)  # elaborates every block (and marks them used)
+    built = {}
+    for name, (sub, _) in m._named_submodules.items():
+        q = getattr(sub, "_elaboratable_", sub)  # queues sit behind a ResetInserter
+        if isinstance(q, Queue):
+            built[name] = q.depth
+    assert built and set(built) == set(desc)
+    for name, info in desc.items():
+        assert built[name] == g.queue_depths[info["stream"]] == g.sizing.depths[info["stream"]]
+    assert g.sizing.bits == {s: token_bits(stream, hw) for s, stream in sim_streams(g).items()}
+
+
+def sim_streams(g):
+    return {s.name: s for n in g.nodes.values() for s in n.outputs}

@@ -13,7 +13,8 @@
   element read; address generators (FlatMap): 1 cycle per output element; RetileStreamify and
   the shape operators: free.
 * Stop and done tokens are fused into the data in the paper's simulator: they cost nothing and
-  take no queue slot.
+  take no queue slot (``stops_take_slots=True``: they take a slot, as in the generated hardware,
+  still at no cost; queue sizing uses it).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class PaperProfile(TimingProfile):
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     onchip_convention: str = "artifact"
     write_back: frozenset[str] = frozenset()  # nodes whose results are written to a memory unit
+    stops_take_slots: bool = False  # True: stop and done tokens occupy queue slots, as in hardware
 
     @classmethod
     def hdl_validation(cls) -> PaperProfile:
@@ -72,7 +74,7 @@ class PaperProfile(TimingProfile):
         return self.memory
 
     def counts_against_capacity(self, token: Any) -> bool:
-        return is_data(token)
+        return self.stops_take_slots or is_data(token)
 
     def writes_back(self, node: Node) -> bool:
         return node.name in self.write_back

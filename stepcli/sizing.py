@@ -1,0 +1,126 @@
+"""``step size-queues``: queue sizing of the command line's examples.
+
+Paper-size examples are sized in the simulator with their own timing profile, with stop and done
+tokens taking a queue slot as they do in the generated hardware
+(``PaperProfile(stops_take_slots=True)``). Hardware-size examples (:data:`HARDWARE`, the graphs
+``make rtl`` writes) are sized with the simulator's ``rtl`` profile and the hardware's token
+widths. Data-dependent examples are sized over several memory images (``images``: seeds
+``seed``, ``seed + 1``, ...: different routings or KV lengths).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from sim.sizing import SizingReport, plan_queue_sizes
+
+from .registry import UsageError, example
+
+__all__ = ["HARDWARE", "SCHEDULES", "hardware_case", "size_example", "size_hardware"]
+
+# Every example and schedule the queue-sizing report covers (bench/queue_sizing.py).
+SCHEDULES: dict[str, dict[str, dict[str, Any]]] = {
+    "swiglu": {"mn_mk": {}},
+    "moe": {
+        "static": {"tiling": "static", "batch": 64},
+        "dynamic": {"tiling": "dynamic", "batch": 64},
+        "time-mux": {"tiling": "static", "batch": 64, "regions": 2},
+        "static-small": {"model": "small", "tiling": "static", "batch": 16},
+        "dynamic-small": {"model": "small", "tiling": "dynamic", "batch": 16},
+    },
+    "attention": {
+        "interleaved": {"schedule": "interleaved", "batch": 16},
+        "coarse": {"schedule": "coarse", "batch": 16},
+        "dynamic": {"schedule": "dynamic", "batch": 16},
+    },
+}
+
+
+def size_example(
+    name: str, given: Mapping[str, Any], *, images: int = 1, **options: Any
+) -> SizingReport:
+    """Size example ``name`` with parameters ``given`` over ``images`` memory images."""
+    ex = example(name)
+    params = ex.params(dict(given))
+    graph = ex.build(params)
+    memories, dims = [], {}
+    for i in range(max(1, images)):
+        p = {**params, "seed": params["seed"] + i}
+        memories.append(ex.memory(p, False))
+        for k, v in ex.dims(p).items():
+            dims[k] = max(dims.get(k, 0), int(v))
+    profile = dataclasses.replace(ex.profile(params), stops_take_slots=True)
+    return plan_queue_sizes(graph, memories, profile=profile, dims=dims, **options)
+
+
+# -- hardware size ---------------------------------------------------------------------------------
+
+
+def _swiglu_hw(schedule: str, images: int):
+    from examples import swiglu
+
+    return swiglu.hardware(), [swiglu.inputs(swiglu.HW_CONFIG, seed=s) for s in range(images)]
+
+
+def _moe_hw(schedule: str, images: int):
+    from examples import moe, traces
+
+    sched = {
+        "static": moe.MoESchedule("static", tile_n=4, tile_f=4),
+        "dynamic": moe.MoESchedule("dynamic"),
+        "time-mux": moe.MoESchedule("static", tile_n=4, tile_f=4, regions=2),
+    }[schedule]
+    c = moe.HW
+    skews = (1.5, 0.0, 4.0, 1.0)
+    mems = [
+        moe.inputs(c, traces.synthetic_routing(8, c.experts, c.top_k, skew=skews[s % 4], seed=s))
+        for s in range(images)
+    ]
+    return moe.hardware(schedule=sched), mems
+
+
+def _attention_hw(schedule: str, images: int):
+    from examples import attention, traces
+
+    c = attention.HW
+    mems = [
+        attention.hardware_inputs(
+            traces.synthetic_kv_lengths(4, mean=6.0, sigma=0.8, low=0, high=c.max_len - 1, seed=s),
+            seed=s,
+        )
+        for s in range(images)
+    ]
+    return attention.hardware(schedule), mems
+
+
+# Hardware-size examples and schedules: (example, schedule) -> builder of (graph, memory images).
+HARDWARE: dict[str, dict[str, Any]] = {
+    "swiglu": {"mn_mk": _swiglu_hw},
+    "moe": {"static": _moe_hw, "dynamic": _moe_hw, "time-mux": _moe_hw},
+    "attention": {"interleaved": _attention_hw, "coarse": _attention_hw, "dynamic": _attention_hw},
+}
+
+
+def hardware_case(name: str, schedule: str | None = None, images: int = 1):
+    """The hardware-size graph of ``name`` under ``schedule`` and ``images`` memory images."""
+    if name not in HARDWARE:
+        raise UsageError(f"no hardware-size example {name!r}; there are {', '.join(HARDWARE)}")
+    schedules = HARDWARE[name]
+    schedule = schedule or next(iter(schedules))
+    if schedule not in schedules:
+        raise UsageError(
+            f"hardware-size {name} has no schedule {schedule!r}; it has {', '.join(schedules)}"
+        )
+    return schedules[schedule](schedule, max(1, images))
+
+
+def size_hardware(
+    name: str, schedule: str | None = None, *, images: int = 1, **options: Any
+) -> SizingReport:
+    """Size the hardware-size graph of ``name`` with the ``rtl`` profile of ``HwConfig()``."""
+    from step_hw.config import HwConfig
+
+    graph, memories = hardware_case(name, schedule, images)
+    return plan_queue_sizes(graph, memories, hw_config=HwConfig(), functional=True, **options)
