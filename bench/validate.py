@@ -7,10 +7,11 @@ simulator with :class:`sim.profiles.RtlProfile`. Sweeps:
 * SwiGLU: 15 ``tile_b x tile_i`` points (as the paper's Fig. 8) of a ``16 x 4 x 32`` layer
   (batch x hidden x intermediate) on hardware with tiles up to 16x4; one build per point;
 * MoE: routing patterns from balanced to one-sided (experts without tokens included) under
-  static tiling with two token tiles and dynamic tiling (one build each; a schedule comparison
-  per pattern); a schedule whose hardware does not elaborate yet is recorded as missing;
-* attention: KV-length batches of different spread under two schedules, when
-  ``examples.attention`` has hardware (skipped with a notice otherwise).
+  static tiling with two token tiles, dynamic tiling and time-multiplexing (2 regions; one build
+  each; a schedule comparison per pattern); a schedule whose hardware does not elaborate is
+  recorded as missing;
+* attention: KV-length batches of different spread under the interleaved, coarse and dynamic
+  schedules.
 
 Writes ``build/validate/summary.json`` (points, per-sweep Pearson and mean absolute relative
 error, schedule comparisons), ``build/validate/validate.png`` and
@@ -51,7 +52,7 @@ SWIGLU_TILES = sorted(
 )
 MOE_BATCH = 8
 MOE_TILES = (4, 2)
-ATTENTION_SCHEDULES = ("interleaved", "coarse")
+ATTENTION_SCHEDULES = ("interleaved", "coarse", "dynamic")
 ATTENTION_BATCH = 4
 
 
@@ -111,27 +112,33 @@ def expert_counts(choices: np.ndarray, experts: int) -> list[int]:
 def moe_points() -> list[Point]:
     pts = []
     c = moe.HW
-    schedules = [("static", tn) for tn in MOE_TILES] + [("dynamic", None)]
+    # (tiling, token tile, time-multiplexed regions)
+    schedules = [("static", tn, None) for tn in MOE_TILES] + [
+        ("dynamic", None, None),
+        ("static", MOE_TILES[0], 2),
+    ]
     for name, choices in routing_patterns(MOE_BATCH, c.experts, c.top_k).items():
         mem = moe.inputs(c, choices, seed=3)
-        for tiling, tn in schedules:
-            sched = moe.MoESchedule(tiling, tile_n=tn, tile_f=4)
+        for tiling, tn, regions in schedules:
+            sched = moe.MoESchedule(tiling, tile_n=tn, tile_f=4, regions=regions)
+            label = f"{tiling}{tn or ''}" + (f"_tm{regions}" if regions else "")
             pts.append(
                 Point(
                     "moe",
                     {
                         "routing": name,
-                        "schedule": f"{tiling}{tn or ''}",
+                        "schedule": label,
                         "tiling": tiling,
                         "tile_n": tn,
+                        "regions": regions,
                         "tokens_per_expert": expert_counts(choices, c.experts),
                         "batch": MOE_BATCH,
                     },
                     lambda sched=sched: moe.hardware(MOE_BATCH, sched),
                     mem,
                     HwConfig(),
-                    f"moe_{tiling}{tn or ''}",
-                    optional=tiling == "dynamic",  # dynamic tiles in hardware are new
+                    f"moe_{label}",
+                    optional=tiling == "dynamic" or bool(regions),  # newest hardware
                 )
             )
     return pts
