@@ -30,7 +30,15 @@ from step_lang.errors import StepTypeError, op_message
 from step_lang.graph import Node
 from step_lang.types import Selector
 
-from .compute._unit import StreamUnit, check_bits, check_int, node_formats
+from .compute._unit import (
+    INT_BITS,
+    StreamUnit,
+    check_bits,
+    check_int,
+    check_int_bits,
+    node_formats,
+    scalar_format,
+)
 from .config import HwConfig
 from .payload import Kind, TokenFormat
 
@@ -38,18 +46,6 @@ __all__ = ["FLATMAP_FNS", "CacheReadAddr", "LastTileFlags", "PadTiles", "flatmap
 
 #: The FlatMap functions with a block here, by name.
 FLATMAP_FNS = ("cache_read_addr", "last_tile_flags", "pad_bias", "pad_mask")
-
-_META_BITS = (8, 16, 32)
-
-
-def _check_in_bits(owner: str, name: str, value: Any) -> int:
-    if isinstance(value, bool) or value not in _META_BITS:
-        raise ValueError(f"{owner} {name} must be one of 8, 16, 32, not {value!r}")
-    return value
-
-
-def _meta_format(bits: int, level_bits: int) -> TokenFormat:
-    return TokenFormat("tile", 1, 1, bits, level_bits=level_bits)
 
 
 class _Expander(StreamUnit):
@@ -163,12 +159,12 @@ class CacheReadAddr(_Expander):
         if not isinstance(in_bits, (tuple, list)) or len(in_bits) != 2:
             raise TypeError(f"{owner} in_bits must be a pair of widths, not {in_bits!r}")
         for i, b in enumerate(in_bits):
-            _check_in_bits(owner, f"in_bits[{i}]", b)
-        _check_in_bits(owner, "elem_bits", elem_bits)
+            check_int_bits(owner, f"in_bits[{i}]", b)
+        check_int_bits(owner, "elem_bits", elem_bits)
         check_int(owner, "level_bits", level_bits)
         self._row_offset = row_offset
-        ins = [_meta_format(b, level_bits) for b in in_bits]
-        super().__init__(ins, _meta_format(elem_bits, level_bits), row_offset.bit_length())
+        ins = [scalar_format(b, level_bits) for b in in_bits]
+        super().__init__(ins, scalar_format(elem_bits, level_bits), row_offset.bit_length())
 
     @property
     def row_offset(self) -> int:
@@ -231,10 +227,10 @@ class LastTileFlags(_Expander):
 
     def __init__(self, *, in_bits: int, level_bits: int = 3):
         owner = "LastTileFlags"
-        _check_in_bits(owner, "in_bits", in_bits)
+        check_int_bits(owner, "in_bits", in_bits)
         check_int(owner, "level_bits", level_bits)
         sel = TokenFormat("selector", n=2, level_bits=level_bits)
-        super().__init__([_meta_format(in_bits, level_bits)], sel, in_bits)
+        super().__init__([scalar_format(in_bits, level_bits)], sel, in_bits)
 
     @classmethod
     def from_node(cls, node: Any, config: HwConfig) -> LastTileFlags:
@@ -302,13 +298,13 @@ class PadTiles(_Expander):
         if not isinstance(in_bits, (tuple, list)) or len(in_bits) != 2:
             raise TypeError(f"{owner} in_bits must be a pair of widths, not {in_bits!r}")
         for i, b in enumerate(in_bits):
-            _check_in_bits(owner, f"in_bits[{i}]", b)
+            check_int_bits(owner, f"in_bits[{i}]", b)
         check_bits(owner, elem_bits, 0)
         check_int(owner, "level_bits", level_bits)
         _check_fill(owner, "valid", valid, elem_bits)
         _check_fill(owner, "pad", pad, elem_bits)
         self._kv_tile, self._valid, self._pad = kv_tile, valid, pad
-        ins = [_meta_format(b, level_bits) for b in in_bits]
+        ins = [scalar_format(b, level_bits) for b in in_bits]
         out = TokenFormat("tile", 1, kv_tile, elem_bits, level_bits=level_bits)
         super().__init__(ins, out, in_bits[0])
 
@@ -389,7 +385,7 @@ def _check_flatmap(node: Any, names: tuple[str, ...], unit: str) -> None:
 def _formats(node: Any, config: HwConfig, unit: str) -> tuple[list[TokenFormat], TokenFormat]:
     ins, out = node_formats(node, config)
     for port, f in zip(node.input_names, ins, strict=True):
-        if f.kind != "tile" or (f.rows, f.cols) != (1, 1) or f.elem_bits not in _META_BITS:
+        if f.kind != "tile" or (f.rows, f.cols) != (1, 1) or f.elem_bits not in INT_BITS:
             raise node.error(port, f"{unit} needs [1,1] 8-, 16- or 32-bit integer tiles")
     return ins, out
 

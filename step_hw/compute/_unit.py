@@ -32,6 +32,22 @@ def check_int(owner: str, name: str, value: Any) -> int:
     return value
 
 
+#: Integer widths of scalar metadata tokens (ids, counts, addresses).
+INT_BITS = (8, 16, 32)
+
+
+def check_int_bits(owner: str, name: str, value: Any) -> int:
+    """``value`` if it is one of :data:`INT_BITS`, else a ``ValueError`` naming ``owner``."""
+    if isinstance(value, bool) or value not in INT_BITS:
+        raise ValueError(f"{owner} {name} must be one of 8, 16, 32, not {value!r}")
+    return value
+
+
+def scalar_format(bits: int, level_bits: int) -> TokenFormat:
+    """The token format of a ``1x1`` integer tile of ``bits`` bits."""
+    return TokenFormat("tile", 1, 1, bits, level_bits=level_bits)
+
+
 def check_choice(owner: str, name: str, value: Any, choices: Sequence[Any]) -> Any:
     if isinstance(value, bool) or value not in choices:
         shown = ", ".join(repr(c) if isinstance(c, str) else str(c) for c in choices)

@@ -27,35 +27,26 @@ from ..config import HwConfig
 from ..payload import Kind, TokenFormat
 from . import arith
 from ._unit import (
+    INT_BITS,
     Datapath,
     FoldUnit,
     StreamUnit,
     check_bits,
     check_int,
+    check_int_bits,
     check_node,
     check_shape,
     node_formats,
+    scalar_format,
 )
 
 __all__ = ["CountUnit", "RegionIdUnit", "RegionSelectUnit", "RowAppendUnit", "row_op_unit"]
-
-_INT_BITS = (8, 16, 32)
 
 
 def _check_format(owner: str, name: str, value: Any) -> TokenFormat:
     if not isinstance(value, TokenFormat):
         raise TypeError(f"{owner} {name} must be a TokenFormat, not {value!r}")
     return value
-
-
-def _check_int_bits(owner: str, name: str, value: Any) -> int:
-    if isinstance(value, bool) or value not in _INT_BITS:
-        raise ValueError(f"{owner} {name} must be one of 8, 16, 32, not {value!r}")
-    return value
-
-
-def _scalar_format(bits: int, level_bits: int) -> TokenFormat:
-    return TokenFormat("tile", 1, 1, bits, level_bits=level_bits)
 
 
 class _RowOp(StreamUnit):
@@ -144,11 +135,11 @@ class RowAppendUnit(_RowOp):
         owner = "RowAppendUnit"
         rows, cols = check_shape(owner, "shape", shape)
         check_bits(owner, elem_bits, 0)
-        _check_int_bits(owner, "offset_bits", offset_bits)
+        check_int_bits(owner, "offset_bits", offset_bits)
         check_int(owner, "level_bits", level_bits)
         tile = TokenFormat("tile", rows, cols, elem_bits, level_bits=level_bits)
         row = TokenFormat("tile", 1, cols, elem_bits, level_bits=level_bits)
-        super().__init__([tile, row, _scalar_format(offset_bits, level_bits)], tile)
+        super().__init__([tile, row, scalar_format(offset_bits, level_bits)], tile)
 
     @classmethod
     def from_node(cls, node: Any, config: HwConfig) -> RowAppendUnit:
@@ -202,9 +193,9 @@ class RegionIdUnit(_RowOp):
     def __init__(self, *, in_format: TokenFormat, region: int, elem_bits: int):
         owner = "RegionIdUnit"
         _check_format(owner, "in_format", in_format)
-        _check_int_bits(owner, "elem_bits", elem_bits)
+        check_int_bits(owner, "elem_bits", elem_bits)
         self._region = _check_region(owner, region, elem_bits)
-        super().__init__([in_format], _scalar_format(elem_bits, in_format.level_bits))
+        super().__init__([in_format], scalar_format(elem_bits, in_format.level_bits))
 
     @property
     def region(self) -> int:
@@ -258,11 +249,11 @@ class RegionSelectUnit(_RowOp):
     def __init__(self, *, n: int, in_bits: int, level_bits: int = 3):
         owner = "RegionSelectUnit"
         check_int(owner, "n", n)
-        _check_int_bits(owner, "in_bits", in_bits)
+        check_int_bits(owner, "in_bits", in_bits)
         check_int(owner, "level_bits", level_bits)
         self._n = n
         sel = TokenFormat("selector", n=n, level_bits=level_bits)
-        super().__init__([_scalar_format(in_bits, level_bits)], sel)
+        super().__init__([scalar_format(in_bits, level_bits)], sel)
 
     @property
     def n(self) -> int:
@@ -338,13 +329,13 @@ class CountUnit(FoldUnit):
     def __init__(self, *, in_format: TokenFormat, rank: int, elem_bits: int):
         owner = "CountUnit"
         _check_format(owner, "in_format", in_format)
-        _check_int_bits(owner, "elem_bits", elem_bits)
+        check_int_bits(owner, "elem_bits", elem_bits)
         top = 2**in_format.level_bits - 1
         if isinstance(rank, bool) or not isinstance(rank, int):
             raise TypeError(f"{owner} rank must be an integer in [1, {top}], not {rank!r}")
         if not 1 <= rank <= top:
             raise ValueError(f"{owner} rank must be an integer in [1, {top}], not {rank}")
-        out = _scalar_format(elem_bits, in_format.level_bits)
+        out = scalar_format(elem_bits, in_format.level_bits)
         super().__init__([in_format], out, _CountDatapath(elem_bits), mode="accum", rank=rank)
 
     @classmethod
@@ -356,7 +347,7 @@ class CountUnit(FoldUnit):
         if node.fn.name != "count":
             raise node.error(None, f"function '{node.fn.name}' is not count")
         ins, out = node_formats(node, config)
-        if out.kind != "tile" or (out.rows, out.cols) != (1, 1) or out.elem_bits not in _INT_BITS:
+        if out.kind != "tile" or (out.rows, out.cols) != (1, 1) or out.elem_bits not in INT_BITS:
             raise node.error("out", "CountUnit writes [1,1] 8-, 16- or 32-bit integer tiles")
         return _build(node, cls, in_format=ins[0], rank=node.rank, elem_bits=out.elem_bits)
 
