@@ -190,3 +190,15 @@ def test_the_elaborated_hardware_takes_the_sized_depths():
 
 def sim_streams(g):
     return {s.name: s for n in g.nodes.values() for s in n.outputs}
+
+
+@pytest.mark.parametrize(("example", "schedule"), [("moe", "time-mux"), ("attention", "dynamic")])
+def test_hardware_size_graphs_shrink_with_the_rtl_profile(example, schedule):
+    """The rtl profile's sizing of a time-multiplexed / dynamically parallel graph. (Shrinking
+    once exposed an EagerMerge that took a done token, arrived while it took another, for a
+    chunk.)"""
+    from stepcli.sizing import size_hardware
+
+    r = size_hardware(example, schedule, images=3)
+    assert r.deadlock_free and r.cycles_sized <= r.cycles_deep * 1.01
+    assert r.bits_sized < r.bits_default and r.bits_sized <= r.bits_uniform

@@ -361,11 +361,15 @@ class EagerMerge(Node):
         policy = io.policy()
         live = set(range(n))
         while live:
-            for i in sorted(live):
-                if io.has(i) and io.head(i) is DONE:
+            ended = [i for i in sorted(live) if io.has(i) and io.head(i) is DONE]
+            if ended:
+                for i in ended:
                     yield from io.recv(i)
                     live.discard(i)
                     policy.finished(i)
+                # Taking a done token may take time (in the simulator): look at every input
+                # again, so that a done token that arrived meanwhile is not taken for a chunk.
+                continue
             ready = [i for i in sorted(live) if io.has(i)]
             choice = policy.choose(ready, n) if ready else None
             if choice is None:
