@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from amaranth.hdl import Fragment, Value
 from amaranth.sim import Simulator
+from hw_helpers import assert_same_tokens
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -149,19 +150,6 @@ def run_case(case: Case, inputs: list[list], pattern: str, seed: int = 0):
         seed=seed,
     )
     return run, want, unit
-
-
-def assert_same_tokens(got: list, want: list) -> None:
-    assert len(got) == len(want), f"{len(got)} tokens, the interpreter wrote {len(want)}"
-    for i, (a, b) in enumerate(zip(got, want, strict=True)):
-        if isinstance(b, np.ndarray):
-            assert isinstance(a, np.ndarray), f"token #{i}: {a!r}, want an element"
-            b = b if b.dtype == bool else b.astype(np.int64)
-            assert a.shape == b.shape and np.array_equal(a, b), (
-                f"token #{i}: {a.tolist()}, want {b.tolist()}"
-            )
-        else:
-            assert a == b, f"token #{i}: {a!r}, want {b!r}"
 
 
 def structure(rank: int, draw: Callable[[int, int], int]) -> list:

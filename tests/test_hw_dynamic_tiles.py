@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 from amaranth.hdl import Fragment
+from hw_helpers import assert_same_tokens
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_hw_memory import memory_with, simulate
@@ -204,18 +205,6 @@ def run_case(case: Case, inputs: list[list], pattern: str, seed: int = 0):
         seed=seed,
     )
     return run, want, unit
-
-
-def assert_same_tokens(got: list, want: list) -> None:
-    assert len(got) == len(want), f"{len(got)} tokens, the interpreter wrote {len(want)}"
-    for i, (a, b) in enumerate(zip(got, want, strict=True)):
-        if isinstance(b, np.ndarray):
-            assert isinstance(a, np.ndarray), f"token #{i}: {a!r}, want a tile"
-            assert a.shape == b.shape and np.array_equal(a, b.astype(np.int64)), (
-                f"token #{i}: {a.tolist()} {a.shape}, want {b.tolist()} {b.shape}"
-            )
-        else:
-            assert a == b, f"token #{i}: {a!r}, want {b!r}"
 
 
 def random_value(rng: np.random.Generator) -> Callable[[tuple], np.ndarray]:
