@@ -119,6 +119,8 @@ def cmd_size_queues(args) -> None:
     else:
         if args.schedule:
             raise UsageError("--schedule picks a hardware-size schedule; use -p without --hardware")
+        if args.verilog:
+            raise UsageError("--verilog writes the hardware-size graph; add --hardware")
         report = size_example(args.example, parse_params(args.param), **options)
     print(report.summary())
     if args.json:
@@ -126,6 +128,22 @@ def cmd_size_queues(args) -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report.to_json(), indent=1))
         print(f"wrote {out}")
+    if args.verilog:
+        _write_sized_verilog(args.example, args.schedule, report.depths, pathlib.Path(args.verilog))
+
+
+def _write_sized_verilog(example: str, schedule: str | None, depths, stem: pathlib.Path) -> None:
+    """Write ``<stem>.v`` and ``<stem>.json`` of the hardware-size graph with queue ``depths``."""
+    from step_hw.config import HwConfig
+    from step_hw.elaborate import write
+
+    from .sizing import hardware_case
+
+    graph, _ = hardware_case(example, schedule)
+    graph.queue_depths.update(depths)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    write(graph, str(stem), HwConfig())
+    print(f"wrote {stem.with_suffix('.v')} and {stem.with_suffix('.json')} (sized queues)")
 
 
 def cmd_paper(args) -> None:
@@ -231,6 +249,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="allowed slowdown against depth-1024 queues (default 0.01)",
     )
     p.add_argument("--json", metavar="FILE", help="also write the report as JSON")  # fmt: skip
+    p.add_argument(
+        "--verilog",
+        metavar="STEM",
+        help="with --hardware: write STEM.v and STEM.json of the design with the sized queues",
+    )
     p.set_defaults(fn=cmd_size_queues)
 
     p = sub.add_parser("paper", help="run the paper's experiments (figures 9-15, 21)")

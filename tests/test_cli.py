@@ -215,3 +215,21 @@ def test_sim_hardware_uses_the_rtl_profile(capsys):
     assert json.loads(out.splitlines()[-1])["cycles"] == want
     rc, _, err = run(capsys, "sim", "moe", "--hardware", "--schedule", "nope")
     assert rc == 2 and "no schedule 'nope'" in err
+
+
+def test_size_queues_writes_verilog_with_the_sized_depths(capsys, tmp_path):
+    report_json, stem = tmp_path / "sizing.json", tmp_path / "rtl" / "moe_tm"
+    rc, out, _ = run(capsys, "size-queues", "moe", "--hardware", "--schedule", "time-mux",
+                     "--json", str(report_json), "--verilog", str(stem))  # fmt: skip
+    assert rc == 0 and "sized queues" in out
+    depths = json.loads(report_json.read_text())["depths"]
+    desc = json.loads(stem.with_suffix(".json").read_text())
+    assert stem.with_suffix(".v").read_text().startswith("/*")
+    written = {q["stream"]: q["depth"] for q in desc["queues"].values()}
+    assert written == {s: depths[s] for s in written}
+    assert max(written.values()) > 1 and min(written.values()) == 1
+
+
+def test_size_queues_verilog_needs_hardware(capsys):
+    rc, _, err = run(capsys, "size-queues", "swiglu", "--verilog", "x")
+    assert rc == 2 and "--hardware" in err
