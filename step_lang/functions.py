@@ -616,17 +616,23 @@ retile_rows_masked = FlatMapFn(
 """Split a tile into rows, dropping the rows whose padding flag is set."""
 
 
-def expert_addr(tiles_per_expert: int, base: int = 0) -> FlatMapFn:
+def expert_addr(
+    tiles_per_expert: int, base: int = 0, *, out_dtype: DType | str = int64
+) -> FlatMapFn:
     """Tile addresses of the selected expert's weights: ``base + e * tiles_per_expert + j``.
 
-    The input is a one-hot selector; each element yields ``tiles_per_expert`` ``[1,1]`` int64 tiles.
+    The input is a one-hot selector; each element yields ``tiles_per_expert`` ``[1,1]``
+    ``out_dtype`` tiles (int64; ``step_lang.numerics.expert_addr`` gives the hardware's int32). An
+    address that does not fit ``out_dtype`` is an error.
     """
     tiles_per_expert = as_dim(tiles_per_expert, what="tiles_per_expert")
+    dt = dtype(out_dtype)
+    lo, hi = (int(v) for v in (np.iinfo(dt.numpy).min, np.iinfo(dt.numpy).max))
 
     def type_rule(err: ErrorFn, s: ElemType) -> tuple[ElemType, tuple[Dim, ...], Dim]:
         if not isinstance(s, Selector):
             raise err("in0", f"function 'expert_addr' needs a selector, got {s}")
-        return Tile(int64, 1, 1), (), tiles_per_expert
+        return Tile(dt, 1, 1), (), tiles_per_expert
 
     def apply(out: Tile, sel: np.ndarray) -> list[Any]:
         hot = np.flatnonzero(sel)
@@ -635,11 +641,17 @@ def expert_addr(tiles_per_expert: int, base: int = 0) -> FlatMapFn:
                 f"function 'expert_addr': selector must be one-hot, has {hot.size} bits set"
             )
         first = base + int(hot[0]) * tiles_per_expert
-        return [np.array([[first + j]], dtype=np.int64) for j in range(tiles_per_expert)]
+        if not (lo <= first and first + tiles_per_expert - 1 <= hi):
+            raise StepRuntimeError(
+                f"function 'expert_addr': addresses {first}..{first + tiles_per_expert - 1} "
+                f"do not fit {dt} [{lo}, {hi}]"
+            )
+        return [np.array([[first + j]], dtype=dt.numpy) for j in range(tiles_per_expert)]
 
-    return FlatMapFn(
-        "expert_addr", 1, 0, type_rule, apply, (("tiles", tiles_per_expert), ("base", base))
-    )
+    params = (("tiles", tiles_per_expert), ("base", base))
+    if dt != int64:
+        params += (("out_dtype", dt.name),)
+    return FlatMapFn("expert_addr", 1, 0, type_rule, apply, params)
 
 
 def cache_read_addr(row_offset: int) -> FlatMapFn:

@@ -78,7 +78,8 @@ import numpy as np
 from .dims import Dim, dims_equal, product
 from .errors import StepRuntimeError, StepTypeError
 from .functions import AccumFn, FlatMapFn, MapFn, retile_row
-from .types import DType, ElemType, Selector, Tile, dtype
+from .functions import expert_addr as _expert_addr
+from .types import DType, ElemType, Tile, dtype
 
 __all__ = [
     "EXP2_TABLE",
@@ -760,26 +761,4 @@ def expert_addr(
             kind = "positive" if lo else "non-negative"
             raise ValueError(f"expert_addr {what} must be a {kind} integer, not {v!r}")
     dt = _int_dtype("expert_addr", out_dtype)
-
-    def type_rule(err: ErrorFn, s: ElemType):
-        if not isinstance(s, Selector):
-            raise err("in0", f"function 'expert_addr' needs a selector, got {s}")
-        return Tile(dt, 1, 1), (), tiles_per_expert
-
-    def apply(out: Tile, sel: np.ndarray) -> list[Any]:
-        hot = np.flatnonzero(sel)
-        if hot.size != 1:
-            raise StepRuntimeError(
-                f"function 'expert_addr': selector must be one-hot, has {hot.size} bits set"
-            )
-        first = base + int(hot[0]) * tiles_per_expert
-        return [_fit(first + j, dt, "expert_addr") for j in range(tiles_per_expert)]
-
-    return FlatMapFn(
-        "expert_addr",
-        1,
-        0,
-        type_rule,
-        apply,
-        (("tiles", tiles_per_expert), ("base", base), ("out_dtype", dt.name)),
-    )
+    return _expert_addr(tiles_per_expert, base, out_dtype=dt)

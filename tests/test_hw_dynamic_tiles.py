@@ -59,6 +59,7 @@ from step_lang import (
     to_tokens,
 )
 from step_lang import numerics as nm
+from step_lang.errors import StepRuntimeError
 from step_lang.passes import insert_broadcasts
 from step_lang.types import Selector, int16
 
@@ -460,6 +461,14 @@ def test_expert_addr_misuse():
         flatmap_unit(node, CFG)
     with pytest.raises(ValueError, match=r"^expert_addr tiles_per_expert must be a positive"):
         nm.expert_addr(0)
+    g, _, node = _addr_graph(nm.expert_addr(2, base=124, out_dtype="int8"))
+    got = interpret(g, inputs={"s": to_tokens([[_one_hot(1)]], 1)}).tokens(node.out)[:2]
+    assert [(t.dtype, int(t[0, 0])) for t in got] == [(np.int8, 126), (np.int8, 127)]
+    with pytest.raises(
+        StepRuntimeError,
+        match=r"^FlatMap 'addr': function 'expert_addr': addresses 128\.\.129 do not fit int8",
+    ):
+        interpret(g, inputs={"s": to_tokens([[_one_hot(2)]], 1)})
 
 
 # -- misuse ------------------------------------------------------------------------------------
