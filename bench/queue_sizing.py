@@ -11,19 +11,25 @@ runs every image without deadlock and within the same tolerance of the depth-102
 (``cycles_deep``), so the two storages compare at equal performance. The hardware-size examples
 (``stepcli.sizing.HARDWARE``) follow with the simulator's ``rtl`` profile and hardware token
 widths (``"profile": "rtl"``).
+
+``--cosim`` also builds every hardware-size case twice, with the sized queues and with every
+queue 1024 deep, and co-simulates both on each image (``rtl_tests.sizing_cosim``): each ``rtl``
+case then has ``"cosim": [{"image", "cycles_sized", "cycles_deep", "mismatched"}]`` (output
+tensors that differ from the interpreter's; empty when bit-exact). The builds are those of
+``make test-all``'s ``rtl_tests/test_sizing_verilator.py`` and are cached under ``build/cosim/``.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import pathlib
 import sys
 import time
 from typing import Any
 
-from stepcli.sizing import HARDWARE, SCHEDULES, size_example, size_hardware
+from stepcli.sizing import HARDWARE, IMAGES, SCHEDULES, hardware_case, size_example, size_hardware
 
-IMAGES = 3
 OUT = pathlib.Path("build/bench/queue_sizing.json")
 
 
@@ -47,7 +53,19 @@ def _case(example: str, schedule: str, report: Any, wall: float, profile: str) -
     }
 
 
-def main() -> int:
+def _cosim(example: str, schedule: str, report: Any) -> list[dict[str, Any]]:
+    from rtl_tests.sizing_cosim import cosim_sized
+
+    _, memories = hardware_case(example, schedule, IMAGES)
+    return [run.to_json() for run in cosim_sized(example, schedule, report.depths, memories)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--cosim", action="store_true", help="co-simulate the hardware-size cases (Verilator)"
+    )
+    args = ap.parse_args(argv)
     cases = []
     for example, schedules in SCHEDULES.items():
         for schedule, params in schedules.items():
@@ -60,6 +78,8 @@ def main() -> int:
             t0 = time.perf_counter()
             report = size_hardware(example, schedule, images=IMAGES)
             cases.append(_case(example, schedule, report, time.perf_counter() - t0, "rtl"))
+            if args.cosim:
+                cases[-1]["cosim"] = _cosim(example, schedule, report)
             print(f"{example:<10} {schedule:<12} {cases[-1]}", flush=True)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps({"cases": cases}, indent=1))

@@ -18,7 +18,11 @@ from sim.sizing import SizingReport, plan_queue_sizes
 
 from .registry import UsageError, example
 
-__all__ = ["HARDWARE", "SCHEDULES", "hardware_case", "size_example", "size_hardware"]
+__all__ = ["HARDWARE", "IMAGES", "SCHEDULES", "hardware_case", "size_example", "size_hardware"]
+
+# Memory images (seeds, routings, KV lengths) the queue-sizing report sizes every case over
+# (bench/queue_sizing.py; rtl_tests/test_sizing_verilator.py co-simulates the same depths).
+IMAGES = 3
 
 # Every example and schedule the queue-sizing report covers (bench/queue_sizing.py).
 SCHEDULES: dict[str, dict[str, dict[str, Any]]] = {
