@@ -570,8 +570,9 @@ class Engine:
         return SimResult(
             cycles=end,
             nodes=nodes,
-            offchip_read_bytes=self.read_bytes,
-            offchip_write_bytes=self.write_bytes,
+            offchip_read_bytes=self.read_bytes + sum(p.timing.offchip_read for p in self.procs),
+            offchip_write_bytes=self.write_bytes
+            + sum(p.timing.offchip_written for p in self.procs),
             queue_high_water={ch.name: ch.hwm for ch in self.chans.values()},
             queue_full_cycles={ch.name: round(ch.full_cycles) for ch in self.chans.values()},
             queue_curves={

@@ -102,3 +102,26 @@ def test_load_outstanding_bursts():
     # tile 1, then S2 and done one per cycle; the sink sees done 2 cycles later
     assert two.cycles == 19 + 2 + 2
     assert four.cycles == 16 + 2 + 2
+
+
+def test_load_counts_off_chip_bytes_per_tile():
+    # Two 4x4 int16 tiles: 64 bytes read, as the paper profile (and the cost model) counts them.
+    mem = {"x": np.arange(32, dtype=np.int16).reshape(4, 8)}
+    r = simulate(load((4, 8)), mem, profile=RtlProfile())
+    assert (r.offchip_read_bytes, r.offchip_write_bytes) == (64, 0)
+
+
+@pytest.mark.parametrize(
+    ("example", "schedule"), [("swiglu", "mn_mk"), ("moe", "dynamic"), ("attention", "dynamic")]
+)
+def test_off_chip_bytes_agree_with_the_paper_profile(example, schedule):
+    from stepcli.sizing import hardware_case
+
+    graph, (memory,) = hardware_case(example, schedule)
+    rtl = simulate(graph, memory, profile=RtlProfile())
+    paper = simulate(graph, memory)
+    assert rtl.offchip_write_bytes > 0 and rtl.offchip_read_bytes > rtl.offchip_write_bytes
+    assert (rtl.offchip_read_bytes, rtl.offchip_write_bytes) == (
+        paper.offchip_read_bytes,
+        paper.offchip_write_bytes,
+    )

@@ -45,6 +45,10 @@ class NodeTiming:
 
     flops = 0  # arithmetic performed so far (for utilisation)
     footprint = 0  # largest on-chip bytes this node has held so far
+    # Off-chip bytes read and written so far by a timing that models its memory itself instead
+    # of returning MemRequests (counted per tile, as MemRequest.bytes is).
+    offchip_read = 0
+    offchip_written = 0
 
     def on_recv(self, port: int, token: Any) -> int | MemRequest:
         return 0

@@ -297,6 +297,7 @@ class _Load(_Clocked):
         super().__init__(profile, node)
         self.random = random
         self.bursts, _ = _geometry(node, profile.config)
+        self.tile_bytes = math.prod(node.tile) * node.tensor.dtype.nbytes
         self.axi = _Axi(profile.config.max_outstanding)
         self.order_depth = profile.config.max_outstanding + 8
         self.entry = profile.load_start - 1.0  # the sequencer's last entry
@@ -348,6 +349,7 @@ class _Load(_Clocked):
     def _read_tile(self, k: int) -> float:
         """Issue tile ``k``'s bursts; the cycle the tile is offered on the output."""
         p, axi = self.p, self.axi
+        self.offchip_read += self.tile_bytes
         t = self._entry_time() + p.load_issue
         last = t
         bursts = self.bursts[k]
@@ -402,6 +404,7 @@ class _Store(_Clocked):
     def __init__(self, profile: RtlProfile, node: Node):
         super().__init__(profile, node)
         self.bursts, _ = _geometry(node, profile.config)
+        self.tile_bytes = math.prod(node.tile) * node.tensor.dtype.nbytes
         self.axi = _Axi(profile.config.max_outstanding)
         self.k = 0
         self.last_take = -math.inf
@@ -428,6 +431,7 @@ class _Store(_Clocked):
         """AW, W and B of tile ``index`` taken now; the cycle of its last B response."""
         p, axi = self.p, self.axi
         bursts = self.bursts[index]
+        self.offchip_written += self.tile_bytes
         self.k += 1
         t = self.now + p.store_issue
         last = t
