@@ -12,7 +12,18 @@ import pytest
 from sim import simulate
 from sim.profiles import PROFILES, RtlProfile
 from step_hw.config import HwConfig
-from step_lang import Graph, LinearOffChipLoad, Map, Sink, Source, StreamType, Tile, numerics
+from step_lang import (
+    EagerMerge,
+    Feedback,
+    Graph,
+    LinearOffChipLoad,
+    Map,
+    Sink,
+    Source,
+    StreamType,
+    Tile,
+    numerics,
+)
 from step_lang.types import DTYPES
 
 INT16 = DTYPES["int16"]
@@ -73,6 +84,41 @@ def test_matmul_initiation_interval(lanes, steps):
     profile = RtlProfile(HwConfig(lanes=lanes))
     r = simulate(g, inputs={"a": _tiles(n), "b": _tiles(n)}, profile=profile)
     assert r.cycles == 2 + steps * n + 2 + 2
+
+
+@pytest.mark.parametrize("n", [1, 5])
+def test_feedback_is_a_wire(n):
+    # The hardware aliases a Feedback's output to its input (step_hw.elaborate): the chain
+    # Source -> Map -> Feedback -> Sink has one queue after the Map, as `chain` has, and takes
+    # the same m + 4 cycles (a queue of its own on the Feedback's input would add 2).
+    m = n + 2
+    g = Graph("fb")
+    t = StreamType(Tile(INT16, 4, 4), (1, n))
+    fb = Feedback(g, t, name="fb")
+    Sink(fb.out, name="sink")
+    fb.bind(Map(Source(g, t, name="src").out, fn=FX.silu, name="silu").out)
+    r = simulate(g, inputs={"src": _tiles(n)}, profile=RtlProfile())
+    assert r.cycles == m + 4
+    assert r.queue_curves["fb.out"].first_in == r.queue_curves["silu.out"].first_in == 3
+
+
+def test_eager_merge_sends_the_selector_with_the_chunk():
+    # EagerMerge (step_hw.router, latency 0) offers a chunk's selector and first token in the
+    # same cycle. Five single-tile chunks: the source fills the queue's 3 slots at 0; the merge
+    # takes d0, d1, d2 at 2, 3, 4 and d3, d4 (queued at 3, 4 as slots refill) at 5, 6, each with
+    # its selector; the input's done (queued at 5) is taken at 7, both outputs' done tokens
+    # leave at 8 and the sinks see them at 10. Measured on the dynamic attention layer: the
+    # `merge_free` data and selector queues take every token in the same cycle.
+    g = Graph("merge")
+    src = Source(g, StreamType(Tile(INT16, 4, 4), (5,)), name="src").out
+    merge = EagerMerge([src], name="merge")
+    Sink(merge.output("data"), name="data")
+    Sink(merge.output("sel"), name="sel")
+    tiles = [np.full((4, 4), i, np.int16) for i in range(5)]
+    r = simulate(g, inputs={"src": tiles}, profile=RtlProfile())
+    data, sel = r.queue_curves["merge.data"], r.queue_curves["merge.sel"]
+    assert (data.first_in, data.last_in) == (sel.first_in, sel.last_in) == (2, 8)
+    assert r.cycles == 10
 
 
 def load(shape: tuple[int, int]) -> Graph:

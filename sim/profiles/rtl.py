@@ -9,12 +9,15 @@ of every hardware block (their docstrings; ``docs/hardware.md``), it predicts th
   and takes a queue slot. A queue has the graph's depth (``Graph.set_queue_depth``, else
   ``HwConfig.queue_depth``); a token that enters it in cycle *t* is offered at *t + 2* (*t + 1*
   for depth 1: ``step_hw.queue.Queue``), and a queue of depth 1 or 2 moves one token every two
-  cycles.
+  cycles. A Feedback is a wire (``step_hw.elaborate`` aliases its output to its input): the
+  stream into it has no latency of its own, and the loop's queue is the Feedback output's.
 * **Blocks.** A block takes at most one token per input per cycle. Registered blocks (compute
   units, shape operators, ToSelector) offer a result one cycle after the take and one token per
-  output per cycle; routers and Broadcast are combinational (latency 0). A MAC array spends
-  ``ceil(M*K*N / lanes)`` cycles per tile pair (``compute/matmul.py``), RetileStreamify one cycle
-  per row of a tile, RepeatStatic one cycle per copy.
+  output per cycle; routers and Broadcast are combinational (latency 0); EagerMerge offers a
+  chunk's selector in the cycle it forwards the chunk's first token, and its done tokens the
+  cycle after it took the last input's. A MAC array spends ``ceil(M*K*N / lanes)`` cycles per
+  tile pair (``compute/matmul.py``), RetileStreamify one cycle per row of a tile, RepeatStatic
+  one cycle per copy.
 * **Loads** (``memory/load.py``). Entries (tiles and stops) leave the sequencer one per cycle,
   :attr:`RtlProfile.load_start` cycles after start or one cycle after the reference token that
   starts a walk; a tile's bursts issue ``load_issue`` cycles after its entry, one per cycle, at
@@ -75,6 +78,10 @@ class RtlProfile(TimingProfile):
     store_issue: int = 3  # a store's take to its AW: address queue (2) and burst generator (1)
     aw_to_w: int = 2  # AW to the first W beat (W-information queue)
     done_latency: int = 4  # last B response to `done` (ack path, done register, bench)
+    # the last graph's streams that feed a Feedback (graph, its node count, stream -> node)
+    _feedbacks: tuple[Any, int, dict] = field(
+        default=(None, 0, {}), init=False, repr=False, compare=False
+    )
 
     @property
     def channel_depth(self) -> int:  # type: ignore[override]
@@ -84,7 +91,19 @@ class RtlProfile(TimingProfile):
     def channel_latency(self) -> int:  # type: ignore[override]
         return 2
 
+    def _feeds_back(self, stream: Any) -> Node | None:
+        """The Feedback node that ``stream`` feeds, if any. The hardware aliases a Feedback's
+        output to its input (``step_hw.elaborate``): one queue, with the output's depth."""
+        g = stream.graph
+        graph, size, fbs = self._feedbacks
+        if graph is not g or size != len(g.nodes):
+            fbs = {n.inputs[0]: n for n in g.nodes.values() if n.kind == "Feedback" and n.inputs}
+            self._feedbacks = (g, len(g.nodes), fbs)
+        return fbs.get(stream)
+
     def stream_latency(self, stream: Any, depth: int) -> int:
+        if self._feeds_back(stream) is not None:
+            return 0  # a Feedback is a wire: the loop's one queue is on the Feedback's output
         return 1 if depth == 1 else 2
 
     def memory_config(self) -> MemoryConfig:
@@ -100,6 +119,8 @@ class RtlProfile(TimingProfile):
 
     def _depth(self, node: Node, port: int) -> int:
         s = node.outputs[port]
+        while (fb := self._feeds_back(s)) is not None:  # the queue is the Feedback output's
+            s = fb.outputs[0]
         return node.graph.queue_depths.get(s.name, self.config.queue_depth)
 
     def node_timing(self, node: Node, resident: list[bool]) -> NodeTiming:
@@ -178,6 +199,8 @@ class _Block(_Clocked):
         self.expander = kind in ("FlatMap", "RetileStreamify")
         self.pieces = 1
         self.repeat = getattr(node, "count", 1) if kind == "RepeatStatic" else 1
+        # EagerMerge offers a chunk's selector with its first token (``step_hw.router``).
+        self.merge = kind == "EagerMerge"
 
     def before_recv(self, port: int) -> int | WaitFor:
         now = self.now
@@ -237,6 +260,8 @@ class _Block(_Clocked):
     def sent(self, port: int, token: Any) -> None:
         now = self.now
         self.last_push[port] = now
+        if self.merge and port == 1:
+            return  # a selector holds no input: the chunk's first token goes in the same cycle
         if not self.latency:
             # A combinational block holds its input until the outputs take it: the input queue
             # offers the next token the cycle after.
@@ -248,6 +273,12 @@ class _Block(_Clocked):
         # (Reassemble reads a whole group first), so only a slow queue spaces them.
         gap = self.spacing[port] - (0 if self.latency else 1)
         t = max(self.ready_at, self.last_push[port] + gap)
+        if self.merge and port == 1 and is_data(token):
+            # A chunk starts the cycle after the previous one's last token.
+            t = max(t, self.last_push[0] + 1)
+        elif self.merge and token is DONE and port == 0:
+            # The done tokens follow the cycle the last input's done token was taken in.
+            t = max(t, max(self.last_take) + 1)
         return max(0, math.ceil(t - self.now)) if t > self.now else 0
 
 
