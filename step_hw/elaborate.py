@@ -9,7 +9,7 @@ block's ``from_node``), a :class:`~step_hw.queue.Queue` on every edge (depth fro
   done token, and stays high;
 * ``error`` (out): the OR of the blocks' sticky error flags (contract violations, AXI errors);
 * ``src_<node>`` (in) for each Source node and ``snk_<node>`` (out) for each Sink node: token
-  streams (``docs/stop_tokens.md``);
+  streams (``docs/stop_tokens.md``); a Source's ``ready`` is low until the cycle after ``start``;
 * ``m_axi_<node>`` (out): one AXI4 manager per memory operator, named for cocotbext-axi
   (``AxiBus.from_prefix(dut, "m_axi_<node>")``); or, with ``HwConfig.axi_ports = k``, loads
   spread round-robin over up to ``k`` read ports ``m_axi_rd<i>`` and stores over up to ``k``
@@ -214,7 +214,16 @@ class ElaboratedGraph(wiring.Component):
                     shape = out_port.payload.shape()
                 q = Queue(shape=shape, depth=depth)
                 m.submodules[_queue_name(s, node.name, i)] = ResetInserter(holder)(q)
-                wiring.connect(m, out_port, q.i)
+                if src.node.kind == "Source":
+                    # A queue held in reset may show `ready` and then forget what it took: a
+                    # Source's tokens enter only from the cycle after `start`.
+                    m.d.comb += [
+                        q.i.payload.eq(out_port.payload),
+                        q.i.valid.eq(out_port.valid & running),
+                        out_port.ready.eq(q.i.ready & running),
+                    ]
+                else:
+                    wiring.connect(m, out_port, q.i)
                 if node.kind == "Sink":
                     sink = wiring.flipped(getattr(self, f"snk_{node.name}"))
                     wiring.connect(m, q.o, sink)

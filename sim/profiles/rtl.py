@@ -28,6 +28,16 @@ of every hardware block (their docstrings; ``docs/hardware.md``), it predicts th
 * **Stores** (``memory/store.py``). A tile's AW leaves ``store_issue`` cycles after the take, its
   W beats ``aw_to_w`` cycles after AW, one per cycle; B follows the last beat after
   ``write_response`` cycles; ``done`` rises ``done_latency`` cycles after the last B.
+* **The end of the run.** The graph's ``done`` (``step_hw.elaborate``) is the AND of ``running``,
+  every LinearStore's sticky ``done`` and, per Sink, a "done token seen" register set at the
+  clock edge that ends the cycle the Sink takes its done token. The bench
+  (``rtl_tests/cocotb_graph.py``) counts clock edges, the first being the one that ends cycle 0
+  (``start`` high), and reads ``done`` after each; cocotb's Verilator loop runs ``RisingEdge``
+  callbacks before it evaluates the design on the edge, so it reads the value of the cycle the
+  edge ends: the count is the first cycle ``done`` is high, plus one. A Sink that takes its done
+  token in cycle *t* ends the run at *t* + ``sink_done`` (2: the register, the bench), as a store
+  ends it ``done_latency`` cycles after its last B (which counts the bench's cycle too). Every
+  bit is sticky, so the run ends at the latest of them.
 
 The memory constants are cocotbext-axi ``AxiRam``'s, measured on the generated SwiGLU layer
 (``docs/validation.md``): AR to the first R beat 2 cycles, last W beat to B 2 cycles. Every
@@ -78,6 +88,7 @@ class RtlProfile(TimingProfile):
     store_issue: int = 3  # a store's take to its AW: address queue (2) and burst generator (1)
     aw_to_w: int = 2  # AW to the first W beat (W-information queue)
     done_latency: int = 4  # last B response to `done` (ack path, done register, bench)
+    sink_done: int = 2  # a Sink's take of its done token to `done` (done-seen register, bench)
     # the last graph's streams that feed a Feedback (graph, its node count, stream -> node)
     _feedbacks: tuple[Any, int, dict] = field(
         default=(None, 0, {}), init=False, repr=False, compare=False
@@ -133,9 +144,39 @@ class RtlProfile(TimingProfile):
             return _Store(self, node)
         if kind == "RandomOffChipStore":
             return _RandomStore(self, node)
-        if kind in ("Source", "Sink", "Feedback"):
+        if kind == "Sink":
+            return _Sink(self)
+        if kind == "Source":
+            return _Source()
+        if kind == "Feedback":
             return NodeTiming()
         return _Block(self, node)
+
+
+class _Source(NodeTiming):
+    """A Source (a top-level ``src_<node>`` stream, offered every cycle by the bench): its
+    ``ready`` is low in the ``start`` cycle (``step_hw.elaborate``), so its first token enters
+    its queue in cycle 1."""
+
+    def __init__(self):
+        self.started = False
+
+    def on_send(self, port: int, token: Any) -> int:
+        if self.started:
+            return 0
+        self.started = True
+        return 1
+
+
+class _Sink(NodeTiming):
+    """A Sink (a top-level ``snk_<node>`` stream, always ready in the bench): its done token
+    counts towards ``done`` only ``sink_done`` cycles after the take (module docstring)."""
+
+    def __init__(self, profile: RtlProfile):
+        self.done_cost = profile.sink_done
+
+    def on_recv(self, port: int, token: Any) -> int:
+        return self.done_cost if token is DONE else 0
 
 
 class _Clocked(NodeTiming):
