@@ -1,8 +1,9 @@
 """Simulator (``rtl`` profile) against the RTL on one small point per workload.
 
-Reuses the builds of ``test_graph_verilator.py`` and ``test_attention_verilator.py`` (the same
-designs: ``rtl_tests.cosim`` caches them by Verilog hash), so it adds only the cocotb runs. ``make validate`` runs the full sweeps
-(``bench/validate.py``, ``docs/validation.md``).
+Reuses the builds of ``test_graph_verilator.py``, ``test_attention_verilator.py`` and
+``test_arbiter_verilator.py`` (the same designs: ``rtl_tests.cosim`` caches them by Verilog hash;
+SwiGLU on one shared read port is the latter's), so it adds only the cocotb runs. ``make
+validate`` runs the full sweeps (``bench/validate.py``, ``docs/validation.md``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from examples import attention, moe, swiglu
 from rtl_tests import cosim
 from sim import simulate
 from sim.profiles import RtlProfile
+from step_hw.config import HwConfig
 from step_lang import interpret
 
 #: The validation target per point (docs/validation.md): sim cycles within 5% of RTL cycles.
@@ -40,17 +42,29 @@ CASES = {
     "attention_dynamic": _attention_case,
     "moe_skewed": lambda: _moe_case("skewed"),
     "moe_balanced": lambda: _moe_case("balanced"),
+    # the four loads behind one AxiReadArbiter (the store alone on its write port)
+    "swiglu_shared_ports": lambda: (
+        swiglu.hardware,
+        swiglu.inputs(swiglu.HW_CONFIG, seed=3),
+        HwConfig(axi_ports=1),
+    ),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_sim_predicts_rtl_cycles(case):
-    make, memory = CASES[case]()
+    make, memory, *config = CASES[case]()
+    config = config[0] if config else HwConfig()
+    shared = config.axi_ports is not None
     want = interpret(make(), memory).memory
-    rtl = cosim.run(make(), memory, tag=f"validate_{case}")
-    sim = simulate(make(), memory, profile=RtlProfile())
+    rtl = cosim.run(make(), memory, config=config, trace=shared, tag=f"validate_{case}")
+    profile = RtlProfile(config)
+    sim = simulate(make(), memory, profile=profile)
     for name, got in rtl.outputs.items():
         assert np.array_equal(got, want[name]), f"RTL tensor '{name}' differs"
         assert np.array_equal(sim.memory[name], want[name]), f"simulated '{name}' differs"
     err = abs(sim.cycles - rtl.cycles) / rtl.cycles
     assert err <= TOLERANCE, f"sim {sim.cycles} vs RTL {rtl.cycles} cycles ({err:.1%})"
+    if shared:  # the shared ports' handshakes, cycle by cycle (docs/validation.md)
+        axi = profile.axi_trace()
+        assert axi and axi == {name: rtl.trace[name]["push"] for name in axi}

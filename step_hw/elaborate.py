@@ -15,7 +15,7 @@ block's ``from_node``), a :class:`~step_hw.queue.Queue` on every edge (depth fro
   spread round-robin over up to ``k`` read ports ``m_axi_rd<i>`` and stores over up to ``k``
   write ports ``m_axi_wr<i>``, each behind an :class:`~step_hw.memory.AxiReadArbiter` /
   :class:`~step_hw.memory.AxiWriteArbiter` when it serves several operators
-  (:attr:`ElaboratedGraph.axi_managers`).
+  (:attr:`ElaboratedGraph.axi_managers`, from :func:`axi_managers`).
 
 Off-chip tensors get byte addresses in one address space (:attr:`ElaboratedGraph.memory_map`),
 4 KiB aligned, so that one memory model can serve every port. Nodes without hardware support are
@@ -42,7 +42,7 @@ from .payload import Kind, TokenFormat
 from .queue import Queue
 from .select import ToSelector
 
-__all__ = ["ElaboratedGraph", "convert", "supported_kinds"]
+__all__ = ["ElaboratedGraph", "axi_managers", "convert", "supported_kinds"]
 
 _ALIGN = 4096
 DEFAULT_CONFIG = HwConfig()
@@ -80,13 +80,36 @@ def _builders() -> dict[str, Any]:
     }
 
 
-_MEMORY = ("LinearOffChipLoad", "RandomOffChipLoad", "LinearOffChipStore", "RandomOffChipStore")
+_LOADS = ("LinearOffChipLoad", "RandomOffChipLoad")
+_MEMORY = (*_LOADS, "LinearOffChipStore", "RandomOffChipStore")
 _PLUMBING = ("Source", "Sink", "Feedback")
 
 
 def _queue_name(s: Stream, consumer: str, port: int) -> str:
     """Instance name of the queue that feeds input ``port`` of ``consumer`` from stream ``s``."""
     return f"q_{s.name.replace('.', '_')}_{consumer}_{port}"
+
+
+def axi_managers(graph: Graph, config: HwConfig = DEFAULT_CONFIG) -> dict[str, list[str]]:
+    """AXI port name -> the memory operators behind it, in graph (topological) order.
+
+    With ``config.axi_ports`` unset, one ``m_axi_<node>`` port per memory operator; with
+    ``axi_ports = k``, the loads round-robin over ``m_axi_rd0`` .. ``m_axi_rd<k-1>`` and the stores
+    over ``m_axi_wr0`` .. ``m_axi_wr<k-1>`` (only the ports that get an operator). A port's list
+    order is its arbiter's manager order (manager ``i`` is ``ID`` prefix ``i``). Pure: the
+    elaborator (:attr:`ElaboratedGraph.axi_managers`) and the simulator's ``rtl`` profile
+    (``sim.profiles.rtl``) both use it. ``graph`` should have had
+    :func:`~step_lang.passes.insert_broadcasts` applied, as both do.
+    """
+    memory = [n for n in graph.topo_order() if n.kind in _MEMORY]
+    if config.axi_ports is None:
+        return {f"m_axi_{n.name}": [n.name] for n in memory}
+    out: dict[str, list[str]] = {}
+    for half, read in (("rd", True), ("wr", False)):
+        names = [n.name for n in memory if (n.kind in _LOADS) == read]
+        for j, name in enumerate(names):
+            out.setdefault(f"m_axi_{half}{j % config.axi_ports}", []).append(name)
+    return out
 
 
 def supported_kinds() -> list[str]:
@@ -142,7 +165,7 @@ class ElaboratedGraph(wiring.Component):
                 block._MustUse__silence = True
             raise
         #: AXI port name -> the memory operators behind it, in graph order.
-        self.axi_managers = self._axi_managers(config)
+        self.axi_managers = axi_managers(graph, config)
         self._arbiters: dict[str, Any] = {}
         for port, names in self.axi_managers.items():
             if len(names) == 1:
@@ -155,17 +178,6 @@ class ElaboratedGraph(wiring.Component):
             self._arbiters[port] = arbiter = kind(n=len(names), config=config)
             members[port] = Out(arbiter.axi.signature)
         super().__init__(members)
-
-    def _axi_managers(self, config: HwConfig) -> dict[str, list[str]]:
-        memory = [n for n in self.blocks if self.graph.nodes[n].kind in _MEMORY]
-        if config.axi_ports is None:
-            return {f"m_axi_{n}": [n] for n in memory}
-        out: dict[str, list[str]] = {}
-        for half, read in (("rd", True), ("wr", False)):
-            names = [n for n in memory if self.blocks[n].axi.signature.read == read]
-            for j, n in enumerate(names):
-                out.setdefault(f"m_axi_{half}{j % config.axi_ports}", []).append(n)
-        return out
 
     @staticmethod
     def _allocate(graph: Graph) -> dict[str, dict[str, Any]]:

@@ -28,6 +28,7 @@ from step_lang import (
     Feedback,
     Graph,
     LinearOffChipLoad,
+    LinearOffChipStore,
     Map,
     Sink,
     Source,
@@ -202,3 +203,189 @@ def test_off_chip_bytes_agree_with_the_paper_profile(example, schedule):
         paper.offchip_read_bytes,
         paper.offchip_write_bytes,
     )
+
+
+# -- shared AXI ports (HwConfig.axi_ports) ------------------------------------------------------
+#
+# Loads on one read port are an AxiReadArbiter (step_hw/memory/arbiter.py: round-robin on AR from
+# the manager granted last, combinational, a request not taken stays granted) in front of one
+# cocotbext-axi AxiRamRead: R beats in AR order, one per cycle for the port, the first 2 cycles
+# after its AR; the RAM's AR queue holds 2 requests and its process takes one burst at a time,
+# so AR j is taken in cycle c only if the RAM took burst j - 2 by c - 2 (it takes a burst once the
+# previous one's last beat is in its R queue of 2, i.e. two cycles before that beat's
+# predecessor is offered). Stores on one write port likewise: W in AW order, one beat per cycle.
+# The counts below were checked against Verilator co-simulations (docs/validation.md).
+
+
+def loads(n: int) -> Graph:
+    """``n`` loads of one 4x4 int16 tile (one 4-beat burst) each, into sinks."""
+    g = Graph("loads")
+    for i in range(n):
+        t = g.tensor(f"t{i}", (4, 4), "int16")
+        Sink(LinearOffChipLoad(t, tile=(4, 4), name=f"l{i}").out, name=f"s{i}")
+    return g
+
+
+def test_two_loads_share_a_read_port():
+    # Own ports: both as test_load_one_burst (AR 5, beats 7..10, done taken at 16, 18 cycles).
+    # One port: both ARs are valid at 5; l0 is granted first (AR 5, beats 7..10), l1 the cycle
+    # after (AR 6); its beats wait for the R channel: 11..14. l1's tile leaves at 16, S2 at 17,
+    # done at 18; its sink takes done at 20 and the bench counts 22.
+    mem = {"t0": np.zeros((4, 4), np.int16), "t1": np.zeros((4, 4), np.int16)}
+    own = simulate(loads(2), mem, profile=RtlProfile())
+    profile = RtlProfile(HwConfig(axi_ports=1))
+    shared = simulate(loads(2), mem, profile=profile)
+    assert own.cycles == 18
+    assert profile.shared_ports() == {"m_axi_rd0": ["l0", "l1"]}
+    assert profile.axi_trace() == {"m_axi_rd0.ar": [5, 6], "m_axi_rd0.r": list(range(7, 15))}
+    assert [shared.queue_curves[f"l{i}.out"].last_in for i in range(2)] == [14, 18]
+    assert shared.cycles == 22
+
+
+def test_the_ram_takes_two_waiting_reads():
+    # Four loads, ARs valid at 5: granted in turn at 5, 6, 7; the fourth waits for room in the
+    # RAM's AR queue. The RAM took burst 0 at 5 and burst 1 at 7, once burst 0's last beat (10)
+    # was in its R queue, two cycles before beat 8 was offered: AR 3 in 9 = 7 + 2 (as the SwiGLU
+    # layer's load_down on one port). Beats: 7..10, 11..14, 15..18, 19..22; the last tile leaves
+    # at 24, its done token at 26, the bench counts 30.
+    mem = {f"t{i}": np.zeros((4, 4), np.int16) for i in range(4)}
+    profile = RtlProfile(HwConfig(axi_ports=1))
+    r = simulate(loads(4), mem, profile=profile)
+    assert profile.axi_trace() == {"m_axi_rd0.ar": [5, 6, 7, 9], "m_axi_rd0.r": list(range(7, 23))}
+    assert [r.queue_curves[f"l{i}.out"].last_in for i in range(4)] == [14, 18, 22, 26]
+    assert r.cycles == 30
+
+
+def fanout() -> Graph:
+    """One load of two 4x4 tiles (one 4-beat burst each), broadcast to four stores."""
+    g = Graph("fanout")
+    x = LinearOffChipLoad(g.tensor("a", (8, 4), "int16"), tile=(4, 4), name="la").out
+    for i in range(4):
+        LinearOffChipStore(x, g.tensor(f"o{i}", (8, 4), "int16"), name=f"s{i}")
+    return g
+
+
+def test_stores_share_a_write_port():
+    # Measured on Verilator (58 cycles, every AW, W and B handshake as below). The load's
+    # tiles leave at 12 and 16; the Broadcast passes each on at once and all four stores take
+    # tile 0 at 16 and tile 1 at 20, so their AWs are valid from 19 and 23. AW: s0, s1, s2 at
+    # 19, 20, 21; s3 waits for the RAM's AW queue: it took burst 1 at 24, after burst 0's last
+    # W beat (W 21..24), so 26. W beats follow in AW order, 4 per burst, from 21 without a gap;
+    # B 2 cycles after each burst's last beat. Tile 1's AWs wait for the RAM the same way (30,
+    # 34, 38, 42: 2 cycles after the RAM took the burst two before). The last B (54) plus the
+    # store's 4 cycles to `done`: 58.
+    mem = {"a": np.arange(32, dtype=np.int16).reshape(8, 4)}
+    profile = RtlProfile(HwConfig(axi_ports=1))
+    r = simulate(fanout(), mem, profile=profile)
+    assert profile.shared_ports() == {"m_axi_wr0": ["s0", "s1", "s2", "s3"]}
+    trace = profile.axi_trace()
+    assert trace["m_axi_wr0.aw"] == [19, 20, 21, 26, 30, 34, 38, 42]
+    assert trace["m_axi_wr0.w"] == list(range(21, 53))
+    assert trace["m_axi_wr0.b"] == [26, 30, 34, 38, 42, 46, 50, 54]
+    assert all(np.array_equal(r.memory[f"o{i}"], mem["a"]) for i in range(4))
+    assert r.cycles == 58
+    assert simulate(fanout(), mem, profile=RtlProfile()).cycles == 34  # four write ports
+
+
+@pytest.mark.parametrize(("ports", "cycles"), [(None, 66), (1, 106), (2, 80)])
+def test_swiglu_on_shared_ports(ports, cycles):
+    # The hardware-size SwiGLU layer against Verilator (docs/validation.md): 66 cycles with a
+    # port per operator, 106 with its four loads on one read port, 80 on two; every AR and R
+    # handshake on the shared ports as in the co-simulation.
+    from examples import swiglu
+
+    for seed in (1, 3):
+        mem = swiglu.inputs(swiglu.HW_CONFIG, seed=seed)
+        r = simulate(swiglu.hardware(), mem, profile=RtlProfile(HwConfig(axi_ports=ports)))
+        assert r.cycles == cycles
+
+
+def test_head_of_line_blocking_deadlocks_like_the_rtl():
+    # The validation sweep's SwiGLU with 1x1 tiles on one read port: load_down reads ahead until
+    # its output and tile queues are full; its next tile's last R beat then waits for the
+    # down-projection, which waits for gate and up, whose loads' beats are behind that beat on
+    # the port. The co-simulation stalls with the same four full queues.
+    from examples import swiglu
+    from sim import SimDeadlock
+
+    size = swiglu.SwiGLUConfig(batch=16, hidden=4, intermediate=32, dtype="int16")
+    hw = HwConfig(tile_rows=16, tile_cols=4)
+    graph = swiglu.hardware(1, 1, hw, size)
+    profile = RtlProfile(HwConfig(tile_rows=16, tile_cols=4, axi_ports=1))
+    with pytest.raises(SimDeadlock, match="shared AXI port m_axi_rd0") as err:
+        simulate(graph, swiglu.inputs(size, seed=0), profile=profile)
+    full = {q for q, n in err.value.queues.items() if n == 3}
+    assert full == {"load_down.out", "load_x.out", "load_x_out_bc.out0", "load_x_out_bc.out1"}
+
+
+def test_a_load_may_wait_on_an_idle_port():
+    # lb's reference comes out of two 64-cycle MAC-array steps (lanes=1): the shared port is idle
+    # from cycle 11 (la's beats are 7..10) to 138 and, while lb waits for its tile, nothing else
+    # is scheduled. That is not a deadlock: lb's AR (139: the reference enters its queue at 133,
+    # is seen at 135, the walk starts at 136) and beats follow, as on a port of its own.
+    g = Graph("late_ref")
+    t = StreamType(Tile(INT16, 4, 4), (1, 1))
+    a, b, c = (Source(g, t, name=n).out for n in "abc")
+    mm = Map(a, b, fn=FX.matmul_out("int16"), name="mm").out
+    ref = Map(mm, c, fn=FX.matmul_out("int16"), name="mm2").out
+    x, y = g.tensor("x", (4, 4), "int16"), g.tensor("y", (4, 4), "int16")
+    Sink(LinearOffChipLoad(x, tile=(4, 4), name="la").out, name="sa")
+    Sink(LinearOffChipLoad(y, tile=(4, 4), ref=ref, name="lb").out, name="sb")
+    inputs = {n: [[np.ones((4, 4), np.int16)]] for n in "abc"}
+    mem = {"x": np.zeros((4, 4), np.int16), "y": np.zeros((4, 4), np.int16)}
+    own = simulate(g, mem, inputs=inputs, profile=RtlProfile(HwConfig(lanes=1)))
+    profile = RtlProfile(HwConfig(lanes=1, axi_ports=1))
+    shared = simulate(g, mem, inputs=inputs, profile=profile)
+    assert profile.axi_trace()["m_axi_rd0.ar"] == [5, 139]
+    assert shared.cycles == own.cycles
+
+
+@pytest.mark.parametrize(
+    ("example", "schedule"),
+    [("swiglu", "mn_mk"), ("moe", "static"), ("moe", "dynamic"), ("attention", "dynamic")],
+)
+@pytest.mark.parametrize("ports", [1, 2, 3])
+def test_ports_are_the_elaborators(example, schedule, ports):
+    # The profile takes the port assignment from step_hw.elaborate.axi_managers, as the
+    # elaborator does: the same operators on the same ports, in arbiter (ID prefix) order.
+    from step_hw.elaborate import ElaboratedGraph
+    from stepcli.sizing import hardware_case
+
+    graph, (memory,) = hardware_case(example, schedule)
+    config = HwConfig(axi_ports=ports)
+    top = ElaboratedGraph(graph, config)
+    for block in [top, *top.blocks.values(), *top._arbiters.values()]:
+        block._MustUse__silence = True  # built to inspect, never elaborated
+    profile = RtlProfile(config)
+    simulate(graph, memory, profile=profile)
+    shared = {port: names for port, names in top.axi_managers.items() if len(names) > 1}
+    assert shared and profile.shared_ports() == shared
+
+
+@pytest.mark.parametrize(
+    ("example", "schedule"),
+    [("swiglu", "mn_mk"), ("moe", "static"), ("moe", "time-mux"), ("attention", "dynamic")],
+)
+def test_port_model_of_one_operator_is_the_per_operator_model(example, schedule, monkeypatch):
+    # The cycle-by-cycle port model with one manager per port (loads with and without
+    # references, random loads and stores) gives every stream the per-operator model's times.
+    from stepcli.sizing import hardware_case
+
+    graph, (memory,) = hardware_case(example, schedule)
+    own = simulate(graph, memory, profile=RtlProfile())
+    monkeypatch.setattr(RtlProfile, "_port_model_from", 1)
+    graph, (memory,) = hardware_case(example, schedule)
+    profile = RtlProfile()
+    modelled = simulate(graph, memory, profile=profile)
+    assert len(profile.shared_ports()) > 3
+    assert modelled.cycles == own.cycles
+    assert modelled.queue_curves == own.queue_curves
+
+
+def test_a_profile_runs_twice():
+    mem = {f"t{i}": np.zeros((4, 4), np.int16) for i in range(4)}
+    profile = RtlProfile(HwConfig(axi_ports=1))
+    graph = loads(4)
+    assert simulate(graph, mem, profile=profile).cycles == 30
+    assert simulate(graph, mem, profile=profile).cycles == 30
+    assert profile.axi_trace()["m_axi_rd0.ar"] == [5, 6, 7, 9]

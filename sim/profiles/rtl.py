@@ -28,6 +28,17 @@ of every hardware block (their docstrings; ``docs/hardware.md``), it predicts th
 * **Stores** (``memory/store.py``). A tile's AW leaves ``store_issue`` cycles after the take, its
   W beats ``aw_to_w`` cycles after AW, one per cycle; B follows the last beat after
   ``write_response`` cycles; ``done`` rises ``done_latency`` cycles after the last B.
+* **Shared AXI ports** (``HwConfig.axi_ports``). The memory operators share ports as the
+  elaborator assigns them (``step_hw.elaborate.axi_managers``); a port with several is an
+  ``AxiReadArbiter`` / ``AxiWriteArbiter`` (``step_hw/memory/arbiter.py``) in front of one
+  cocotbext-axi RAM, simulated cycle by cycle (:class:`ReadPort`, :class:`WritePort`). The
+  arbiter adds no latency: AR (AW) is round-robin from the manager granted last, combinational,
+  and a request the RAM does not take at once stays granted until it does; R beats return in AR
+  order, one per cycle for the whole port, so a load's tile-queue back-pressure on a tile's last
+  beat stalls every load behind it (and can deadlock the graph, as in hardware); W beats pass in
+  AW order, one per cycle. The RAM's AR (AW) queue holds two requests: the RAM's own process
+  takes one burst at a time from it, so ``arready`` drops when two wait (``ReadPort``). A port
+  with one operator is wires, modelled as above.
 * **The end of the run.** The graph's ``done`` (``step_hw.elaborate``) is the AND of ``running``,
   every LinearStore's sticky ``done`` and, per Sink, a "done token seen" register set at the
   clock edge that ends the cycle the Sink takes its done token. The bench
@@ -41,7 +52,8 @@ of every hardware block (their docstrings; ``docs/hardware.md``), it predicts th
 
 The memory constants are cocotbext-axi ``AxiRam``'s, measured on the generated SwiGLU layer
 (``docs/validation.md``): AR to the first R beat 2 cycles, last W beat to B 2 cycles. Every
-``m_axi`` port has its own RAM front end, so ports do not share bandwidth.
+``m_axi`` port has its own RAM front end over one memory, so different ports do not share
+bandwidth; the operators on one shared port do.
 """
 
 from __future__ import annotations
@@ -57,6 +69,7 @@ from step_lang.tokens import DONE, Stop, is_data, to_tokens
 
 from ..memory import MemoryConfig
 from .base import NodeTiming, TimingProfile, WaitFor
+from .rtl_ports import Port, PortRun, ReadPort, WritePort
 
 __all__ = ["RtlProfile"]
 
@@ -93,6 +106,14 @@ class RtlProfile(TimingProfile):
     _feedbacks: tuple[Any, int, dict] = field(
         default=(None, 0, {}), init=False, repr=False, compare=False
     )
+    # the last graph's shared AXI ports: (graph, its node count, node -> (port, index, managers),
+    # port -> the current run's port model, the current run)
+    _axi: tuple[Any, int, dict, dict, Any] = field(
+        default=(None, 0, {}, {}, None), init=False, repr=False, compare=False
+    )
+    # Ports with at least this many operators get the cycle-by-cycle port model (tests set 1 to
+    # check that the port model of one manager is the per-operator model).
+    _port_model_from = 2
 
     @property
     def channel_depth(self) -> int:  # type: ignore[override]
@@ -134,16 +155,59 @@ class RtlProfile(TimingProfile):
             s = fb.outputs[0]
         return node.graph.queue_depths.get(s.name, self.config.queue_depth)
 
+    def _shared_port(self, node: Node, timing: _Load | _Store) -> Port | None:
+        """Register ``timing`` with the model of the AXI port it shares with other memory
+        operators (``step_hw.elaborate.axi_managers``: the elaborator's own assignment), if any."""
+        g = node.graph
+        graph, size, where, ports, run = self._axi
+        if graph is not g or size != len(g.nodes):
+            from step_hw.elaborate import axi_managers
+
+            where = {
+                name: (port, i, len(names))
+                for port, names in axi_managers(g, self.config).items()
+                for i, name in enumerate(names)
+            }
+            graph, size, ports, run = g, len(g.nodes), {}, PortRun()
+        port_name, index, n = where.get(node.name, (None, 0, 1))
+        if n < self._port_model_from:
+            return None  # a port of its own (an arbiter of one manager is wires)
+        port = ports.get(port_name)
+        if port is not None and port.managers[index] is not None:
+            ports, run, port = {}, PortRun(), None  # this node again: a new run, idle ports
+        if port is None:
+            kind = ReadPort if isinstance(timing, _Load) else WritePort
+            port = ports[port_name] = kind(self, port_name, n, run)
+        port.managers[index] = timing
+        self._axi = (graph, size, where, ports, run)
+        return port
+
+    def shared_ports(self) -> dict[str, list[str]]:
+        """The last run's shared AXI ports and their memory operators, in arbiter order (as
+        ``step_hw.elaborate.axi_managers``, without the ports of one operator)."""
+        return {name: [m.node.name for m in port.managers] for name, port in self._axi[3].items()}
+
+    def axi_trace(self) -> dict[str, list[int]]:
+        """Handshake cycles on the shared AXI ports of the last run, keyed as
+        ``rtl_tests.cosim.run(..., trace=True)`` keys its AXI channels (``"m_axi_rd0.ar"``,
+        ``"m_axi_rd0.r"``, ``"m_axi_wr0.aw"``, ``"m_axi_wr0.w"``, ``"m_axi_wr0.b"``), for
+        comparison with the RTL. Ports of one operator are not listed."""
+        out: dict[str, list[int]] = {}
+        for name, port in self._axi[3].items():
+            for channel, cycles in port.trace().items():
+                out[f"{name}.{channel}"] = list(cycles)
+        return out
+
     def node_timing(self, node: Node, resident: list[bool]) -> NodeTiming:
         kind = node.kind
-        if kind == "LinearOffChipLoad":
-            return _Load(self, node)
-        if kind == "RandomOffChipLoad":
-            return _Load(self, node, random=True)
-        if kind == "LinearOffChipStore":
-            return _Store(self, node)
-        if kind == "RandomOffChipStore":
-            return _RandomStore(self, node)
+        if kind in ("LinearOffChipLoad", "RandomOffChipLoad"):
+            load = _Load(self, node, random=kind == "RandomOffChipLoad")
+            load.share(self._shared_port(node, load))
+            return load
+        if kind in ("LinearOffChipStore", "RandomOffChipStore"):
+            store = _Store(self, node) if kind == "LinearOffChipStore" else _RandomStore(self, node)
+            store.share(self._shared_port(node, store))
+            return store
         if kind == "Sink":
             return _Sink(self)
         if kind == "Source":
@@ -201,6 +265,52 @@ class _Clocked(NodeTiming):
 
     def sent(self, port: int, token: Any) -> None:
         self.last_push[port] = self.now
+
+    # -- memory operators on a shared AXI port ---------------------------------------------------
+
+    port: Port | None = None
+
+    def share(self, port: Port | None) -> None:
+        self.port = port
+
+    def _wait(self, settled: Any, what: str) -> Any:
+        """Sleep a cycle at a time until ``settled()``: a result of the shared port that the
+        engine's clock has not reached yet (``Port``). The engine has no hook for a node that
+        must wait for time to pass before it can tell when it sends or takes a token, so the
+        shared-port nodes wrap their ``SimIO.send`` / ``SimIO.recv`` (``attach``) with this.
+
+        If only such waiting nodes are left and for 64 cycles no shared port has moved and no
+        node has started to wait (a port's own latencies are a few cycles), nothing can change
+        any more: a deadlock, which the engine reports as usual (e.g. loads whose R beats are
+        stuck behind a tile that its load's full tile queue cannot take)."""
+        if settled():
+            return
+        run, proc, engine = self.port.run, self.io.proc, self.io.engine
+        self._waits_for = f"{what} over the shared AXI port {self.port.name}"
+        run.waiting.add(proc.idx)
+        run.moved = max(run.moved, self.now)
+        try:
+            while not settled():
+                if self.now - run.moved > 64 and _only_waiting(engine, run.waiting):
+                    for i in run.waiting:
+                        engine.procs[i].waiting = engine.procs[i].timing._waits_for
+                    engine._deadlock()
+                yield ("sleep", 1)
+        finally:
+            run.waiting.discard(proc.idx)
+
+    _waits_for = ""
+
+
+def _only_waiting(engine: Any, waiting: set[int]) -> bool:
+    """Whether every pending event of ``engine`` wakes a node in ``waiting``."""
+    for _, _, idx, epoch in engine.heap:
+        if idx < 0:
+            return False
+        proc = engine.procs[idx]
+        if not proc.done and proc.epoch == epoch and idx not in waiting:
+            return False
+    return True
 
 
 def _fn_args(node: Node, toks: list[Any]) -> list[Any]:
@@ -398,6 +508,9 @@ class _Load(_Clocked):
         return idx
 
     def on_recv(self, port: int, token: Any) -> int:
+        if self.port is not None:
+            self.refs.append((self.io.visible, token))
+            return 0
         # A reference token starts the sequencer one cycle after it is seen; an address is a
         # command of the tile reader at once.
         self.walk_start = self.io.visible + (0 if self.random else 1)
@@ -442,6 +555,16 @@ class _Load(_Clocked):
 
     def on_send(self, port: int, token: Any) -> int:
         now = self.now
+        if self.port is not None:
+            i = len(self.out_pops)  # this token's command (``_more``)
+            w = self.cmd_tile[i]
+            if w is not None:
+                self.offchip_read += self.tile_bytes
+                ready = self.tile_r[w] + 2  # known: ``attach`` waited for it
+            else:
+                ready = self._entry(self.cmd_entry[i]) + (2 if self.random else 1)
+            t = max(ready, self.last_push[port] + self.spacing[port])
+            return max(0, math.ceil(t - now)) if t > now else 0
         if is_data(token):
             if self.random:
                 ready = self._read_tile(self.rand_k)
@@ -460,6 +583,187 @@ class _Load(_Clocked):
                 self.entry + (2 if self.random else 1), self.last_push[port] + self.spacing[port]
             )
         return max(0, math.ceil(t - now)) if t > now else 0
+
+    # -- on a shared read port (``ReadPort``) ---------------------------------------------------
+    #
+    # The port is simulated in time order, so a load's requests must be known before its node
+    # gets to send the tiles (it reads ahead): its commands (one per output token; ``_more``)
+    # come from its walk, and from the reference or address tokens it has taken (``refs``) and
+    # those waiting in its input queue, as ``LinearOffChipLoad.execute`` would turn them into
+    # tokens; sequencer entries, bursts and R beats follow as above.
+
+    def share(self, port: Port | None) -> None:
+        self.port = port
+        if port is None:
+            return
+        self.mo = self.p.config.max_outstanding
+        self.refs: list[tuple[float, Any]] = []  # input tokens taken, with their visible cycle
+        self.used = 0  # input tokens turned into commands
+        self.cmd_tile: list[int | None] = []  # per output token: its tile (number), if any
+        self.cmd_entry: list[int] = []  # per output token: the last sequencer entry so far
+        self.entry_start: list[float] = []  # per entry: its walk's (or command's) start
+        self.entry_at: list[float] = []  # per entry: its cycle (a prefix: ``_entry``)
+        self.tile_k: list[int] = []  # per tile: the tensor tile it reads
+        self.tile_entry: list[int] = []  # per tile: its entry
+        self.burst_of: list[tuple[int, int, int, bool]] = []  # (tile, index, beats, closes it)
+        self.ar: list[int] = []  # per burst: AR handshake
+        self.r_last: list[int] = []  # per burst: last R beat
+        self.tile_r: list[int] = []  # per tile: last R beat
+        self._out: list[Any] = []
+        if self.node.inputs and not self.random:
+            from step_lang.stoprules import BlockWriter
+
+            def put(token: Any) -> Any:
+                self._out.append(token)
+                return iter(())
+
+            rank = self.node.inputs[0].rank
+            self.writer = BlockWriter(put, len(self.node.out_shape), input_rank=rank)
+
+    def attach(self, io: Any) -> None:
+        super().attach(io)
+        if self.port is not None:
+            send = io.send
+
+            def send_when_read(j: int, token: Any) -> Any:
+                yield from self._wait(lambda: self._tile_read(token), "a tile")
+                yield from send(j, token)
+
+            io.send = send_when_read
+
+    def _tile_read(self, token: Any) -> bool:
+        i = len(self.out_pops)
+        while i >= len(self.cmd_tile):
+            if not self._more():
+                raise RuntimeError(f"rtl profile: no command for token {i} of '{self.node.name}'")
+        w = self.cmd_tile[i]
+        if (w is None) != (not is_data(token)):
+            raise RuntimeError(f"rtl profile: token {i} of '{self.node.name}' is not its command's")
+        if w is None or w < len(self.tile_r):
+            return True
+        self.port.advance(self.now)
+        return w < len(self.tile_r)
+
+    def _walk(self) -> list[Any]:
+        """The tokens of one walk, tiles as their tensor tile numbers."""
+        from step_lang.stoprules import grid_tokens
+
+        n = self.node
+        return grid_tokens(
+            n.out_shape, lambda m: [n.base + sum(i * s for i, s in zip(m, n.stride, strict=True))]
+        )
+
+    def _command(self, token: Any, start: float, entry: bool) -> None:
+        if entry:
+            self.entry_start.append(start)
+        e = len(self.entry_start) - 1
+        self.cmd_entry.append(e)
+        if is_data(token):
+            self.cmd_tile.append(len(self.tile_k))
+            self.tile_k.append(token)
+            self.tile_entry.append(e)
+        else:
+            self.cmd_tile.append(None)
+
+    def _more(self) -> bool:
+        """Commands for the next input token (without inputs: the walk); False if that token has
+        not been sent yet."""
+        node = self.node
+        if not node.inputs:
+            if self.cmd_tile:
+                return False
+            for t in [*self._walk(), DONE]:  # stops leave with their tile's entry
+                self._command(t, self.p.load_start, not isinstance(t, Stop))
+            return True
+        i, taken = self.used, len(self.refs)
+        queue = self.io.inputs[0].q
+        if i < taken:
+            visible, token = self.refs[i]
+        elif i - taken < len(queue):
+            visible, token = queue[i - taken]
+        else:
+            return False
+        self.used += 1
+        if self.random:  # an address is a command at once; stops and done are commands too
+            if is_data(token):
+                k = int(token.reshape(-1)[0])
+                token = k if 0 <= k < len(self.bursts) else 0
+            self._command(token, visible, True)
+            return True
+        out, w = self._out, self.writer  # LinearOffChipLoad.execute's BlockWriter
+        out.clear()
+        if token is DONE:
+            steps = w.done()
+        elif isinstance(token, Stop):
+            steps = w.outer_stop(token.level)
+        else:
+            steps = w.block(self._walk())
+        for _ in steps:
+            pass
+        for t in out:  # a reference's tokens are entries of their own, stops included
+            self._command(t, visible + 1, True)
+        return True
+
+    def _entry(self, e: int) -> float | None:
+        """Cycle of sequencer entry ``e`` (as ``_entry_time``), or None while the token whose
+        departure frees its order-queue slot has not left."""
+        at = self.entry_at
+        while len(at) <= e:
+            x = len(at)
+            while x >= len(self.entry_start):
+                if not self._more():
+                    return None
+            t = max(at[-1] + 1 if at else self.p.load_start, self.entry_start[x])
+            j = x - self.order_depth
+            if j >= 0:
+                if j >= len(self.out_pops):
+                    return None
+                t = max(t, self.out_pops[j] + 1)
+            at.append(t)
+        return at[e]
+
+    def ar_valid(self, c: int) -> bool:
+        """Whether the load offers its next burst in cycle ``c``."""
+        n = len(self.ar)
+        while n >= len(self.burst_of):
+            w = self.burst_of[-1][0] + 1 if self.burst_of else 0
+            while w >= len(self.tile_k):
+                if not self._more():
+                    return False
+            bursts = self.bursts[self.tile_k[w]]
+            for b, beats in enumerate(bursts):
+                self.burst_of.append((w, b, beats, b == len(bursts) - 1))
+        w, b, _, _ = self.burst_of[n]
+        e = self._entry(self.tile_entry[w])
+        if e is None:
+            return False
+        t = e + self.p.load_issue + b
+        if n:
+            t = max(t, self.ar[n - 1] + 1)
+        if n >= self.mo:  # a slot frees the cycle after a burst's last beat
+            if n - self.mo >= len(self.r_last):
+                return False
+            t = max(t, self.r_last[n - self.mo] + 1)
+        return t <= c
+
+    def ar_done(self, c: int) -> int:
+        """The next burst's AR was taken in cycle ``c``; its beats."""
+        self.ar.append(c)
+        return self.burst_of[len(self.ar) - 1][2]
+
+    def r_ready(self, n: int, c: int) -> bool:
+        """``rready`` for the last beat of burst ``n`` in cycle ``c``: a tile's last beat needs
+        room in the tile queue (3)."""
+        w, _, _, closes = self.burst_of[n]
+        j = w - 3
+        if not closes or j < 0:
+            return True
+        return j < len(self.tile_pops) and self.tile_pops[j] + 1 <= c
+
+    def r_done(self, n: int, c: int) -> None:
+        self.r_last.append(c)
+        if self.burst_of[n][3]:
+            self.tile_r.append(c)
 
     def sent(self, port: int, token: Any) -> None:
         now = self.now
@@ -499,12 +803,18 @@ class _Store(_Clocked):
         self._write(self.k % len(self.bursts))
         return 0
 
-    def _write(self, index: int) -> float:
-        """AW, W and B of tile ``index`` taken now; the cycle of its last B response."""
+    def _write(self, index: int) -> float | None:
+        """AW, W and B of tile ``index`` taken now; the cycle of its last B response (None on a
+        shared port: the port simulates them later, ``aw_done``)."""
         p, axi = self.p, self.axi
         bursts = self.bursts[index]
         self.offchip_written += self.tile_bytes
         self.k += 1
+        if self.port is not None:
+            w = len(self.takes)
+            self.takes.append(self.now)
+            self.burst_of += [(w, b, n, b == len(bursts) - 1) for b, n in enumerate(bursts)]
+            return None
         t = self.now + p.store_issue
         last = t
         for i, beats in enumerate(bursts):
@@ -519,6 +829,77 @@ class _Store(_Clocked):
             axi.slots.append(b + 1)
         self.w_last.append(last)
         return b
+
+    # -- on a shared write port (``WritePort``) -------------------------------------------------
+    #
+    # A take registers the tile's bursts (``_write``); the port issues them in time order. The
+    # node waits (``attach``) before it takes a tile that needs a slot of the tile queue freed
+    # by a write the port has not simulated yet, or its done token while a write is pending.
+
+    data_port = 0
+
+    def share(self, port: Port | None) -> None:
+        self.port = port
+        if port is None:
+            return
+        self.mo = self.p.config.max_outstanding
+        self.takes: list[float] = []  # per tile: the cycle it was taken
+        self.burst_of: list[tuple[int, int, int, bool]] = []  # (tile, index, beats, closes it)
+        self.aw: list[int] = []  # per burst: AW handshake
+        self.b_resp: list[int] = []  # per burst: B response
+        self.tile_b: list[int] = []  # per tile: its last B response
+
+    def attach(self, io: Any) -> None:
+        super().attach(io)
+        if self.port is not None:
+            recv, data = io.recv, self.data_port
+
+            def recv_when_written(i: int) -> Any:
+                if i == data:
+                    token = yield from io.peek(i)
+                    yield from self._wait(lambda: self._written(token), "a write")
+                return (yield from recv(i))
+
+            io.recv = recv_when_written
+
+    def _written(self, token: Any) -> bool:
+        """Whether the port has simulated the writes that taking ``token`` depends on."""
+
+        def known() -> bool:
+            if is_data(token):
+                return self.k < 3 or self.k - 3 < len(self.w_last)
+            return token is not DONE or len(self.aw) == len(self.burst_of)
+
+        if known():
+            return True
+        self.port.advance(self.now)
+        return known()
+
+    def aw_valid(self, c: int) -> bool:
+        """Whether the store offers its next burst in cycle ``c``."""
+        n = len(self.aw)
+        if n >= len(self.burst_of):
+            return False
+        w, b, _, _ = self.burst_of[n]
+        t = self.takes[w] + self.p.store_issue + b
+        if n:
+            t = max(t, self.aw[n - 1] + 1)
+        if n >= self.mo:  # a slot frees the cycle after a burst's B response
+            t = max(t, self.b_resp[n - self.mo] + 1)
+        return t <= c
+
+    def aw_beats(self) -> int:
+        return self.burst_of[len(self.aw)][2]
+
+    def aw_done(self, c: int, w_last: int, b: int) -> None:
+        """The next burst's AW was taken in cycle ``c``; its last W beat and its B response."""
+        n = len(self.aw)
+        self.aw.append(c)
+        self.b_resp.append(b)
+        self.last_b = max(self.last_b, b)
+        if self.burst_of[n][3]:
+            self.w_last.append(w_last)
+            self.tile_b.append(b)
 
 
 class _RandomStore(_Store):
@@ -545,7 +926,9 @@ class _RandomStore(_Store):
             return 0
         self.last_take = now
         if is_data(token):
-            self.ack_at = max(self.ack_at, self._write(self.addr) + 1)
+            b = self._write(self.addr)
+            if b is not None:
+                self.ack_at = max(self.ack_at, b + 1)
         else:
             self.ack_at = max(self.ack_at, now + 2)
         return 0
@@ -558,4 +941,20 @@ class _RandomStore(_Store):
         t = self.last_push[port] + self.spacing[port]
         if token is DONE:
             t = max(t, self.ack_at)
+            if self.port is not None and self.tile_b:
+                t = max(t, max(self.tile_b) + 1)
         return max(0, math.ceil(t - self.now)) if t > self.now else 0
+
+    data_port = 1
+
+    def attach(self, io: Any) -> None:
+        super().attach(io)
+        if self.port is not None:
+            send = io.send
+
+            def send_when_written(j: int, token: Any) -> Any:
+                if token is DONE:
+                    yield from self._wait(lambda: self._written(DONE), "its writes")
+                yield from send(j, token)
+
+            io.send = send_when_written
