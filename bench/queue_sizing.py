@@ -12,11 +12,12 @@ runs every image without deadlock and within the same tolerance of the depth-102
 (``stepcli.sizing.HARDWARE``) follow with the simulator's ``rtl`` profile and hardware token
 widths (``"profile": "rtl"``).
 
-``--cosim`` also builds every hardware-size case twice, with the sized queues and with every
-queue 1024 deep, and co-simulates both on each image (``rtl_tests.sizing_cosim``): each ``rtl``
-case then has ``"cosim": [{"image", "cycles_sized", "cycles_deep", "mismatched"}]`` (output
-tensors that differ from the interpreter's; empty when bit-exact). The builds are those of
-``make test-all``'s ``rtl_tests/test_sizing_verilator.py`` and are cached under ``build/cosim/``.
+``--cosim`` also confirms every hardware-size case on the RTL (``rtl_tests.sizing_cosim``):
+the sized design and the design with every queue 1024 deep are built and co-simulated on each
+image, and queues that fall behind are grown until every image is within 2%. Each ``rtl`` case
+then has ``"cosim": {"holds", "runs": [{"image", "cycles_sized", "cycles_deep", "mismatched"}],
+"rounds", "depths"}`` and ``"bits_sized_cosim"``. The builds are those of ``make test-all``'s
+``rtl_tests/test_sizing_verilator.py`` and are cached under ``build/cosim/``.
 """
 
 from __future__ import annotations
@@ -53,11 +54,14 @@ def _case(example: str, schedule: str, report: Any, wall: float, profile: str) -
     }
 
 
-def _cosim(example: str, schedule: str, report: Any) -> list[dict[str, Any]]:
-    from rtl_tests.sizing_cosim import cosim_sized
+def _cosim(example: str, schedule: str, report: Any) -> dict[str, Any]:
+    from rtl_tests.sizing_cosim import confirm_in_cosim
+    from sim.sizing import queue_bits
 
     _, memories = hardware_case(example, schedule, IMAGES)
-    return [run.to_json() for run in cosim_sized(example, schedule, report.depths, memories)]
+    confirmed = confirm_in_cosim(example, schedule, report.depths, memories)
+    return {"bits_sized_cosim": queue_bits(report.bits, confirmed.depths),
+            "cosim": confirmed.to_json()}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             report = size_hardware(example, schedule, images=IMAGES)
             cases.append(_case(example, schedule, report, time.perf_counter() - t0, "rtl"))
             if args.cosim:
-                cases[-1]["cosim"] = _cosim(example, schedule, report)
+                cases[-1].update(_cosim(example, schedule, report))
             print(f"{example:<10} {schedule:<12} {cases[-1]}", flush=True)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps({"cases": cases}, indent=1))
