@@ -11,6 +11,8 @@ def insert_broadcasts(graph: Graph) -> Graph:
     """Give every stream read by more than one input an explicit Broadcast node.
 
     Idempotent; mutates and returns ``graph``. Broadcast nodes are named ``<producer>_<port>_bc``.
+    A Broadcast output's queue gets the read stream's depth (``Graph.queue_depths``) unless it
+    already has one (e.g. from queue sizing, which names every stream of the broadcast graph).
     """
     from .ops.routing import Broadcast
 
@@ -23,6 +25,6 @@ def insert_broadcasts(graph: Graph) -> Graph:
         bc = Broadcast(s, len(uses), name=f"{s.node.name}_{s.node.output_names[s.port]}_bc")
         for k, (node, i) in enumerate(uses):
             node.inputs[i] = bc.outputs[k]
-            if s.name in graph.queue_depths:
-                graph.queue_depths[bc.outputs[k].name] = graph.queue_depths[s.name]
+            if s.name in graph.queue_depths:  # unless the output has a depth of its own
+                graph.queue_depths.setdefault(bc.outputs[k].name, graph.queue_depths[s.name])
     return graph

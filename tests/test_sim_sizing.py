@@ -188,6 +188,30 @@ def test_the_elaborated_hardware_takes_the_sized_depths():
     assert g.sizing.bits == {s: token_bits(stream, hw) for s, stream in sim_streams(g).items()}
 
 
+def test_sized_depths_hold_on_a_graph_built_again():
+    """Depths sized on one graph (broadcasts inserted) apply to the same graph built afresh, as
+    co-simulation and `step size-queues --verilog` use them: a broadcast output keeps its own
+    depth rather than the read stream's."""
+    from examples import swiglu
+    from step_hw.elaborate import ElaboratedGraph
+    from step_lang.passes import insert_broadcasts
+
+    sized = insert_broadcasts(swiglu.hardware())
+    bcs = [n for n in sized.nodes.values() if n.kind == "Broadcast"]
+    assert bcs
+    depths = {s.name: 1 for s in sim_streams(sized).values()}
+    for k, s in enumerate(bcs[0].outputs):
+        depths[s.name] = 3 + k
+    fresh = swiglu.hardware()
+    fresh.queue_depths.update(depths)
+    desc = ElaboratedGraph(fresh, HwConfig()).description()["queues"]
+    built = {info["stream"]: info["depth"] for info in desc.values()}
+    assert {s.name: built[s.name] for s in bcs[0].outputs} == {
+        s.name: 3 + k for k, s in enumerate(bcs[0].outputs)
+    }
+    assert built == {name: depths[name] for name in built}
+
+
 def sim_streams(g):
     return {s.name: s for n in g.nodes.values() for s in n.outputs}
 
