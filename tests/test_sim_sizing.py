@@ -192,6 +192,8 @@ def test_sized_depths_hold_on_a_graph_built_again():
     """Depths sized on one graph (broadcasts inserted) apply to the same graph built afresh, as
     co-simulation and `step size-queues --verilog` use them: a broadcast output keeps its own
     depth rather than the read stream's."""
+    from amaranth.hdl import Fragment
+
     from examples import swiglu
     from step_hw.elaborate import ElaboratedGraph
     from step_lang.passes import insert_broadcasts
@@ -204,7 +206,9 @@ def test_sized_depths_hold_on_a_graph_built_again():
         depths[s.name] = 3 + k
     fresh = swiglu.hardware()
     fresh.queue_depths.update(depths)
-    desc = ElaboratedGraph(fresh, HwConfig()).description()["queues"]
+    top = ElaboratedGraph(fresh, HwConfig())
+    desc = top.description()["queues"]
+    Fragment.get(top, None)  # elaborates every block (and marks them used)
     built = {info["stream"]: info["depth"] for info in desc.values()}
     assert {s.name: built[s.name] for s in bcs[0].outputs} == {
         s.name: 3 + k for k, s in enumerate(bcs[0].outputs)
