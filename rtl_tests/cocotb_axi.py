@@ -190,3 +190,49 @@ async def bursts_in_flight(dut: SimHandleBase) -> None:
     # For the pytest side, which reports the measurement.
     with open(os.environ["AXI_REPORT"], "w") as f:
         f.write(f"{rate:.4f} {stats['most']} {len(tiles)} {tiles[-1] - tiles[0] + 1}\n")
+
+
+@cocotb.test(timeout_time=1, timeout_unit="ms")
+@cocotb.parametrize(resp=["SLVERR", "DECERR"])
+async def axi_error_response(dut: SimHandleBase, resp: str) -> None:
+    """The memory answers the first tensor's reads (writes) with ``resp``: the controller still
+    finishes its streams, and raises its sticky ``error`` flag, which stays high."""
+    from cocotbext.axi import AxiResp
+
+    Clock(dut.clk, 10, unit="ns").start()
+    rng = random.Random(random.getrandbits(32))
+    stim = CASE.stimulus(rng, rows=[2, 3])  # every case moves at least one tile
+    bench = AxiBench(dut, "always", rng)
+    bench.load(stim, rng)
+    ram, code = bench.ram, AxiResp[resp]
+    ((addr, array),) = stim.memory.items()
+    lo, hi = addr, addr + array.nbytes
+    write = CASE.kind.endswith("Store")
+    access = ram._write if write else ram._read
+
+    async def failing(address: int, data_or_length):  # AxiRam answers SLVERR where this raises
+        if lo <= address < hi:
+            raise OSError(f"injected {resp} at {address:#x}")
+        return await access(address, data_or_length)
+
+    channel = ram.b_channel if write else ram.r_channel
+    send = channel.send
+
+    async def send_code(beat) -> None:  # SLVERR as AxiRam gives it, or rewritten to DECERR
+        field = "bresp" if write else "rresp"
+        if getattr(beat, field) == AxiResp.SLVERR:
+            setattr(beat, field, code)
+        await send(beat)
+
+    if write:
+        ram._write = failing
+    else:
+        ram._read = failing
+    channel.send = send_code
+    await reset(dut.clk, dut.rst)  # (_run resets too) the flag of an earlier test is cleared
+    assert int(dut.error.value) == 0
+    await _run(dut, stim, "always", rng)
+    assert int(dut.error.value) == 1, f"{resp} did not raise the error flag"
+    for _ in range(20):  # sticky
+        await RisingEdge(dut.clk)
+        assert int(dut.error.value) == 1

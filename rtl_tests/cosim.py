@@ -26,13 +26,13 @@ from pathlib import Path
 import numpy as np
 
 from step_hw.config import HwConfig
+from step_hw.contract import is_store
 from step_lang.graph import Graph
 
 __all__ = ["BUILD", "CosimError", "CosimResult", "Design", "design", "output_tensors", "run"]
 
 BUILD = Path(__file__).resolve().parent.parent / "build" / "cosim"
 TOP = "step_top"
-_STORES = ("LinearOffChipStore", "RandomOffChipStore")
 DEFAULT_CONFIG = HwConfig()
 # make variables of Verilator's generated Makefile (after the `--` that verilator.setup() adds)
 _NO_OPT = "OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0"
@@ -79,7 +79,7 @@ def _trace_args() -> list[str]:
 
 def output_tensors(graph: Graph) -> list[str]:
     """Every tensor a store writes, in graph order."""
-    return [n.tensor.name for n in graph.nodes.values() if n.kind in _STORES]
+    return [n.tensor.name for n in graph.nodes.values() if is_store(n)]
 
 
 def design(graph: Graph, config: HwConfig = DEFAULT_CONFIG, *, waves: bool = False) -> Design:

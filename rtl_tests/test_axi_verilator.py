@@ -20,8 +20,10 @@ from rtl_tests.cocotb_axi_cases import CASES, AxiCase
 from step_hw.memory import axi_ports
 
 BUILD = Path(__file__).resolve().parents[1] / "build" / "rtl_tests"
-# stream pattern x AXI pattern (cocotb_axi.controller_matches_interpreter)
+# stream pattern x AXI pattern (cocotb_axi.controller_matches_interpreter), SLVERR and DECERR
+# (cocotb_axi.axi_error_response)
 MATCH_TESTS = 9
+ERROR_TESTS = 2
 
 _verilog: dict[str, Path] = {}
 
@@ -102,10 +104,12 @@ def test_cocotb(name: str):
         test_dir=folder,
         seed=20240611,
         extra_env={"AXI_CASE": name, "AXI_REPORT": str(report)},
-        test_filter=None if name == "lload" else "controller_matches_interpreter",
+        test_filter=None
+        if name == "lload"
+        else "controller_matches_interpreter|axi_error_response",
     )
     # runner.test already fails on a failing cocotb test; also make sure they all ran.
-    expected = MATCH_TESTS + (1 if name == "lload" else 0)
+    expected = MATCH_TESTS + ERROR_TESTS + (1 if name == "lload" else 0)
     assert get_results(results) == (expected, 0)
     if name == "lload":
         # Measured on AxiRam without pauses (see cocotb_axi.bursts_in_flight): 1-beat bursts,

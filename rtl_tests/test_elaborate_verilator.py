@@ -39,3 +39,25 @@ def test_verilog_lints_clean(name, make, ports):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "%Warning" not in result.stderr
     assert desc["memory_map"]["out"]["dtype"] == "int16"
+
+
+def test_node_names_that_clash_in_hdl_are_made_safe():
+    """A RepeatStatic named ``rep`` would name its block instance like the block's own ``rep``
+    register (Verilator's VARHIDDEN under -Wall); the instance is renamed and the description
+    maps it back to the node."""
+    from step_lang import Graph, RepeatStatic, Sink, Source, StreamType, Tile
+    from step_lang.types import int16
+
+    g = Graph("clash")
+    x = Source(g, StreamType(Tile(int16, 4, 4), (2,)), name="x")
+    Sink(RepeatStatic(x.out, 2, name="rep").out, name="y")
+    BUILD.mkdir(parents=True, exist_ok=True)
+    text, desc = convert(g)
+    assert desc["instances"] == {"rep": "rep_node"} and desc["nodes"] == {"rep": "RepeatStatic"}
+    path = BUILD / "clash.v"
+    path.write_text(text)
+    result = lint([path], top="clash")
+    assert result.returncode == 0 and "%Warning" not in result.stderr, result.stderr
+    # names that clash with nothing are kept
+    _, desc = convert(swiglu.hardware())
+    assert desc["instances"] == {}

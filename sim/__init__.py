@@ -54,9 +54,19 @@ def simulate(
             be given, because they steer routing.
         profile: the timing model (default :class:`PaperProfile`).
         inputs: tokens for Source nodes, as for ``interpret``.
-        queue_depths: capacity per stream name, overriding the profile's default depth.
+        queue_depths: capacity per stream name, over ``graph.queue_depths`` and the profile's
+            default depth: a name of the graph (a stream read by several inputs passes its depth
+            on to the Broadcast outputs inserted for it) or of its lowered form
+            (``<producer>_<port>_bc.out<k>``, as queue sizing reports them); any other name is a
+            :class:`~step_lang.errors.StepValueError`. The graph itself is not changed.
         trace: record busy/stall spans for :func:`write_trace`.
     """
+    if profile is not None and not isinstance(profile, TimingProfile):
+        raise TypeError(
+            f"profile must be a TimingProfile (PaperProfile or RtlProfile), not {profile!r}"
+        )
+    if memory is not None and not isinstance(memory, Mapping):
+        raise TypeError(f"memory must map tensor names to arrays, not {type(memory).__name__}")
     engine = Engine(
         graph, profile or PaperProfile(), memory, functional=functional, inputs=inputs,
         queue_depths=queue_depths, trace=trace,

@@ -26,22 +26,18 @@ import numpy as np
 from step_lang.arrival import ArrivalPolicy
 from step_lang.errors import SimDeadlock, StepRuntimeError, StepValueError, op_message
 from step_lang.graph import Graph, Node, OffChipTensor, Stream
+from step_lang.interpret import check_inputs, source_tokens
 from step_lang.meta import MetaTile
-from step_lang.observe import Bindings, check_stream
+from step_lang.ops import LinearOffChipLoad, RandomOffChipLoad
 from step_lang.ops.offchip import tile_index
-from step_lang.passes import insert_broadcasts
-from step_lang.tokens import DONE, Token, to_tokens
+from step_lang.passes import lower
+from step_lang.tokens import Token
 
 from .memory import FluidMemory
 from .profiles.base import MemRequest, NodeTiming, TimingProfile, WaitFor
 from .result import NodeStats, QueueCurve, SimResult
 
 __all__ = ["Engine", "SimIO"]
-
-_PASS_THROUGH = {
-    "Broadcast", "Partition", "Parallelize", "Reassemble", "EagerMerge", "Flatten", "Reshape",
-    "Promote", "RepeatStatic", "Expand", "Feedback", "Streamify", "LinearOffChipLoad", "RandomOffChipLoad",
-}  # fmt: skip
 
 
 class _Chan:
@@ -301,10 +297,13 @@ class Engine:
         queue_depths: Mapping[str, int] | None = None,
         trace: bool = False,
     ):
-        insert_broadcasts(graph)
-        graph.validate()
+        # Overrides are part of the lowered graph: a read stream's depth reaches the Broadcast
+        # outputs inserted for it, and every profile sees the same depths (the rtl profile's
+        # queue spacing included).
+        graph = lower(graph, queue_depths)
+        profile.check_graph(graph)
         self.graph, self.profile, self.functional, self.trace = graph, profile, functional, trace
-        self.inputs = dict(inputs or {})
+        self.inputs = check_inputs(graph, inputs)
         self.memory = self._prepare_memory(memory or {})
         self.mem = FluidMemory(profile.memory_config())
         self.mem_version = 0
@@ -316,7 +315,7 @@ class Engine:
         self.write_bytes = 0
         self.spans: list[tuple[str, str, int, int]] = []
         self.counts = profile.counts_against_capacity
-        depths = {**graph.queue_depths, **(queue_depths or {})}
+        depths = graph.queue_depths
         order = graph.topo_order()
         self.chans: dict[Stream, _Chan] = {}
         for node in order:
@@ -362,7 +361,7 @@ class Engine:
         read = {
             n.tensor.name
             for n in g.nodes.values()
-            if n.kind in ("LinearOffChipLoad", "RandomOffChipLoad")
+            if isinstance(n, (LinearOffChipLoad, RandomOffChipLoad))
         }
         out: dict[str, Any] = {}
         for name, t in g.tensors.items():
@@ -389,29 +388,19 @@ class Engine:
         res: dict[Stream, bool] = {}
         for node in order:
             for s in node.outputs:
-                if node.kind in ("LinearOffChipLoad", "RandomOffChipLoad", "Streamify"):
-                    res[s] = node.kind != "RandomOffChipLoad" or s.port == 0
-                elif self.profile.writes_back(node):
+                if node.tiles_in_memory or self.profile.writes_back(node):
                     res[s] = True
-                elif node.kind in _PASS_THROUGH and node.inputs:
+                elif node.forwards_tiles and node.inputs:
                     res[s] = res.get(node.inputs[0], False)
                 else:
                     res[s] = False
         for node in order:  # feedback edges were not known in the first pass
-            if node.kind == "Feedback" and node.inputs:
+            if node.is_feedback and node.inputs:
                 res[node.outputs[0]] = res.get(node.inputs[0], False)
         return res
 
     def source_tokens(self, node: Node) -> list[Token]:
-        if node.name not in self.inputs:
-            raise StepValueError(
-                f"Source '{node.name}' has no tokens; pass inputs={{'{node.name}': ...}}"
-            )
-        toks = self.inputs[node.name]
-        if not (toks and toks[-1] is DONE):
-            toks = to_tokens(toks, node.out_types[0].rank)
-        check_stream(toks, node.out_types[0], Bindings(), f"inputs['{node.name}']")
-        return list(toks)
+        return source_tokens(node, self.inputs)
 
     # -- the event loop -------------------------------------------------------------------------
 
@@ -583,4 +572,5 @@ class Engine:
             streams=streams,
             events=self.events,
             spans=self.spans,
+            profile=self.profile.name,
         )

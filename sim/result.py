@@ -63,6 +63,12 @@ class SimResult:
             timing-only mode).
         streams: tokens of every stream (functional mode only).
         events: number of engine events processed.
+        profile: the name of the timing profile that ran (``"paper"``, ``"rtl"``).
+
+    FLOPs are the functions' FLOPs on the tiles each compute node (Map, Accum, Scan) actually
+    received, under every profile. On-chip footprints (``peak_onchip_bytes``) are a paper-profile
+    figure (staging tiles, accumulators); the ``rtl`` profile models queues and pipelines, not
+    on-chip storage, and reports none (queue storage: ``step size-queues``; area: ``make bench``).
     """
 
     cycles: int
@@ -76,6 +82,7 @@ class SimResult:
     queue_full_cycles: dict[str, int] = field(default_factory=dict)
     queue_curves: dict[str, QueueCurve] = field(default_factory=dict, repr=False)
     spans: list[tuple[str, str, int, int]] = field(default_factory=list, repr=False)
+    profile: str = ""
 
     @property
     def offchip_bytes(self) -> int:
@@ -109,7 +116,9 @@ class SimResult:
             f"off-chip written  {self.offchip_write_bytes} B",
             f"FLOPs             {self.flops}",
             f"compute util.     {self.compute_utilization:.3f}",
-            f"peak on-chip      {self.peak_onchip_bytes} B",
+            f"peak on-chip      {self.peak_onchip_bytes} B"
+            if self.profile != "rtl"
+            else "peak on-chip      not modelled by the rtl profile (see step size-queues)",
         ]
         top = sorted(self.nodes.values(), key=lambda n: -n.busy)[:5]
         lines.append("busiest nodes     " + ", ".join(f"{n.name} ({n.busy})" for n in top))

@@ -44,9 +44,10 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
+from step_hw import contract
 from step_lang.errors import SimDeadlock, StepValueError
 from step_lang.graph import Graph, Stream
-from step_lang.passes import insert_broadcasts
+from step_lang.passes import lower as lower_graph
 from step_lang.types import BufferType, Selector, Tile, TupleType
 
 __all__ = [
@@ -60,7 +61,8 @@ __all__ = [
 ]
 
 DEEP = 1024
-_KIND_AND_LEVEL_BITS = 2 + 3  # token kind and stop level, as in step_hw.payload (3 level bits)
+# Token kind and stop level, as the hardware's tokens carry them (default level width).
+_KIND_AND_LEVEL_BITS = contract.KIND_BITS + contract.HwConfig().level_bits
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,9 @@ def _paths_to(graph: Graph, target: str) -> dict[str, list[str]]:
 def diagnose(
     graph: Graph, err: SimDeadlock, high_water: Mapping[str, int] | None = None
 ) -> list[Diagnosis]:
-    """The insufficient queues of a simulator deadlock (see the module docstring)."""
+    """The insufficient queues of a simulator deadlock (see the module docstring); ``graph`` is the
+    graph that was simulated (lowered here, as the simulator lowers it)."""
+    graph = lower_graph(graph)
     streams = _streams(graph)
     consumers = {s: n for s, n, _ in ((e[0].name, e[1].name, e[2]) for e in graph.edges())}
     waits: dict[str, tuple[str, str]] = getattr(err, "waits", {})
@@ -172,9 +176,7 @@ def token_bits(stream: Stream, hw_config: Any = None, dims: Mapping[str, int] | 
     level; dynamically sized tiles take their size from ``dims`` (e.g. the largest tile of a run).
     """
     if hw_config is not None:
-        from step_hw.payload import TokenFormat
-
-        return TokenFormat.for_elem(stream.elem, hw_config, where=stream.name).width
+        return contract.TokenFormat.for_elem(stream.elem, hw_config, where=stream.name).width
     return _elem_bits(stream.elem, dims or {}) + _KIND_AND_LEVEL_BITS
 
 
@@ -285,7 +287,7 @@ def _lp_depths(
         c = curves.get(s.name)
         if c is None or c.n == 0 or c.first_in is None or c.first_out is None:
             continue
-        if consumer.kind == "Feedback":
+        if consumer.is_feedback:
             continue  # the back edge of a loop: no ordering constraint
         u, v = index[s.node.name], index[consumer.name]
         lat = max(0.0, c.first_in - start[s.node.name])
@@ -346,7 +348,7 @@ def plan_queue_sizes(
             raise StepValueError("sizing for hardware needs the simulator's 'rtl' profile")
         profile = PROFILES["rtl"](hw_config)
     profile = profile or PaperProfile()
-    insert_broadcasts(graph)
+    graph = lower_graph(graph)
     images = list(memories) if memories else [None]
     streams = _streams(graph)
     base = max(1, int(min_depth))

@@ -25,20 +25,12 @@ from typing import Any
 
 from amaranth.hdl import Const, Module, Mux, Signal, Value, unsigned
 
-from step_lang import functions
+from step_lang import functions, ops
 from step_lang.errors import StepTypeError, op_message
-from step_lang.graph import Node
 from step_lang.types import Selector
 
-from .compute._unit import (
-    INT_BITS,
-    StreamUnit,
-    check_bits,
-    check_int,
-    check_int_bits,
-    node_formats,
-    scalar_format,
-)
+from .checks import INT_BITS, check_int, check_int_bits, check_node
+from .compute._unit import StreamUnit, check_bits, node_formats, scalar_format
 from .config import HwConfig
 from .payload import Kind, TokenFormat
 
@@ -372,10 +364,7 @@ def _is_int(v: Any) -> bool:
 
 
 def _check_flatmap(node: Any, names: tuple[str, ...], unit: str) -> None:
-    if not isinstance(node, Node):
-        raise TypeError(f"{unit}.from_node needs a step_lang node, not {node!r}")
-    if node.kind != "FlatMap":
-        raise node.error(None, f"{unit} builds FlatMap nodes only")
+    check_node(node, (ops.FlatMap,), unit)
     if getattr(node.fn, "name", None) not in names:
         raise node.error(
             None, f"function '{node.fn.name}' has no {unit} (it builds {', '.join(names)})"
@@ -412,7 +401,7 @@ def flatmap_unit(node: Any, config: HwConfig) -> Any:
     :class:`StepTypeError` naming the node otherwise."""
     from .compute import RetileUnit
 
-    if not isinstance(node, Node) or node.kind != "FlatMap":
+    if not isinstance(node, ops.FlatMap):
         kind, name = getattr(node, "kind", type(node).__name__), getattr(node, "name", "?")
         raise StepTypeError(op_message(str(kind), name, None, "is not a FlatMap"))
     name = getattr(node.fn, "name", None)

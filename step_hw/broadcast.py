@@ -8,18 +8,19 @@ for ending every output with a done token.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from amaranth.hdl import Cat, Const, Module, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from step_lang.errors import StepTypeError, op_message
+from step_lang import ops
+from step_lang.errors import StepTypeError
 from step_lang.graph import Node
-from step_lang.ops.routing import Broadcast as BroadcastNode
 
+from .checks import check_format, check_int, check_node_class, where
 from .config import HwConfig
-from .payload import KIND_BITS, Kind, TokenFormat
+from .payload import Kind, TokenFormat
+from .payload_fields import put
 
 __all__ = ["Broadcast", "fork", "node_format", "token"]
 
@@ -50,9 +51,7 @@ def fork(
 
 def token(fmt: TokenFormat, kind: Kind, level: Value | int = 0) -> Value:
     """The payload bits of a STOP (with ``level``, truncated to the level field) or DONE token."""
-    return Cat(
-        Const(int(kind), KIND_BITS), Value.cast(level)[: fmt.level_bits], Const(0, fmt.data_bits)
-    )
+    return put(fmt, kind=kind, level=level)
 
 
 def node_format(node: Node, config: HwConfig, port: int, *, output: bool = False) -> TokenFormat:
@@ -63,41 +62,15 @@ def node_format(node: Node, config: HwConfig, port: int, *, output: bool = False
         if output
         else (node.input_names, [s.type for s in node.inputs])
     )
-    where = f"{node.kind} '{node.name}', port '{names[port]}'"
+    at = where(node, names[port])
     stype = stypes[port]
-    fmt = TokenFormat.for_elem(stype.elem, config, where=where)
+    fmt = TokenFormat.for_elem(stype.elem, config, where=at)
     if stype.rank > config.max_level:
         raise StepTypeError(
-            f"{where}: a rank-{stype.rank} stream needs stop levels up to S{stype.rank}; "
+            f"{at}: a rank-{stype.rank} stream needs stop levels up to S{stype.rank}; "
             f"HwConfig.level_bits={config.level_bits} holds levels up to S{config.max_level}"
         )
     return fmt
-
-
-def _check_node(node: Any, cls: type, block: str) -> None:
-    """Reject a node of the wrong kind for ``block.from_node``."""
-    if not isinstance(node, cls):
-        if isinstance(node, Node):
-            raise StepTypeError(
-                op_message(
-                    node.kind, node.name, None, f"{block}.from_node needs a node of kind {cls.kind}"
-                )
-            )
-        raise StepTypeError(f"{block}.from_node needs a node of kind {cls.kind}, not {node!r}")
-
-
-def _check_format(block: str, name: str, fmt: Any) -> None:
-    if not isinstance(fmt, TokenFormat):
-        raise TypeError(f"{block} {name} must be a TokenFormat, not {fmt!r}")
-
-
-def _check_count(block: str, name: str, value: Any, *, minimum: int) -> None:
-    """An integer parameter ``>= minimum`` (``bool`` is rejected: ``n=True`` is a mistake)."""
-    what = "a positive integer" if minimum == 1 else "a non-negative integer"
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{block} {name} must be {what}, not {value!r}")
-    if value < minimum:
-        raise ValueError(f"{block} {name} must be {what}, not {value!r}")
 
 
 class Broadcast(wiring.Component):
@@ -140,17 +113,17 @@ class Broadcast(wiring.Component):
     """
 
     def __init__(self, *, fmt: TokenFormat, n: int):
-        _check_format("Broadcast", "fmt", fmt)
-        _check_count("Broadcast", "n", n, minimum=1)
+        check_format(type(self).__name__, "fmt", fmt)
+        check_int(type(self).__name__, "n", n)
         self._fmt = fmt
         self._n = n
         sig = fmt.signature()
         super().__init__({"i": In(sig), "o": Out(sig).array(n)})
 
     @classmethod
-    def from_node(cls, node: BroadcastNode, config: HwConfig) -> Broadcast:
-        """The block for a step_lang ``Broadcast`` node under ``config``."""
-        _check_node(node, BroadcastNode, "Broadcast")
+    def from_node(cls, node: ops.Broadcast, config: HwConfig) -> Broadcast:
+        """The block for a step_lang Broadcast node under ``config``."""
+        check_node_class(node, ops.Broadcast, cls.__name__)
         fmt = node_format(node, config, 0)
         return cls(fmt=fmt, n=node.n)
 

@@ -111,4 +111,7 @@ class HwConfig:
 
     @property
     def max_level(self) -> int:
-        return 2**self.level_bits - 1
+        """The highest stop level a token carries (``step_hw.payload.max_level``)."""
+        from .payload import max_level
+
+        return max_level(self.level_bits)

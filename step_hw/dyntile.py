@@ -28,6 +28,7 @@ from typing import Any
 
 import sympy as sp
 
+from step_lang import ops
 from step_lang.dims import Dim, product
 from step_lang.errors import StepTypeError, op_message
 from step_lang.graph import Graph
@@ -58,15 +59,15 @@ def _product_bound(dims, bounds) -> int | None:
 
 def _minted_bound(node: Any, bounds: dict[sp.Symbol, int]) -> int | None:
     """The bound of the symbols a node mints (one rule per kind; module docstring)."""
-    if node.kind == "Partition":
+    if isinstance(node, ops.Partition):
         sel = next((s for s in node.inputs if isinstance(s.elem, Selector)), None)
         return None if sel is None else _product_bound(sel.shape, bounds)
-    if node.kind == "Flatten":
+    if isinstance(node, ops.Flatten):
         x = node.inputs[0]
         lo, hi = node.lo, node.hi
         merged = x.shape[len(x.shape) - 1 - hi : len(x.shape) - lo]
         return _product_bound(merged, bounds)
-    if node.kind == "Accum" and isinstance(node.inputs[0].elem, Tile):
+    if isinstance(node, ops.Accum) and isinstance(node.inputs[0].elem, Tile):
         x = node.inputs[0]
         reduced = x.shape[len(x.shape) - node.rank :]
         # Concatenating rows or columns: the larger extent times the reduced elements.

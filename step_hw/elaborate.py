@@ -8,6 +8,9 @@ block's ``from_node``), a :class:`~step_hw.queue.Queue` on every edge (depth fro
   ``done`` rises once every linear store has written its last tile and every sink has taken its
   done token, and stays high;
 * ``error`` (out): the OR of the blocks' sticky error flags (contract violations, AXI errors);
+  ``error_nodes`` (out, one bit per flag, when any block has one): the flags themselves, bit
+  ``i`` being :attr:`ElaboratedGraph.error_bits` ``[i]`` (node, flag), listed in the
+  description's ``error_bits`` so a test bench can name the node that raised it;
 * ``src_<node>`` (in) for each Source node and ``snk_<node>`` (out) for each Sink node: token
   streams (``docs/stop_tokens.md``); a Source's ``ready`` is low until the cycle after ``start``;
 * ``m_axi_<node>`` (out): one AXI4 manager per memory operator, named for cocotbext-axi
@@ -28,61 +31,77 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from amaranth.hdl import Module, ResetInserter, Signal
+from amaranth.hdl import Cat, Module, ResetInserter, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from step_lang.errors import StepTypeError, op_message
-from step_lang.graph import Graph, Stream
-from step_lang.passes import insert_broadcasts
+from step_lang import ops
+from step_lang.errors import StepTypeError
+from step_lang.graph import Graph, Node, Stream
+from step_lang.passes import lower
+from step_lang.registry import NodeRegistry, Unsupported
 
+from . import contract
 from .config import HwConfig
+from .contract import axi_managers
 from .dyntile import check_dynamic_tiles
 from .payload import Kind, TokenFormat
 from .queue import Queue
-from .select import ToSelector
 
-__all__ = ["ElaboratedGraph", "axi_managers", "convert", "supported_kinds"]
+__all__ = ["HARDWARE", "ElaboratedGraph", "axi_managers", "convert", "supported_kinds", "write"]
 
 _ALIGN = 4096
 DEFAULT_CONFIG = HwConfig()
 
+#: Each operator's block: ``build(node, config, memory_map) -> Component`` (``memory_map`` as
+#: :attr:`ElaboratedGraph.memory_map`, for the memory operators' base addresses).
+HARDWARE: NodeRegistry = NodeRegistry("hardware")
 
-def _builders() -> dict[str, Any]:
+
+def _register_blocks() -> None:
     from . import addrgen, router, shape
     from .broadcast import Broadcast
     from .compute import compute_unit
     from .memory import buffer, load, store
 
-    return {
-        "Broadcast": Broadcast.from_node,
-        "Partition": router.Partition.from_node,
-        "Reassemble": router.Reassemble.from_node,
-        "EagerMerge": router.EagerMerge.from_node,
-        "Parallelize": router.Parallelize.from_node,
-        "Flatten": shape.Flatten.from_node,
-        "Reshape": shape.Reshape.from_node,
-        "Promote": shape.Promote.from_node,
-        "Expand": shape.Expand.from_node,
-        "RepeatStatic": shape.RepeatStatic.from_node,
-        "Zip": shape.Zip.from_node,
-        "FlatMap": addrgen.flatmap_unit,
-        "Map": compute_unit,
-        "Accum": compute_unit,
-        "Scan": compute_unit,
-        "RetileStreamify": compute_unit,
-        "LinearOffChipLoad": load.LinearLoad.from_node,
-        "RandomOffChipLoad": load.RandomLoad.from_node,
-        "LinearOffChipStore": store.LinearStore.from_node,
-        "RandomOffChipStore": store.RandomStore.from_node,
-        "Bufferize": buffer.Bufferize.from_node,
-        "Streamify": buffer.Streamify.from_node,
-    }
+    def plain(from_node: Any) -> Any:
+        return lambda node, config, memory_map: from_node(node, config)
+
+    def memory(from_node: Any) -> Any:
+        return lambda node, config, memory_map: from_node(
+            node, config, addr=memory_map[node.tensor.name]["addr"]
+        )
+
+    HARDWARE.add(plain(Broadcast.from_node), ops.Broadcast)
+    HARDWARE.add(plain(router.Partition.from_node), ops.Partition)
+    HARDWARE.add(plain(router.Reassemble.from_node), ops.Reassemble)
+    HARDWARE.add(plain(router.EagerMerge.from_node), ops.EagerMerge)
+    HARDWARE.add(plain(router.Parallelize.from_node), ops.Parallelize)
+    HARDWARE.add(plain(shape.Flatten.from_node), ops.Flatten)
+    HARDWARE.add(plain(shape.Reshape.from_node), ops.Reshape)
+    HARDWARE.add(plain(shape.Promote.from_node), ops.Promote)
+    HARDWARE.add(plain(shape.Expand.from_node), ops.Expand)
+    HARDWARE.add(plain(shape.RepeatStatic.from_node), ops.RepeatStatic)
+    HARDWARE.add(plain(shape.Zip.from_node), ops.Zip)
+    HARDWARE.add(plain(addrgen.flatmap_unit), ops.FlatMap)
+    HARDWARE.add(plain(compute_unit), ops.Map, ops.Accum, ops.Scan, ops.RetileStreamify)
+    HARDWARE.add(memory(load.LinearLoad.from_node), ops.LinearOffChipLoad)
+    HARDWARE.add(memory(load.RandomLoad.from_node), ops.RandomOffChipLoad)
+    HARDWARE.add(memory(store.LinearStore.from_node), ops.LinearOffChipStore)
+    HARDWARE.add(memory(store.RandomStore.from_node), ops.RandomOffChipStore)
+    HARDWARE.add(plain(buffer.Bufferize.from_node), ops.Bufferize)
+    HARDWARE.add(plain(buffer.Streamify.from_node), ops.Streamify)
+    # The graph's plumbing is the top level's ports and wires, not blocks.
+    HARDWARE.add(Unsupported("is a top-level stream port (src_<node>)"), ops.Source)
+    HARDWARE.add(Unsupported("is a top-level stream port (snk_<node>)"), ops.Sink)
+    HARDWARE.add(Unsupported("is a wire: its output aliases its input"), ops.Feedback)
 
 
-_LOADS = ("LinearOffChipLoad", "RandomOffChipLoad")
-_MEMORY = (*_LOADS, "LinearOffChipStore", "RandomOffChipStore")
-_PLUMBING = ("Source", "Sink", "Feedback")
+_register_blocks()
+_PORTS = (ops.Source, ops.Sink)
+# Sticky flags a block may have: a contract violation or AXI error response (``error``), tokens
+# of zipped inputs that do not line up (``misaligned``).
+_ERROR_FLAGS = ("error", "misaligned")
 
 
 def _queue_name(s: Stream, consumer: str, port: int) -> str:
@@ -90,44 +109,30 @@ def _queue_name(s: Stream, consumer: str, port: int) -> str:
     return f"q_{s.name.replace('.', '_')}_{consumer}_{port}"
 
 
-def axi_managers(graph: Graph, config: HwConfig = DEFAULT_CONFIG) -> dict[str, list[str]]:
-    """AXI port name -> the memory operators behind it, in graph (topological) order.
-
-    With ``config.axi_ports`` unset, one ``m_axi_<node>`` port per memory operator; with
-    ``axi_ports = k``, the loads round-robin over ``m_axi_rd0`` .. ``m_axi_rd<k-1>`` and the stores
-    over ``m_axi_wr0`` .. ``m_axi_wr<k-1>`` (only the ports that get an operator). A port's list
-    order is its arbiter's manager order (manager ``i`` is ``ID`` prefix ``i``). Pure: the
-    elaborator (:attr:`ElaboratedGraph.axi_managers`) and the simulator's ``rtl`` profile
-    (``sim.profiles.rtl``) both use it. ``graph`` should have had
-    :func:`~step_lang.passes.insert_broadcasts` applied, as both do.
-    """
-    memory = [n for n in graph.topo_order() if n.kind in _MEMORY]
-    if config.axi_ports is None:
-        return {f"m_axi_{n.name}": [n.name] for n in memory}
-    out: dict[str, list[str]] = {}
-    for half, read in (("rd", True), ("wr", False)):
-        names = [n.name for n in memory if (n.kind in _LOADS) == read]
-        for j, name in enumerate(names):
-            out.setdefault(f"m_axi_{half}{j % config.axi_ports}", []).append(name)
-    return out
-
-
 def supported_kinds() -> list[str]:
     """Operator kinds the elaborator maps to hardware (plus Source, Sink and Feedback)."""
-    return sorted([*_builders(), *_PLUMBING])
+    from step_lang.registry import node_classes
+
+    return sorted(c.kind for c in node_classes() if c in HARDWARE)
 
 
 class ElaboratedGraph(wiring.Component):
     """A whole STeP graph in hardware; see the module docstring for its ports."""
 
-    def __init__(self, graph: Graph, config: HwConfig = DEFAULT_CONFIG):
+    def __init__(
+        self,
+        graph: Graph,
+        config: HwConfig = DEFAULT_CONFIG,
+        *,
+        instances: dict[str, str] | None = None,
+    ):
         if not isinstance(config, HwConfig):
             raise TypeError(f"config must be a HwConfig, not {config!r}")
-        insert_broadcasts(graph)
-        graph.validate()
+        graph = lower(graph)
+        #: node name -> Verilog instance name, where they differ (:func:`convert` picks them).
+        self.instances = dict(instances or {})
         check_dynamic_tiles(graph, config)  # every dynamic tile fits HwConfig.dyn_tile_rows
         self.graph, self.config = graph, config
-        builders = _builders()
         self.memory_map = self._allocate(graph)
         order = graph.topo_order()
         self.blocks: dict[str, Any] = {}
@@ -135,31 +140,16 @@ class ElaboratedGraph(wiring.Component):
         self._formats: dict[str, TokenFormat] = {}
         try:
             for node in order:
-                if node.kind in _PLUMBING:
-                    if node.kind in ("Source", "Sink"):
-                        s = node.outputs[0] if node.kind == "Source" else node.inputs[0]
-                        fmt = TokenFormat.for_elem(
-                            s.elem, config, where=f"{node.kind} '{node.name}'"
-                        )
-                        self._formats[node.name] = fmt
-                        flow = In if node.kind == "Source" else Out
-                        members[f"{'src' if node.kind == 'Source' else 'snk'}_{node.name}"] = flow(
-                            fmt.signature()
-                        )
+                if isinstance(node, _PORTS):
+                    source = isinstance(node, ops.Source)
+                    s = node.outputs[0] if source else node.inputs[0]
+                    fmt = TokenFormat.for_elem(s.elem, config, where=f"{node.kind} '{node.name}'")
+                    self._formats[node.name] = fmt
+                    members[_port_name(node)] = (In if source else Out)(fmt.signature())
                     continue
-                if node.kind not in builders:
-                    raise StepTypeError(
-                        op_message(node.kind, node.name, None, "has no hardware implementation")
-                    )
-                if node.kind in _MEMORY:
-                    block = builders[node.kind](
-                        node, config, addr=self.memory_map[node.tensor.name]["addr"]
-                    )
-                elif node.kind == "Map" and getattr(node.fn, "name", None) == "to_selector":
-                    block = ToSelector.from_node(node, config)
-                else:
-                    block = builders[node.kind](node, config)
-                self.blocks[node.name] = block
+                if node.is_feedback:
+                    continue
+                self.blocks[node.name] = HARDWARE.entry(node)(node, config, self.memory_map)
         except Exception:
             for block in self.blocks.values():  # never elaborated: do not warn about them
                 block._MustUse__silence = True
@@ -177,6 +167,15 @@ class ElaboratedGraph(wiring.Component):
             kind = AxiReadArbiter if read else AxiWriteArbiter
             self._arbiters[port] = arbiter = kind(n=len(names), config=config)
             members[port] = Out(arbiter.axi.signature)
+        #: The blocks' sticky flags in ``error_nodes`` bit order: (node, flag name).
+        self.error_bits = [
+            (name, flag)
+            for name, block in self.blocks.items()
+            for flag in _ERROR_FLAGS
+            if flag in block.signature.members
+        ]
+        if self.error_bits:
+            members["error_nodes"] = Out(len(self.error_bits))
         super().__init__(members)
 
     @staticmethod
@@ -201,24 +200,20 @@ class ElaboratedGraph(wiring.Component):
             m.d.sync += running.eq(1)
         holder = {"sync": ~running}
         for name, block in self.blocks.items():
-            m.submodules[name] = ResetInserter(holder)(block)
+            m.submodules[self.instances.get(name, name)] = ResetInserter(holder)(block)
 
         # Streams: a queue from each producer port; Feedback nodes alias their input.
-        def producer(s: Stream) -> Stream:
-            while s.node.kind == "Feedback":
-                s = s.node.inputs[0]
-            return s
+        producer = contract.feedback_input
 
         queues: dict[Stream, Queue] = {}
         done_bits = []
-        errors = []
         for node in self.graph.nodes.values():
             for i, s in enumerate(node.inputs):
-                if node.kind == "Feedback":
+                if node.is_feedback:
                     continue
                 src = producer(s)
-                depth = self.graph.queue_depths.get(s.name, self.config.queue_depth)
-                if src.node.kind == "Source":
+                depth = contract.queue_depth(self.graph, s, self.config)
+                if isinstance(src.node, ops.Source):
                     out_port = wiring.flipped(getattr(self, f"src_{src.node.name}"))
                     shape = self._formats[src.node.name].layout()
                 else:
@@ -226,7 +221,7 @@ class ElaboratedGraph(wiring.Component):
                     shape = out_port.payload.shape()
                 q = Queue(shape=shape, depth=depth)
                 m.submodules[_queue_name(s, node.name, i)] = ResetInserter(holder)(q)
-                if src.node.kind == "Source":
+                if isinstance(src.node, ops.Source):
                     # A queue held in reset may show `ready` and then forget what it took: a
                     # Source's tokens enter only from the cycle after `start`.
                     m.d.comb += [
@@ -236,7 +231,7 @@ class ElaboratedGraph(wiring.Component):
                     ]
                 else:
                     wiring.connect(m, out_port, q.i)
-                if node.kind == "Sink":
+                if isinstance(node, ops.Sink):
                     sink = wiring.flipped(getattr(self, f"snk_{node.name}"))
                     wiring.connect(m, q.o, sink)
                     seen = Signal(name=f"done_{node.name}")
@@ -258,28 +253,21 @@ class ElaboratedGraph(wiring.Component):
                 wiring.connect(m, self.blocks[names[0]].axi, outer)
         for name, block in self.blocks.items():
             node = self.graph.nodes[name]
-            if node.kind == "LinearOffChipStore":
+            if isinstance(node, ops.LinearOffChipStore):
                 done_bits.append(block.done)
-            for flag in ("error", "misaligned"):
-                if flag in block.signature.members:
-                    errors.append(getattr(block, flag))
-            if node.kind == "Streamify":
+            if isinstance(node, ops.Streamify):
                 upstream = producer(node.inputs[0]).node
-                if upstream.kind != "Bufferize":
-                    raise StepTypeError(
-                        op_message(
-                            node.kind, node.name, "in", "must read a Bufferize directly in hardware"
-                        )
-                    )
+                if not isinstance(upstream, ops.Bufferize):
+                    raise node.error("in", "must read a Bufferize directly in hardware")
                 wiring.connect(m, block.rd, self.blocks[upstream.name].rd)
         done_expr = running
         for bit in done_bits:
             done_expr = done_expr & bit
         m.d.comb += self.done.eq(done_expr if done_bits else 0)
-        err = 0
-        for e in errors:
-            err = err | e
-        m.d.comb += self.error.eq(err)
+        flags = [getattr(self.blocks[name], flag) for name, flag in self.error_bits]
+        if flags:
+            m.d.comb += self.error_nodes.eq(Cat(*flags))
+        m.d.comb += self.error.eq(Cat(*flags).any() if flags else 0)
         return m
 
     def port_names(self) -> dict[str, tuple[Any, Any]]:
@@ -305,8 +293,7 @@ class ElaboratedGraph(wiring.Component):
         """Ports, parameters and the memory map, for ``<example>.json``."""
         streams = {}
         for name, fmt in self._formats.items():
-            kind = self.graph.nodes[name].kind
-            streams[f"{'src' if kind == 'Source' else 'snk'}_{name}"] = {
+            streams[_port_name(self.graph.nodes[name])] = {
                 "format": asdict(fmt),
                 "width": fmt.width,
             }
@@ -318,18 +305,28 @@ class ElaboratedGraph(wiring.Component):
             "axi_ports": list(self.axi_managers),
             "axi_managers": self.axi_managers,
             "nodes": {n: self.graph.nodes[n].kind for n in self.blocks},
+            # Blocks whose instance name in the Verilog is not their node's name (a node named
+            # like a signal inside its own block, which Verilog tools read as hiding it).
+            "instances": dict(self.instances),
+            # bit i of the error_nodes port: the node and its flag
+            "error_bits": [{"node": n, "flag": f} for n, f in self.error_bits],
             # Queue instances (top-level submodules), for testbenches that watch their levels.
             "queues": {
                 _queue_name(s, node.name, i): {
                     "stream": s.name,
                     "consumer": node.name,
-                    "depth": self.graph.queue_depths.get(s.name, self.config.queue_depth),
+                    "depth": contract.queue_depth(self.graph, s, self.config),
                 }
                 for node in self.graph.nodes.values()
-                if node.kind != "Feedback"
+                if not node.is_feedback
                 for i, s in enumerate(node.inputs)
             },
         }
+
+
+def _port_name(node: Node) -> str:
+    """The top-level stream port of a Source (``src_<node>``) or Sink (``snk_<node>``)."""
+    return f"{'src' if isinstance(node, ops.Source) else 'snk'}_{node.name}"
 
 
 def convert(
@@ -338,19 +335,50 @@ def convert(
     """Verilog text of ``graph`` and its description (ports, parameters, memory map)."""
     from amaranth.back import verilog
 
-    top = ElaboratedGraph(graph, config)
-    text = verilog.convert(
-        top,
-        name=name or graph.name,
-        ports=top.port_names(),
-        emit_src=False,
-        strip_internal_attrs=True,
-    )
-    return text, top.description()
+    top_name = name or graph.name
+    instances: dict[str, str] = {}
+    for _ in range(3):  # a renamed instance could hide a signal too; in practice one round
+        top = ElaboratedGraph(graph, config, instances=instances)
+        text = verilog.convert(
+            top, name=top_name, ports=top.port_names(), emit_src=False, strip_internal_attrs=True
+        )
+        hidden = _hidden_instances(text, top_name, {instances.get(n, n): n for n in top.blocks})
+        if not hidden:
+            return text, top.description()
+        used = set(top.blocks) | set(instances.values())
+        for node in hidden:
+            name = f"{instances.get(node, node)}_node"
+            while name in used:
+                name += "_"
+            instances[node] = name
+            used.add(name)
+    raise StepTypeError(f"graph '{graph.name}': could not find safe HDL names for {sorted(hidden)}")
+
+
+def _hidden_instances(text: str, top: str, instances: dict[str, str]) -> list[str]:
+    """The nodes whose block instance (``instances``: instance name -> node) is named like a
+    signal declared inside it: Verilator's VARHIDDEN ("declaration hides declaration in upper
+    scope"), harmless to simulation but a lint error under ``-Wall``. Amaranth names the module of
+    instance ``x`` of top ``t`` ``\\t.x`` (and its submodules ``\\t.x.y``)."""
+    import re
+
+    hidden = set()
+    module = re.compile(r"^module \\(\S+) ?\(", re.M)
+    decl = re.compile(r"^\s*(?:input|output|inout|reg|wire)\s+(?:signed\s+)?(?:\[[^\]]*\]\s+)?\\?(\S+?)\s*[;=,]", re.M)
+    starts = [(m.start(), m.group(1)) for m in module.finditer(text)]
+    for k, (at, mod) in enumerate(starts):
+        parts = mod.split(".")
+        if len(parts) < 2 or parts[0] != top or parts[1] not in instances:
+            continue
+        body = text[at : starts[k + 1][0] if k + 1 < len(starts) else len(text)]
+        if parts[1] in {m.group(1) for m in decl.finditer(body)}:
+            hidden.add(instances[parts[1]])
+    return sorted(hidden)
 
 
 def write(graph: Graph, path_stem: str, config: HwConfig = DEFAULT_CONFIG) -> None:
-    """Write ``<path_stem>.v`` and ``<path_stem>.json``."""
+    """Write ``<path_stem>.v`` (the Verilog module, named after the file) and ``<path_stem>.json``
+    (:meth:`ElaboratedGraph.description`) of ``graph`` under ``config``."""
     import pathlib
 
     text, desc = convert(graph, config, name=pathlib.Path(path_stem).name)

@@ -14,11 +14,13 @@ from typing import Any
 
 from amaranth.hdl import Module, Signal
 
+from step_lang import ops
 from step_lang.errors import StepTypeError, op_message
 from step_lang.graph import Node
 from step_lang.types import Selector
 
-from .compute._unit import StreamUnit, check_choice, check_int, node_formats
+from .checks import check_choice, check_int
+from .compute._unit import StreamUnit, node_formats
 from .config import HwConfig
 from .payload import Kind, TokenFormat
 
@@ -107,9 +109,9 @@ class ExpertAddr(StreamUnit):
         """The block of a FlatMap of ``expert_addr`` (``step_lang.numerics.expert_addr``);
         raises :class:`StepTypeError` naming the node otherwise (an int64 result included)."""
         if not isinstance(node, Node):
-            raise TypeError(f"ExpertAddr.from_node needs a step_lang node, not {node!r}")
-        if node.kind != "FlatMap" or getattr(node.fn, "name", None) != "expert_addr":
-            raise node.error(None, "ExpertAddr builds FlatMap nodes of 'expert_addr' only")
+            raise TypeError(f"{cls.__name__}.from_node needs a step_lang node, not {node!r}")
+        if not isinstance(node, ops.FlatMap) or getattr(node.fn, "name", None) != "expert_addr":
+            raise node.error(None, f"{cls.__name__} builds FlatMap nodes of 'expert_addr' only")
         if not isinstance(node.inputs[0].elem, Selector):
             raise node.error(node.input_names[0], "ExpertAddr needs a selector stream")
         ins, out = node_formats(node, config)

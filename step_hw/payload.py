@@ -28,7 +28,8 @@ the language can express has a hardware encoding (STEP_REFERENCE §11, point 1).
 
 :class:`TokenFormat` builds the Amaranth layout (``lib.data.StructLayout``) and the stream
 signature, and packs / unpacks tokens to integers, the form the Amaranth simulator and cocotb both
-use.
+use. It is part of the hardware contract (:mod:`step_hw.contract`): this module imports Amaranth
+only when a layout is asked for, so the simulator reads token widths without loading it.
 """
 
 from __future__ import annotations
@@ -38,8 +39,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from amaranth.hdl import signed, unsigned
-from amaranth.lib import data, stream
 
 from step_lang.errors import StepTypeError
 from step_lang.tokens import DONE, Stop, Token
@@ -47,9 +46,33 @@ from step_lang.types import ElemType, Selector, Tile
 
 from .config import HwConfig
 
-__all__ = ["Kind", "TokenFormat"]
+__all__ = ["Kind", "TokenFormat", "max_level", "pack_fields", "unpack_fields"]
 
+#: Width of the ``kind`` field.
 KIND_BITS = 2
+
+
+def max_level(level_bits: int) -> int:
+    """The highest stop level a ``level_bits``-wide level field holds."""
+    return 2**level_bits - 1
+
+
+# The payload's fields by name, as integers (the form the Amaranth simulator and cocotb use);
+# ``step_hw.payload_fields`` builds the same fields as Amaranth values.
+
+
+def pack_fields(level_bits: int, *, kind: int, level: int = 0, data: int = 0) -> int:
+    """The payload bits of the fields ``kind``, ``level`` and ``data`` (already in range)."""
+    return int(kind) | level << KIND_BITS | data << (KIND_BITS + level_bits)
+
+
+def unpack_fields(level_bits: int, bits: int) -> tuple[int, int, int]:
+    """The ``(kind, level, data)`` fields of some payload bits."""
+    return (
+        bits & max_level(KIND_BITS),
+        (bits >> KIND_BITS) & max_level(level_bits),
+        bits >> (KIND_BITS + level_bits),
+    )
 
 
 class Kind(enum.IntEnum):
@@ -111,6 +134,9 @@ class TokenFormat:
 
     @property
     def data_shape(self):
+        from amaranth.hdl import signed, unsigned
+        from amaranth.lib import data
+
         if self.kind == "selector":
             return unsigned(self.n)
         shape = signed(self.elem_bits) if self.elem_bits > 1 else unsigned(1)
@@ -120,22 +146,26 @@ class TokenFormat:
         return elems
 
     @property
+    def max_level(self) -> int:
+        """The highest stop level the format's level field holds."""
+        return max_level(self.level_bits)
+
+    @property
     def count_bits(self) -> int:
         """Width of a dynamic tile's ``rows`` field (0 for other formats)."""
         return self.rows.bit_length() if self.dynamic else 0
 
-    def layout(self) -> data.StructLayout:
-        """The payload layout: ``kind``, ``level``, ``data`` from the least significant bit."""
-        return data.StructLayout(
-            {
-                "kind": unsigned(KIND_BITS),
-                "level": unsigned(self.level_bits),
-                "data": self.data_shape,
-            }
-        )
+    def layout(self) -> Any:
+        """The payload layout (``amaranth.lib.data.StructLayout``): ``kind``, ``level``, ``data``
+        from the least significant bit."""
+        from .payload_fields import token_layout
 
-    def signature(self) -> stream.Signature:
-        """The stream signature of this format."""
+        return token_layout(self.level_bits, data=self.data_shape)
+
+    def signature(self) -> Any:
+        """The stream signature (``amaranth.lib.stream.Signature``) of this format."""
+        from amaranth.lib import stream
+
         return stream.Signature(self.layout())
 
     @property
@@ -153,27 +183,27 @@ class TokenFormat:
     def pack(self, token: Token) -> int:
         """The payload bits of one token."""
         if token is DONE:
-            return int(Kind.DONE)
+            return pack_fields(self.level_bits, kind=Kind.DONE)
         if isinstance(token, Stop):
-            if token.level >= 2**self.level_bits:
+            if token.level > self.max_level:
                 raise ValueError(
                     f"stop level {token.level} does not fit {self.level_bits} level bits"
                 )
-            return int(Kind.STOP) | token.level << KIND_BITS
-        return int(Kind.DATA) | self._pack_data(token) << (KIND_BITS + self.level_bits)
+            return pack_fields(self.level_bits, kind=Kind.STOP, level=token.level)
+        return pack_fields(self.level_bits, kind=Kind.DATA, data=self._pack_data(token))
 
     def unpack(self, bits: int) -> Token:
         """The token of some payload bits (data as numpy arrays: int64 tiles, bool selectors)."""
-        kind = bits & (2**KIND_BITS - 1)
+        kind, level, data = unpack_fields(self.level_bits, bits)
         if kind == Kind.DONE:
             return DONE
         if kind == Kind.STOP:
-            return Stop((bits >> KIND_BITS) & (2**self.level_bits - 1))
+            return Stop(level)
         if kind != Kind.DATA:
             raise ValueError(
                 f"payload {bits:#x} has kind {kind}, which is none of DATA, STOP, DONE"
             )
-        return self._unpack_data(bits >> (KIND_BITS + self.level_bits))
+        return self._unpack_data(data)
 
     def _pack_data(self, value: Any) -> int:
         arr = np.asarray(value)

@@ -20,14 +20,14 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from step_lang.ops.routing import EagerMerge as EagerMergeNode
-from step_lang.ops.routing import Parallelize as ParallelizeNode
-from step_lang.ops.routing import Partition as PartitionNode
-from step_lang.ops.routing import Reassemble as ReassembleNode
+from step_lang import ops
+from step_lang.stoprules import partition_closes_chunk
 
-from .broadcast import _check_count, _check_format, _check_node, fork, node_format, token
+from .broadcast import fork, node_format, token
+from .checks import check_format, check_int, check_level, check_node_class
 from .config import HwConfig
-from .payload import KIND_BITS, Kind, TokenFormat
+from .payload import Kind, TokenFormat
+from .payload_fields import put
 
 __all__ = ["EagerMerge", "Parallelize", "Partition", "Reassemble"]
 
@@ -35,17 +35,8 @@ __all__ = ["EagerMerge", "Parallelize", "Partition", "Reassemble"]
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def _check_level(block: str, what: str, level: int, fmt: TokenFormat) -> None:
-    top = 2**fmt.level_bits - 1
-    if level > top:
-        raise ValueError(
-            f"{block} {what} S{level} does not fit the format's {fmt.level_bits} level bits "
-            f"(levels up to S{top})"
-        )
-
-
 def _same_format(
-    node: EagerMergeNode | ReassembleNode, config: HwConfig, fmt: TokenFormat, ports: Sequence[int]
+    node: ops.EagerMerge | ops.Reassemble, config: HwConfig, fmt: TokenFormat, ports: Sequence[int]
 ) -> None:
     """The merged inputs share the output's payload format (a dynamic tile on the output, whose
     rows unify inputs of different rows, needs dynamic tiles on every input)."""
@@ -85,10 +76,6 @@ def _select(
         with m.If(index == j):
             m.d.comb += [valid.eq(p.valid), payload.eq(p.payload)]
     return valid, payload
-
-
-def _data_token(fmt: TokenFormat, data: Value) -> Value:
-    return Cat(Const(int(Kind.DATA), KIND_BITS), Const(0, fmt.level_bits), data)
 
 
 # -- Partition ----------------------------------------------------------------------------------
@@ -146,10 +133,11 @@ class Partition(wiring.Component):
     """
 
     def __init__(self, *, fmt: TokenFormat, n: int, rank: int):
-        _check_format("Partition", "fmt", fmt)
-        _check_count("Partition", "n", n, minimum=1)
-        _check_count("Partition", "rank", rank, minimum=0)
-        _check_level("Partition", "rank", rank, fmt)
+        block = type(self).__name__
+        check_format(block, "fmt", fmt)
+        check_int(block, "n", n)
+        check_int(block, "rank", rank, 0)
+        check_level(block, "rank", rank, fmt.level_bits)
         self._fmt, self._n, self._rank = fmt, n, rank
         self._sel_fmt = _selector_format(fmt, n)
         sig = fmt.signature()
@@ -163,9 +151,9 @@ class Partition(wiring.Component):
         )
 
     @classmethod
-    def from_node(cls, node: PartitionNode, config: HwConfig) -> Partition:
+    def from_node(cls, node: ops.Partition, config: HwConfig) -> Partition:
         """The block for a step_lang ``Partition`` node under ``config``."""
-        _check_node(node, PartitionNode, "Partition")
+        check_node_class(node, ops.Partition, cls.__name__)
         fmt = node_format(node, config, 0)
         node_format(node, config, 1)
         return cls(fmt=fmt, n=node.n, rank=node.rank)
@@ -211,7 +199,7 @@ class Partition(wiring.Component):
 
         x_kind, x_level = i.payload.kind, i.payload.level
         s_kind = sel.payload.kind
-        closes = (x_kind == Kind.STOP) & (x_level >= b)
+        closes = (x_kind == Kind.STOP) & partition_closes_chunk(x_level, b)
 
         offer = Signal()
         want = Signal(n)
@@ -326,18 +314,19 @@ class Reassemble(wiring.Component):
     def __init__(
         self, *, fmt: TokenFormat, n: int, rank: int, sel_rank: int, count: int | None = None
     ):
-        _check_format("Reassemble", "fmt", fmt)
-        _check_count("Reassemble", "n", n, minimum=1)
-        _check_count("Reassemble", "rank", rank, minimum=0)
-        _check_count("Reassemble", "sel_rank", sel_rank, minimum=0)
-        _check_level("Reassemble", "output stop", sel_rank + rank + 1, fmt)
+        block = type(self).__name__
+        check_format(block, "fmt", fmt)
+        check_int(block, "n", n)
+        check_int(block, "rank", rank, 0)
+        check_int(block, "sel_rank", sel_rank, 0)
+        check_level(block, "output stop", sel_rank + rank + 1, fmt.level_bits)
         if count is not None:
-            _check_count("Reassemble", "count", count, minimum=0)
+            check_int(block, "count", count, 0)
             if count > n:
-                raise ValueError(f"Reassemble count must be at most n={n}, not {count}")
+                raise ValueError(f"{block} count must be at most n={n}, not {count}")
             if count == 0 and rank > 0:
                 raise ValueError(
-                    "Reassemble count 0 with rank > 0 would make an empty non-innermost dimension"
+                    f"{block} count 0 with rank > 0 would make an empty non-innermost dimension"
                 )
         self._fmt, self._n, self._rank, self._sel_rank, self._count = (
             fmt, n, rank, sel_rank, count,
@@ -354,9 +343,9 @@ class Reassemble(wiring.Component):
         )
 
     @classmethod
-    def from_node(cls, node: ReassembleNode, config: HwConfig) -> Reassemble:
+    def from_node(cls, node: ops.Reassemble, config: HwConfig) -> Reassemble:
         """The block for a step_lang ``Reassemble`` node under ``config``."""
-        _check_node(node, ReassembleNode, "Reassemble")
+        check_node_class(node, ops.Reassemble, cls.__name__)
         n = len(node.inputs) - 1
         for port in range(n + 1):
             node_format(node, config, port)
@@ -431,7 +420,7 @@ class Reassemble(wiring.Component):
         rest = mask_eff & ~_onehot(cur, n)
         has_cur = mask_eff.any()
         x_valid, x = _select(m, self.i, cur, fmt, "x")
-        x_closes = (x.kind == Kind.STOP) & (x.level >= a) if a > 0 else Const(1)
+        x_closes = (x.kind == Kind.STOP) & partition_closes_chunk(x.level, a) if a > 0 else Const(1)
         x_ready = Signal()
         for j, p in enumerate(self.i):
             m.d.comb += p.ready.eq(x_ready & (cur == j))
@@ -544,10 +533,11 @@ class EagerMerge(wiring.Component):
     """
 
     def __init__(self, *, fmt: TokenFormat, n: int, rank: int):
-        _check_format("EagerMerge", "fmt", fmt)
-        _check_count("EagerMerge", "n", n, minimum=1)
-        _check_count("EagerMerge", "rank", rank, minimum=0)
-        _check_level("EagerMerge", "rank", rank, fmt)
+        block = type(self).__name__
+        check_format(block, "fmt", fmt)
+        check_int(block, "n", n)
+        check_int(block, "rank", rank, 0)
+        check_level(block, "rank", rank, fmt.level_bits)
         self._fmt, self._n, self._rank = fmt, n, rank
         self._sel_fmt = _selector_format(fmt, n)
         sig = fmt.signature()
@@ -556,9 +546,9 @@ class EagerMerge(wiring.Component):
         )
 
     @classmethod
-    def from_node(cls, node: EagerMergeNode, config: HwConfig) -> EagerMerge:
+    def from_node(cls, node: ops.EagerMerge, config: HwConfig) -> EagerMerge:
         """The block for a step_lang ``EagerMerge`` node under ``config``."""
-        _check_node(node, EagerMergeNode, "EagerMerge")
+        check_node_class(node, ops.EagerMerge, cls.__name__)
         for port in range(len(node.inputs)):
             node_format(node, config, port)
         fmt = node_format(node, config, 0, output=True)
@@ -615,7 +605,7 @@ class EagerMerge(wiring.Component):
         cur_eff = Signal(range(n))
         m.d.comb += cur_eff.eq(Mux(busy, cur, grant))
         x_valid, x = _select(m, self.i, cur_eff, fmt, "x")
-        x_closes = (x.kind == Kind.STOP) & (x.level >= a) if a > 0 else Const(1)
+        x_closes = (x.kind == Kind.STOP) & partition_closes_chunk(x.level, a) if a > 0 else Const(1)
 
         with m.If(ending):
             m.d.comb += [o.valid.eq(~data_closed), o.payload.eq(token(fmt, Kind.DONE))]
@@ -623,7 +613,7 @@ class EagerMerge(wiring.Component):
         with m.Elif(active):
             forward = x_valid & (x.kind != Kind.DONE) & ~data_closed
             m.d.comb += [o.valid.eq(forward), o.payload.eq(x)]
-            m.d.comb += [sel.valid.eq(~sel_taken), sel.payload.eq(_data_token(self._sel_fmt, _onehot(cur_eff, n)))]  # fmt: skip
+            m.d.comb += [sel.valid.eq(~sel_taken), sel.payload.eq(put(self._sel_fmt, kind=Kind.DATA, data=_onehot(cur_eff, n)))]  # fmt: skip
         o_taken = o.valid & o.ready
         sel_now = sel_taken | (sel.valid & sel.ready)
         closed_now = data_closed | (o_taken & (ending | x_closes))
@@ -689,18 +679,19 @@ class Parallelize(wiring.Component):
     """
 
     def __init__(self, *, fmt: TokenFormat, n: int, rank: int):
-        _check_format("Parallelize", "fmt", fmt)
-        _check_count("Parallelize", "n", n, minimum=1)
-        _check_count("Parallelize", "rank", rank, minimum=0)
-        _check_level("Parallelize", "rank", rank, fmt)
+        block = type(self).__name__
+        check_format(block, "fmt", fmt)
+        check_int(block, "n", n)
+        check_int(block, "rank", rank, 0)
+        check_level(block, "rank", rank, fmt.level_bits)
         self._fmt, self._n, self._rank = fmt, n, rank
         sig = fmt.signature()
         super().__init__({"i": In(sig), "o": Out(sig).array(n)})
 
     @classmethod
-    def from_node(cls, node: ParallelizeNode, config: HwConfig) -> Parallelize:
+    def from_node(cls, node: ops.Parallelize, config: HwConfig) -> Parallelize:
         """The block for a step_lang ``Parallelize`` node under ``config``."""
-        _check_node(node, ParallelizeNode, "Parallelize")
+        check_node_class(node, ops.Parallelize, cls.__name__)
         fmt = node_format(node, config, 0)
         return cls(fmt=fmt, n=node.n, rank=node.rank)
 
@@ -737,7 +728,7 @@ class Parallelize(wiring.Component):
         kind, level = i.payload.kind, i.payload.level
         is_done = kind == Kind.DONE
         drop = (kind == Kind.STOP) if b == 0 else Const(0)  # b = 0: outer stops are consumed
-        closes = (kind == Kind.STOP) & (level >= b) if b > 0 else Const(1)
+        closes = (kind == Kind.STOP) & partition_closes_chunk(level, b) if b > 0 else Const(1)
 
         want = Signal(n)
         out = Signal(fmt.layout())

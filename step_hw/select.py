@@ -8,6 +8,7 @@ from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from step_lang import ops
 from step_lang.errors import StepTypeError, op_message
 from step_lang.types import Selector
 
@@ -44,7 +45,7 @@ class ToSelector(wiring.Component):
         fn = getattr(node, "fn", None)
         out = node.out_types[0].elem if node.out_types else None
         if (
-            node.kind != "Map"
+            not isinstance(node, ops.Map)
             or getattr(fn, "name", None) != "to_selector"
             or not isinstance(out, Selector)
         ):

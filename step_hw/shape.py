@@ -35,21 +35,27 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from amaranth.hdl import Const, Module, Signal, Value, unsigned
+from amaranth.hdl import Const, Module, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from step_lang import ops
 from step_lang.dims import is_static
-from step_lang.errors import StepTypeError
 from step_lang.graph import Node
-from step_lang.ops import shape as ops_shape
-from step_lang.ops.higher_order import Zip as ZipNode
-from step_lang.stoprules import block_stop, flatten_stop, promote_stop, reshape_outer_stop
+from step_lang.stoprules import (
+    block_stop,
+    flatten_stop,
+    partition_closes_chunk,
+    promote_stop,
+    reshape_outer_stop,
+)
 from step_lang.tokens import DONE, Stop, Token
 from step_lang.types import TupleType
 
+from .checks import check_format, check_int, expect_node, rank_levels_fit, where
 from .config import HwConfig
-from .payload import KIND_BITS, Kind, TokenFormat
+from .payload import KIND_BITS, Kind, TokenFormat, pack_fields, unpack_fields
+from .payload_fields import token_layout
 
 __all__ = ["Expand", "Flatten", "Promote", "RepeatStatic", "Reshape", "TupleFormat", "Zip"]
 
@@ -61,7 +67,7 @@ __all__ = ["Expand", "Flatten", "Promote", "RepeatStatic", "Reshape", "TupleForm
 class TupleFormat:
     """Payload format of a stream of 2-tuples (Zip's output).
 
-    Layout, from the least significant bit: ``kind`` (2 bits), ``level`` (``level_bits``), then
+    Layout, from the least significant bit: ``kind`` (``KIND_BITS``), ``level`` (``level_bits``), then
     ``data``, a ``StructLayout({"a": a.data_shape, "b": b.data_shape})``. Both items must use the
     same ``level_bits``. :meth:`pack` / :meth:`unpack` map ``(x, y)`` tuples, stops and done to
     payload integers, like :class:`~step_hw.payload.TokenFormat`.
@@ -98,13 +104,7 @@ class TupleFormat:
         return KIND_BITS + self.level_bits + self.data_bits
 
     def layout(self) -> data.StructLayout:
-        return data.StructLayout(
-            {
-                "kind": unsigned(KIND_BITS),
-                "level": unsigned(self.level_bits),
-                "data": self.data_shape,
-            }
-        )
+        return token_layout(self.level_bits, data=self.data_shape)
 
     def signature(self) -> stream.Signature:
         return stream.Signature(self.layout())
@@ -115,21 +115,22 @@ class TupleFormat:
             return self.a.pack(token)  # same kind and level fields
         if not isinstance(token, tuple) or len(token) != 2:
             raise ValueError(f"a tuple stream carries 2-tuples, not {type(token).__name__}")
-        shift = KIND_BITS + self.level_bits
-        bits = self.a.pack(token[0]) >> shift | (self.b.pack(token[1]) >> shift) << self.a.data_bits
-        return int(Kind.DATA) | bits << shift
+        lb = self.level_bits
+        a_bits = unpack_fields(lb, self.a.pack(token[0]))[2]
+        b_bits = unpack_fields(lb, self.b.pack(token[1]))[2]
+        return pack_fields(lb, kind=Kind.DATA, data=a_bits | b_bits << self.a.data_bits)
 
     def unpack(self, bits: int) -> Token:
         """The token of some payload bits (data as a tuple of two items)."""
-        shift = KIND_BITS + self.level_bits
-        if bits & (2**KIND_BITS - 1) != Kind.DATA:
-            return self.a.unpack(bits & (2**shift - 1))
-        payload = bits >> shift
+        lb = self.level_bits
+        kind, level, payload = unpack_fields(lb, bits)
+        if kind != Kind.DATA:
+            return self.a.unpack(pack_fields(lb, kind=kind, level=level))
         a_bits = payload & (2**self.a.data_bits - 1)
         b_bits = payload >> self.a.data_bits
         return (
-            self.a.unpack(int(Kind.DATA) | a_bits << shift),
-            self.b.unpack(int(Kind.DATA) | b_bits << shift),
+            self.a.unpack(pack_fields(lb, kind=Kind.DATA, data=a_bits)),
+            self.b.unpack(pack_fields(lb, kind=Kind.DATA, data=b_bits)),
         )
 
 
@@ -140,45 +141,17 @@ _Format = TokenFormat | TupleFormat
 
 
 def _check_format(owner: str, name: str, fmt: Any) -> None:
-    if not isinstance(fmt, (TokenFormat, TupleFormat)):
-        raise TypeError(f"{owner} {name} must be a TokenFormat or TupleFormat, not {fmt!r}")
-
-
-def _check_int(owner: str, name: str, value: Any, lo: int, hi: int | None = None) -> int:
-    if hi is not None:
-        rule = f"an integer in [{lo}, {hi}]"
-    else:
-        rule = {0: "a non-negative integer", 1: "a positive integer"}[lo]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{owner} {name} must be {rule}, not {value!r}")
-    if value < lo or (hi is not None and value > hi):
-        raise ValueError(f"{owner} {name} must be {rule}, not {value!r}")
-    return value
-
-
-def _check_levels(owner: str, what: str, rank: int, fmt: _Format) -> None:
-    """Stops of a rank-``rank`` stream reach level ``rank``; it must fit the level field."""
-    if rank > 2**fmt.level_bits - 1:
-        raise ValueError(
-            f"{owner} {what} rank {rank} needs stop levels up to {rank}, which do not fit "
-            f"{fmt.level_bits} level bits"
-        )
-
-
-def _expect(cls: type, node: Any, node_cls: type) -> None:
-    if not isinstance(node, node_cls):
-        got = f"{node.kind} '{node.name}'" if isinstance(node, Node) else repr(node)
-        raise StepTypeError(f"{cls.__name__}.from_node needs a {node_cls.kind} node, not {got}")
+    check_format(owner, name, fmt, types=(TokenFormat, TupleFormat))
 
 
 def _node_format(node: Node, port: int, config: HwConfig) -> _Format:
     """The payload format of input ``port`` of ``node``; unsupported elements name the node."""
     elem = node.inputs[port].elem
-    where = f"{node.kind} '{node.name}', port '{node.input_names[port]}'"
+    at = where(node, node.input_names[port])
     if isinstance(elem, TupleType) and len(elem.items) == 2:
-        a, b = (TokenFormat.for_elem(e, config, where=where) for e in elem.items)
+        a, b = (TokenFormat.for_elem(e, config, where=at) for e in elem.items)
         return TupleFormat(a, b)
-    return TokenFormat.for_elem(elem, config, where=where)
+    return TokenFormat.for_elem(elem, config, where=at)
 
 
 def _build(node: Node, cls: type, **params: Any) -> Any:
@@ -309,19 +282,20 @@ class Flatten(wiring.Component):
         self.fmt, self.in_rank, self.lo, self.hi = fmt, in_rank, lo, hi
         super().__init__({"i": In(fmt.signature()), "o": Out(fmt.signature())})
 
-    @staticmethod
-    def _validate(*, fmt: _Format, in_rank: int, lo: int, hi: int) -> None:
-        _check_format("Flatten", "fmt", fmt)
-        _check_int("Flatten", "in_rank", in_rank, 1)
-        _check_int("Flatten", "lo", lo, 0, in_rank)
-        _check_int("Flatten", "hi", hi, 0, in_rank)
+    @classmethod
+    def _validate(cls, *, fmt: _Format, in_rank: int, lo: int, hi: int) -> None:
+        owner = cls.__name__
+        _check_format(owner, "fmt", fmt)
+        check_int(owner, "in_rank", in_rank, 1)
+        check_int(owner, "lo", lo, 0, in_rank)
+        check_int(owner, "hi", hi, 0, in_rank)
         if hi <= lo:
-            raise ValueError(f"Flatten hi must be greater than lo ({lo}), not {hi}")
-        _check_levels("Flatten", "input", in_rank, fmt)
+            raise ValueError(f"{owner} hi must be greater than lo ({lo}), not {hi}")
+        rank_levels_fit(owner, "input", in_rank, fmt.level_bits)
 
     @classmethod
-    def from_node(cls, node: ops_shape.Flatten, config: HwConfig) -> Flatten:
-        _expect(cls, node, ops_shape.Flatten)
+    def from_node(cls, node: ops.Flatten, config: HwConfig) -> Flatten:
+        expect_node(cls, node, ops.Flatten)
         fmt = _node_format(node, 0, config)
         return _build(node, cls, fmt=fmt, in_rank=node.inputs[0].rank, lo=node.lo, hi=node.hi)
 
@@ -408,8 +382,9 @@ class Reshape(wiring.Component):
             members["pad_flags"] = Out(self.flags_fmt.signature())
         super().__init__(members)
 
-    @staticmethod
+    @classmethod
     def _validate(
+        cls,
         *,
         fmt: _Format,
         in_rank: int,
@@ -419,27 +394,28 @@ class Reshape(wiring.Component):
         pad_flags: bool = False,
     ) -> int | None:
         """Check the parameters; the payload bits of ``pad`` (``None`` without padding)."""
-        _check_format("Reshape", "fmt", fmt)
-        _check_int("Reshape", "in_rank", in_rank, 0)
-        _check_int("Reshape", "chunk", chunk, 1)
-        _check_int("Reshape", "rank", rank, 0, in_rank)
+        owner = cls.__name__
+        _check_format(owner, "fmt", fmt)
+        check_int(owner, "in_rank", in_rank, 0)
+        check_int(owner, "chunk", chunk, 1)
+        check_int(owner, "rank", rank, 0, in_rank)
         if not isinstance(pad_flags, bool):
-            raise TypeError(f"Reshape pad_flags must be a bool, not {pad_flags!r}")
-        _check_levels("Reshape", "output", in_rank + 1, fmt)
+            raise TypeError(f"{owner} pad_flags must be a bool, not {pad_flags!r}")
+        rank_levels_fit(owner, "output", in_rank + 1, fmt.level_bits)
         if pad is None:
             return None
         if rank != 0:
-            raise ValueError(f"Reshape pad applies to rank 0 only, not rank {rank}")
+            raise ValueError(f"{owner} pad applies to rank 0 only, not rank {rank}")
         if pad is DONE or isinstance(pad, Stop):
-            raise TypeError(f"Reshape pad must be a data element, not {pad!r}")
+            raise TypeError(f"{owner} pad must be a data element, not {pad!r}")
         try:
             return fmt.pack(pad)
         except ValueError as exc:
-            raise ValueError(f"Reshape pad does not fit the format: {exc}") from None
+            raise ValueError(f"{owner} pad does not fit the format: {exc}") from None
 
     @classmethod
-    def from_node(cls, node: ops_shape.Reshape, config: HwConfig) -> Reshape:
-        _expect(cls, node, ops_shape.Reshape)
+    def from_node(cls, node: ops.Reshape, config: HwConfig) -> Reshape:
+        expect_node(cls, node, ops.Reshape)
         fmt = _node_format(node, 0, config)
         x = node.inputs[0]
         if node.rank == 0 and node.pad is None and not is_static(x.shape[-1]):
@@ -607,17 +583,18 @@ class Promote(wiring.Component):
         self.fmt, self.in_rank, self.rank = fmt, in_rank, rank
         super().__init__({"i": In(fmt.signature()), "o": Out(fmt.signature())})
 
-    @staticmethod
-    def _validate(*, fmt: _Format, in_rank: int, rank: int | None = None) -> None:
-        _check_format("Promote", "fmt", fmt)
-        _check_int("Promote", "in_rank", in_rank, 0)
+    @classmethod
+    def _validate(cls, *, fmt: _Format, in_rank: int, rank: int | None = None) -> None:
+        owner = cls.__name__
+        _check_format(owner, "fmt", fmt)
+        check_int(owner, "in_rank", in_rank, 0)
         if rank is not None:
-            _check_int("Promote", "rank", rank, 0, in_rank)
-        _check_levels("Promote", "output", in_rank + 1, fmt)
+            check_int(owner, "rank", rank, 0, in_rank)
+        rank_levels_fit(owner, "output", in_rank + 1, fmt.level_bits)
 
     @classmethod
-    def from_node(cls, node: ops_shape.Promote, config: HwConfig) -> Promote:
-        _expect(cls, node, ops_shape.Promote)
+    def from_node(cls, node: ops.Promote, config: HwConfig) -> Promote:
+        expect_node(cls, node, ops.Promote)
         fmt = _node_format(node, 0, config)
         return _build(node, cls, fmt=fmt, in_rank=node.inputs[0].rank, rank=node.rank)
 
@@ -744,22 +721,23 @@ class Expand(wiring.Component):
             {"i": In(fmt.signature()), "ref": In(ref_fmt.signature()), "o": Out(fmt.signature())}
         )
 
-    @staticmethod
-    def _validate(*, fmt: _Format, ref_fmt: _Format, in_rank: int, rank: int) -> None:
-        _check_format("Expand", "fmt", fmt)
-        _check_format("Expand", "ref_fmt", ref_fmt)
+    @classmethod
+    def _validate(cls, *, fmt: _Format, ref_fmt: _Format, in_rank: int, rank: int) -> None:
+        owner = cls.__name__
+        _check_format(owner, "fmt", fmt)
+        _check_format(owner, "ref_fmt", ref_fmt)
         if fmt.level_bits != ref_fmt.level_bits:
             raise ValueError(
-                f"Expand fmt and ref_fmt must have the same level_bits, not {fmt.level_bits} "
+                f"{owner} fmt and ref_fmt must have the same level_bits, not {fmt.level_bits} "
                 f"and {ref_fmt.level_bits}"
             )
-        _check_int("Expand", "in_rank", in_rank, 1)
-        _check_int("Expand", "rank", rank, 1, in_rank)
-        _check_levels("Expand", "input", in_rank, fmt)
+        check_int(owner, "in_rank", in_rank, 1)
+        check_int(owner, "rank", rank, 1, in_rank)
+        rank_levels_fit(owner, "input", in_rank, fmt.level_bits)
 
     @classmethod
-    def from_node(cls, node: ops_shape.Expand, config: HwConfig) -> Expand:
-        _expect(cls, node, ops_shape.Expand)
+    def from_node(cls, node: ops.Expand, config: HwConfig) -> Expand:
+        expect_node(cls, node, ops.Expand)
         fmt, ref_fmt = _node_format(node, 0, config), _node_format(node, 1, config)
         return _build(
             node, cls, fmt=fmt, ref_fmt=ref_fmt, in_rank=node.inputs[0].rank, rank=node.rank
@@ -782,7 +760,7 @@ class Expand(wiring.Component):
         can = _free(o)
         rk = ref.payload.kind
         walk = have & can & ref.valid
-        walk_ends = walk & (rk == Kind.STOP) & (ref.payload.level >= self.rank)
+        walk_ends = walk & (rk == Kind.STOP) & partition_closes_chunk(ref.payload.level, self.rank)
         ik = i.payload.kind
         drop = closing & i.valid
         load = ~closing & i.valid & (ik == Kind.DATA) & (~have | walk_ends)
@@ -833,16 +811,17 @@ class RepeatStatic(wiring.Component):
         self.fmt, self.in_rank, self.count = fmt, in_rank, count
         super().__init__({"i": In(fmt.signature()), "o": Out(fmt.signature())})
 
-    @staticmethod
-    def _validate(*, fmt: _Format, in_rank: int, count: int) -> None:
-        _check_format("RepeatStatic", "fmt", fmt)
-        _check_int("RepeatStatic", "in_rank", in_rank, 0)
-        _check_int("RepeatStatic", "count", count, 1)
-        _check_levels("RepeatStatic", "output", in_rank + 1, fmt)
+    @classmethod
+    def _validate(cls, *, fmt: _Format, in_rank: int, count: int) -> None:
+        owner = cls.__name__
+        _check_format(owner, "fmt", fmt)
+        check_int(owner, "in_rank", in_rank, 0)
+        check_int(owner, "count", count, 1)
+        rank_levels_fit(owner, "output", in_rank + 1, fmt.level_bits)
 
     @classmethod
-    def from_node(cls, node: ops_shape.RepeatStatic, config: HwConfig) -> RepeatStatic:
-        _expect(cls, node, ops_shape.RepeatStatic)
+    def from_node(cls, node: ops.RepeatStatic, config: HwConfig) -> RepeatStatic:
+        expect_node(cls, node, ops.RepeatStatic)
         fmt = _node_format(node, 0, config)
         return _build(node, cls, fmt=fmt, in_rank=node.inputs[0].rank, count=node.count)
 
@@ -891,16 +870,16 @@ class Zip(wiring.Component):
             }
         )
 
-    @staticmethod
-    def _validate(*, a_fmt: TokenFormat, b_fmt: TokenFormat) -> None:
+    @classmethod
+    def _validate(cls, *, a_fmt: TokenFormat, b_fmt: TokenFormat) -> None:
+        owner = cls.__name__
         for name, value in (("a_fmt", a_fmt), ("b_fmt", b_fmt)):
-            if not isinstance(value, TokenFormat):
-                raise TypeError(f"Zip {name} must be a TokenFormat, not {value!r}")
+            check_format(owner, name, value)
         TupleFormat(a_fmt, b_fmt)  # the level widths must agree
 
     @classmethod
-    def from_node(cls, node: ZipNode, config: HwConfig) -> Zip:
-        _expect(cls, node, ZipNode)
+    def from_node(cls, node: ops.Zip, config: HwConfig) -> Zip:
+        expect_node(cls, node, ops.Zip)
         fmts = [_node_format(node, k, config) for k in (0, 1)]
         for k, f in enumerate(fmts):
             if isinstance(f, TupleFormat):

@@ -19,7 +19,7 @@ from .graph import Graph, Node, OffChipTensor, Stream
 from .interpret import InterpretResult, interpret
 from .metrics import Metrics, metrics
 from .ops import *  # noqa: F403 - the operators are the language
-from .passes import insert_broadcasts
+from .passes import insert_broadcasts, lower
 from .tokens import (
     DONE,
     Stop,
@@ -67,6 +67,7 @@ __all__ = [
     "functions",
     "insert_broadcasts",
     "interpret",
+    "lower",
     "metrics",
     "ops",
     "ragged",

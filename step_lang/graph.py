@@ -2,8 +2,8 @@
 
 Operators (``step_lang.ops``) are :class:`Node` subclasses. Constructing one checks its inputs,
 infers its output :class:`~step_lang.types.StreamType` s and adds it to the graph of its inputs.
-A :class:`Stream` is a handle on one output port. Fan-out is allowed while building; the
-:func:`~step_lang.passes.insert_broadcasts` pass (run by every reader) makes it explicit.
+A :class:`Stream` is a handle on one output port. Fan-out is allowed while building; every
+reader runs :func:`~step_lang.passes.lower` first, which makes it explicit on a copy.
 """
 
 from __future__ import annotations
@@ -91,10 +91,25 @@ class Node:
 
     Subclasses validate their inputs in ``__init__`` and finish with :meth:`_finish`. They implement
     :meth:`execute` (the functional semantics, a generator driven by the interpreter) and the cost
-    hooks :meth:`onchip_bytes` and :meth:`offchip_bytes`.
+    hooks :meth:`onchip_bytes`, :meth:`offchip_bytes` and :meth:`flops`, or name the hooks whose
+    cost is zero in :attr:`zero_costs`. The other readers register their behaviour per class
+    (:mod:`step_lang.registry`; ``docs/architecture.md``).
     """
 
     kind: ClassVar[str] = "Node"
+    #: The cost hooks this operator declares to cost nothing (``"onchip_bytes"``,
+    #: ``"offchip_bytes"``, ``"flops"``); every other hook is defined by the class.
+    zero_costs: ClassVar[frozenset[str]] = frozenset()
+    #: Whether the operator passes its first input's tiles on unchanged (routers, shape
+    #: operators), so tiles that sit in a memory unit stay there (the paper profile's loads).
+    forwards_tiles: ClassVar[bool] = False
+    #: Whether the operator's output tiles sit in a memory unit (off-chip loads, Streamify).
+    tiles_in_memory: ClassVar[bool] = False
+    #: Whether the operator computes on a compute unit (Map, Accum, Scan): the timing profiles
+    #: allocate it compute bandwidth.
+    is_compute: ClassVar[bool] = False
+    #: Whether the operator closes a loop (its input edge is not a dependency; ``Feedback``).
+    is_feedback: ClassVar[bool] = False
 
     def __init__(self, graph: Graph, name: str | None):
         if not isinstance(graph, Graph):
@@ -185,21 +200,33 @@ class Node:
 
     def onchip_bytes(self, convention: str) -> Dim:
         """On-chip memory this node needs, under ``"paper"`` or ``"artifact"`` accounting."""
-        return 0
+        return self._zero_cost("onchip_bytes")
 
     def offchip_bytes(self, convention: str) -> Dim:
         """Bytes this node moves between off-chip memory and the chip."""
-        return 0
+        return self._zero_cost("offchip_bytes")
 
     def flops(self) -> Dim:
         """Arithmetic operations this node performs over the whole stream."""
-        return 0
+        return self._zero_cost("flops")
+
+    def _zero_cost(self, hook: str) -> int:
+        if hook in self.zero_costs:
+            return 0
+        raise NotImplementedError(
+            f"{self.kind} '{self.name}': defines no {hook} cost (nor lists it in zero_costs)"
+        )
 
 
 class Graph:
     """A STeP program: nodes, the streams between them and the off-chip tensors they touch."""
 
     def __init__(self, name: str = "graph"):
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise StepGraphError(
+                f"graph name must be an identifier (letters, digits, _; it names the Verilog "
+                f"module), not {name!r}"
+            )
         self.name = name
         self.nodes: dict[str, Node] = {}
         self.tensors: dict[str, OffChipTensor] = {}
@@ -278,7 +305,7 @@ class Graph:
         indeg = {name: 0 for name in self.nodes}
         succ: dict[str, list[str]] = {name: [] for name in self.nodes}
         for s, n, _ in self.edges():
-            if n.kind == "Feedback":
+            if n.is_feedback:
                 continue
             indeg[n.name] += 1
             succ[s.node.name].append(n.name)
@@ -301,7 +328,7 @@ class Graph:
     def validate(self) -> None:
         """Check that the graph is complete: feedback bound, every output consumed exactly once or more."""
         for node in self.nodes.values():
-            if node.kind == "Feedback" and not node.inputs:
+            if node.is_feedback and not node.inputs:
                 raise StepGraphError(
                     f"Feedback '{node.name}' is never bound to a stream (call .bind)"
                 )
@@ -333,7 +360,7 @@ class Graph:
             label = f"{node.name}\\n{node.kind}" + (f"\\n{ps}" if ps else "")
             lines.append(f'  "{node.name}" [label="{_dot_escape(label)}"];')
         for s, n, i in self.edges():
-            style = ", style=dashed" if n.kind == "Feedback" else ""
+            style = ", style=dashed" if n.is_feedback else ""
             label = _dot_escape(f"{s.node.output_names[s.port]}→{n.input_names[i]}\\n{s.type}")
             lines.append(f'  "{s.node.name}" -> "{n.name}" [label="{label}"{style}];')
         lines.append("}")

@@ -24,8 +24,10 @@ from .arrival import ArrivalPolicy, LowestIndexFirst
 from .errors import StepDeadlock, StepRuntimeError, StepValueError, op_message
 from .graph import Graph, Node, OffChipTensor, Stream
 from .observe import Bindings, check_stream
+from .ops.misc import Source
 from .ops.offchip import tile_index
-from .passes import insert_broadcasts
+from .ops.routing import EagerMerge
+from .passes import lower
 from .tokens import DONE, Token, to_tokens
 
 __all__ = ["InterpretResult", "NodeIO", "interpret"]
@@ -167,18 +169,7 @@ class _Run:
         self._policy = policy
 
     def source_tokens(self, node: Node) -> list[Token]:
-        if node.name not in self.inputs:
-            raise StepValueError(
-                f"Source '{node.name}' has no tokens; pass inputs={{'{node.name}': ...}}"
-            )
-        toks = self.inputs[node.name]
-        if not (toks and toks[-1] is DONE):
-            try:
-                toks = to_tokens(toks, node.out_types[0].rank)
-            except StepValueError as exc:  # say which Source was fed the malformed data
-                raise StepValueError(op_message(node.kind, node.name, "out", str(exc))) from exc
-        check_stream(toks, node.out_types[0], Bindings(), f"inputs['{node.name}']")
-        return list(toks)
+        return source_tokens(node, self.inputs)
 
     def policy_for(self, node: Node) -> ArrivalPolicy:
         p = self._policy
@@ -191,6 +182,39 @@ class _Run:
                 f"merge_policy for '{node.name}' must be an ArrivalPolicy, not {p!r}"
             )
         return p.fresh()
+
+
+def source_tokens(node: Node, inputs: Mapping[str, Any]) -> list[Token]:
+    """The tokens ``inputs`` feed Source ``node`` (a token list ending with ``DONE``, or nested
+    lists), checked against its type; the interpreter and the simulator share this."""
+    if node.name not in inputs:
+        raise StepValueError(
+            f"Source '{node.name}' has no tokens; pass inputs={{'{node.name}': ...}}"
+        )
+    toks = inputs[node.name]
+    if not (isinstance(toks, list) and toks and toks[-1] is DONE):
+        try:
+            toks = to_tokens(toks, node.out_types[0].rank)
+        except StepValueError as exc:  # say which Source was fed the malformed data
+            raise StepValueError(op_message(node.kind, node.name, "out", str(exc))) from exc
+    check_stream(toks, node.out_types[0], Bindings(), f"inputs['{node.name}']")
+    return list(toks)
+
+
+def check_inputs(graph: Graph, inputs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``inputs`` as a dict, after checking that every name is a Source node of ``graph``."""
+    if inputs is not None and not isinstance(inputs, Mapping):
+        raise StepValueError(
+            f"inputs must map Source node names to tokens, not {type(inputs).__name__}"
+        )
+    inputs = dict(inputs or {})
+    sources = {n.name for n in graph.nodes.values() if isinstance(n, Source)}
+    unknown = sorted(set(inputs) - sources)
+    if unknown:
+        raise StepValueError(
+            f"inputs name {', '.join(unknown)}, which are not Source nodes of graph '{graph.name}'"
+        )
+    return inputs
 
 
 def _prepare_memory(graph: Graph, memory: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -230,15 +254,18 @@ def interpret(
     (default :class:`~step_lang.arrival.LowestIndexFirst`). With ``check`` every stream is checked
     against its declared type afterwards.
     """
-    insert_broadcasts(graph)
-    graph.validate()
-    inputs = dict(inputs or {})
-    sources = {n.name for n in graph.nodes.values() if n.kind == "Source"}
-    unknown = sorted(set(inputs) - sources)
-    if unknown:
-        raise StepValueError(
-            f"inputs name {', '.join(unknown)}, which are not Source nodes of graph '{graph.name}'"
-        )
+    graph = lower(graph)
+    inputs = check_inputs(graph, inputs)
+    if memory is not None and not isinstance(memory, Mapping):
+        raise StepValueError(f"memory must map tensor names to arrays, not {type(memory).__name__}")
+    if isinstance(merge_policy, Mapping):
+        merges = {n.name for n in graph.nodes.values() if isinstance(n, EagerMerge)}
+        stray = sorted(set(merge_policy) - merges)
+        if stray:
+            raise StepValueError(
+                f"merge_policy names {', '.join(map(repr, stray))}, which is no EagerMerge node of "
+                f"graph '{graph.name}' (EagerMerge nodes: {', '.join(sorted(merges)) or 'none'})"
+            )
     run = _Run(graph, _prepare_memory(graph, memory or {}), merge_policy, inputs)
     order = graph.topo_order()
     channels = {s: _Channel(s) for node in order for s in node.outputs}

@@ -24,7 +24,7 @@ import sympy as sp
 from .dims import Dim
 from .errors import StepValueError
 from .graph import Graph
-from .passes import insert_broadcasts
+from .passes import lower
 
 __all__ = ["CONVENTIONS", "Metrics", "NodeCost", "metrics"]
 
@@ -151,7 +151,7 @@ def metrics(graph: Graph, convention: str = "paper") -> Metrics:
     """Symbolic costs of every node of ``graph`` under ``convention`` (``"paper"`` or ``"artifact"``)."""
     if convention not in CONVENTIONS:
         raise ValueError(f"convention must be one of {CONVENTIONS}, not {convention!r}")
-    insert_broadcasts(graph)
+    graph = lower(graph)
     nodes = tuple(
         NodeCost(
             n.name,

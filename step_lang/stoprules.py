@@ -49,7 +49,11 @@ def promote_stop(level: int, rank: int) -> int:
 
 
 def partition_closes_chunk(level: int, rank: int) -> bool:
-    """A Partition/Reassemble/EagerMerge chunk of ``rank`` inner dims ends at a stop of level ``>= rank``."""
+    """A chunk of ``rank`` inner dims ends at a stop of level ``>= rank``.
+
+    The chunks of Partition, Reassemble, EagerMerge and Parallelize, Accum/Scan/Bufferize groups,
+    Expand's elements and Streamify's reference blocks. Also works on Amaranth values (``>=``).
+    """
     return level >= rank
 
 

@@ -578,10 +578,9 @@ def test_every_attention_node_kind_is_supported(schedule: str):
 def test_coarse_attention_elaborates():
     """Every node gets its block and the whole graph elaborates. (Coarse only: the RTL tests
     convert the interleaved schedule, `make rtl`'s, and co-simulate the dynamic one.)"""
-    g = attention.hardware("coarse")
-    top = ElaboratedGraph(g)
+    top = ElaboratedGraph(attention.hardware("coarse"))
     assert set(top.blocks) == {
-        n.name for n in g.nodes.values() if n.kind not in ("Source", "Sink", "Feedback")
+        n.name for n in top.graph.nodes.values() if n.kind not in ("Source", "Sink", "Feedback")
     }
     Fragment.get(top, None)
 

@@ -30,7 +30,7 @@ from step_hw.addrgen import flatmap_unit
 from step_hw.broadcast import Broadcast
 from step_hw.compute import AccumUnit, MapUnit, MatmulUnit, RetileUnit, ScanUnit, compute_unit
 from step_hw.config import HwConfig
-from step_hw.elaborate import ElaboratedGraph, _builders
+from step_hw.elaborate import HARDWARE, ElaboratedGraph
 from step_hw.expert_addr import ExpertAddr
 from step_hw.memory import LinearLoad
 from step_hw.payload import TokenFormat
@@ -60,7 +60,7 @@ from step_lang import (
 )
 from step_lang import numerics as nm
 from step_lang.errors import StepRuntimeError
-from step_lang.passes import insert_broadcasts
+from step_lang.passes import lower
 from step_lang.types import Selector, int16
 
 MAX = 5  # dyn_tile_rows of the block tests: small, so n = 0..MAX is cheap to cover
@@ -555,10 +555,9 @@ SCHEDULES = {
 
 @pytest.mark.parametrize("name", SCHEDULES)
 def test_moe_schedules_elaborate(name: str):
-    graph = moe.hardware(schedule=SCHEDULES[name])
-    insert_broadcasts(graph)
-    kinds = {n.kind for n in graph.nodes.values()} - {"Source", "Sink", "Feedback"}
-    assert kinds <= set(_builders())
+    graph = lower(moe.hardware(schedule=SCHEDULES[name]))
+    blocks = [n for n in graph.nodes.values() if n.kind not in ("Source", "Sink", "Feedback")]
+    assert all(callable(HARDWARE.entry(n)) for n in blocks)
     top = ElaboratedGraph(graph)
     Fragment.get(top, None)  # elaborates every block (and marks them used)
     assert set(top.blocks) == {

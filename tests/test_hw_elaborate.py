@@ -29,9 +29,11 @@ from step_lang.types import float32, int16
 def test_swiglu_elaborates_with_one_submodule_per_node():
     g = swiglu.hardware()
     top = ElaboratedGraph(g, HwConfig())
+    assert top.graph is not g  # the lowered copy: the user's graph is not changed
     assert set(top.blocks) == {
-        n for n, node in g.nodes.items() if node.kind not in ("Source", "Sink", "Feedback")
+        n for n, node in top.graph.nodes.items() if node.kind not in ("Source", "Sink", "Feedback")
     }
+    assert set(g.nodes) < set(top.graph.nodes) and "load_x_out_bc" in top.blocks
     desc = top.description()
     assert desc["axi_ports"] == [
         "m_axi_load_x",

@@ -27,6 +27,7 @@ from step_lang import (
     regular,
 )
 from step_lang import functions as F
+from step_lang.passes import lower
 from step_lang.types import int32
 
 
@@ -47,11 +48,15 @@ def test_fan_out_gets_one_broadcast_per_stream():
     Sink(y.out)
     r = interpret(g, inputs={"x": parse("1 2 3 D")})
     assert show(r.tokens(y.out)) == "2 4 6 D"
-    bc = g.nodes["x_out_bc"]
+    assert list(g.nodes) == ["x", "double", "sink0"]  # the user's graph is not changed
+    low = lower(g)
+    bc = low.nodes["x_out_bc"]
     assert bc.kind == "Broadcast" and bc.n == 2
-    assert [s.name for s in y.inputs] == ["x_out_bc.out0", "x_out_bc.out1"]
-    interpret(g, inputs={"x": parse("1 2 3 D")})  # idempotent: runs again unchanged
-    assert sum(n.kind == "Broadcast" for n in g.nodes.values()) == 1
+    assert [s.name for s in low.nodes["double"].inputs] == ["x_out_bc.out0", "x_out_bc.out1"]
+    assert [s.name for s in y.inputs] == ["x.out", "x.out"]
+    again = lower(low)  # idempotent: a lowered graph lowers to an equal copy
+    assert list(again.nodes) == list(low.nodes)
+    assert sum(n.kind == "Broadcast" for n in again.nodes.values()) == 1
 
 
 def _region_id(i: int, n: int) -> F.MapFn:

@@ -20,7 +20,7 @@ from step_lang.graph import Node
 
 from ..memory import MemoryConfig
 
-__all__ = ["MemRequest", "NodeTiming", "TimingProfile", "WaitFor"]
+__all__ = ["ElementFlops", "MemRequest", "NodeTiming", "TimingProfile", "WaitFor", "check_int"]
 
 
 @dataclass(frozen=True)
@@ -108,3 +108,44 @@ class TimingProfile:
     def compute_bw(self, node: Node) -> int:
         """FLOPs per cycle allocated to ``node`` (0 for nodes that do no arithmetic)."""
         return 0
+
+    def check_graph(self, graph: Any) -> None:
+        """Reject settings that name what ``graph`` (the lowered graph a run simulates) lacks."""
+
+
+class ElementFlops:
+    """FLOPs of a compute node's function on one element, from the shapes its tiles actually
+    have (dynamic tiles cost what they hold), cached by shape. Both profiles count with it."""
+
+    def __init__(self, node: Node):
+        self.node = node
+        self._cache: dict[tuple, int] = {}
+
+    def __call__(self, values: list[Any]) -> int:
+        from step_lang.types import Tile
+
+        # Keyed by the shapes of the tokens as received: one tuple token (a zipped input) keys
+        # as a whole, so its FLOPs come from the first element of its shape.
+        key = tuple(
+            tuple(v.shape) if hasattr(v, "shape") and not isinstance(v, tuple) else None
+            for v in values
+        )
+        hit = self._cache.get(key)
+        if hit is None:
+            if len(values) == 1 and isinstance(values[0], tuple):
+                values = list(values[0])
+            types = []
+            for t, v in zip(self.node.arg_types, values, strict=False):
+                if isinstance(t, Tile) and hasattr(v, "shape") and not isinstance(v, tuple):
+                    t = Tile(t.dtype, int(v.shape[0]), int(v.shape[1]))
+                types.append(t)
+            hit = self._cache[key] = int(self.node.fn.flops(*types))
+        return hit
+
+
+def check_int(owner: str, name: str, value: Any, minimum: int) -> None:
+    """``value`` must be an integer (not a bool) of at least ``minimum``: a one-line ValueError
+    naming ``owner.name`` and the value otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        rule = "a positive integer" if minimum == 1 else "a non-negative integer"
+        raise ValueError(f"{owner}: {name} must be {rule}, not {value!r}")

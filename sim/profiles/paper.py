@@ -23,16 +23,18 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from step_lang import ops
 from step_lang.graph import Node
+from step_lang.registry import NodeRegistry
 from step_lang.tokens import is_data
-from step_lang.types import Tile
 
 from ..memory import MemoryConfig
-from .base import MemRequest, NodeTiming, TimingProfile
+from .base import ElementFlops, MemRequest, NodeTiming, TimingProfile, check_int
 
-__all__ = ["PaperProfile"]
+__all__ = ["PAPER_TIMING", "PaperProfile"]
 
-_LOADS = ("LinearOffChipLoad", "RandomOffChipLoad")
+#: Each operator's timing under the paper profile: ``(profile, node, resident) -> NodeTiming``.
+PAPER_TIMING: NodeRegistry = NodeRegistry("paper-profile timing")
 
 
 def nbytes(token: Any) -> int:
@@ -40,13 +42,6 @@ def nbytes(token: Any) -> int:
     if isinstance(token, tuple):
         return sum(nbytes(t) for t in token)
     return int(getattr(token, "nbytes", 0))
-
-
-def _concrete(elem: Any, value: Any) -> Any:
-    if isinstance(elem, Tile) and hasattr(value, "shape") and not isinstance(value, tuple):
-        rows, cols = value.shape
-        return Tile(elem.dtype, int(rows), int(cols))
-    return elem
 
 
 @dataclass
@@ -65,6 +60,33 @@ class PaperProfile(TimingProfile):
     write_back: frozenset[str] = frozenset()  # nodes whose results are written to a memory unit
     stops_take_slots: bool = False  # True: stop and done tokens occupy queue slots, as in hardware
 
+    def __post_init__(self):
+        for name in ("compute_bw_default", "pmu_bw"):
+            check_int("PaperProfile", name, getattr(self, name), 1)
+        for name in ("channel_latency", "switch_cycles"):
+            check_int("PaperProfile", name, getattr(self, name), 0)
+        if self.onchip_convention not in ("paper", "artifact"):
+            raise ValueError(
+                "PaperProfile: onchip_convention must be 'paper' or 'artifact', "
+                f"not {self.onchip_convention!r}"
+            )
+        if not isinstance(self.memory, MemoryConfig):
+            raise TypeError(f"PaperProfile: memory must be a MemoryConfig, not {self.memory!r}")
+        for node, bw in self.compute_bw_overrides.items():
+            check_int("PaperProfile", f"compute_bw_overrides[{node!r}]", bw, 1)
+
+    def check_graph(self, graph: Any) -> None:
+        compute = {n.name for n in graph.nodes.values() if n.is_compute}
+        for name in sorted(set(self.compute_bw_overrides) - compute):
+            raise ValueError(
+                f"PaperProfile: compute_bw_overrides names {name!r}, which is no compute node "
+                f"(Map, Accum, Scan) of graph '{graph.name}'"
+            )
+        for name in sorted(set(self.write_back) - set(graph.nodes)):
+            raise ValueError(
+                f"PaperProfile: write_back names {name!r}, which is no node of graph '{graph.name}'"
+            )
+
     @classmethod
     def hdl_validation(cls) -> PaperProfile:
         """The settings of the paper's HDL-validation runs (Fig. 8)."""
@@ -80,39 +102,73 @@ class PaperProfile(TimingProfile):
         return node.name in self.write_back
 
     def compute_bw(self, node: Node) -> int:
-        if node.kind in ("Map", "Accum", "Scan"):
+        if node.is_compute:
             return self.compute_bw_overrides.get(node.name, self.compute_bw_default)
         return 0
 
     def node_timing(self, node: Node, resident: list[bool]) -> NodeTiming:
-        kind = node.kind
-        if kind in _LOADS:
-            return _OffChipTiming(self, node, send_port=0, recv_port=None)
-        if kind == "LinearOffChipStore":
-            return _OffChipTiming(self, node, send_port=None, recv_port=0)
-        if kind == "RandomOffChipStore":
-            return _OffChipTiming(self, node, send_port=None, recv_port=1)
-        if kind in ("Map", "Accum", "Scan"):
-            return _ComputeTiming(self, node, resident)
-        if kind in ("Partition", "Parallelize"):
-            return _RecvCost(
-                lambda tok: (
-                    (math.ceil(nbytes(tok) / self.pmu_bw) if resident[0] else 0)
-                    + self.switch_cycles
-                ),
-                port=0,
-            )
-        if kind == "Reassemble":
-            return _SendCost(lambda tok: self.switch_cycles)
-        if kind == "EagerMerge":
-            return _SendCost(lambda tok: 1, port=0)
-        if kind in ("RepeatStatic", "Expand"):
-            return _SendCost(lambda tok: 1, footprint=True)
-        if kind == "Streamify":
-            return _SendCost(lambda tok: math.ceil(nbytes(tok) / self.pmu_bw))
-        if kind == "FlatMap":
-            return _SendCost(lambda tok: 1)
-        return NodeTiming()
+        return PAPER_TIMING.entry(node)(self, node, resident)
+
+
+# -- each operator's timing ----------------------------------------------------------------------
+
+
+@PAPER_TIMING.register(ops.LinearOffChipLoad, ops.RandomOffChipLoad)
+def _load(profile: PaperProfile, node: Node, resident: list[bool]) -> NodeTiming:
+    return _OffChipTiming(profile, node, send_port=0, recv_port=None)
+
+
+@PAPER_TIMING.register(ops.LinearOffChipStore, ops.RandomOffChipStore)
+def _store(profile: PaperProfile, node: Node, resident: list[bool]) -> NodeTiming:
+    # a store's tiles are on its last input (RandomOffChipStore: after the addresses)
+    return _OffChipTiming(profile, node, send_port=None, recv_port=len(node.inputs) - 1)
+
+
+@PAPER_TIMING.register(ops.Map, ops.Accum, ops.Scan)
+def _compute(profile: PaperProfile, node: Node, resident: list[bool]) -> NodeTiming:
+    return _ComputeTiming(profile, node, resident)
+
+
+@PAPER_TIMING.register(ops.Partition, ops.Parallelize)
+def _switch_in(profile: PaperProfile, node: Node, resident: list[bool]) -> NodeTiming:
+    read = profile.pmu_bw if resident[0] else 0
+    return _RecvCost(
+        lambda tok: (math.ceil(nbytes(tok) / read) if read else 0) + profile.switch_cycles, port=0
+    )
+
+
+@PAPER_TIMING.register(ops.Reassemble)
+def _switch_out(profile: PaperProfile, node: Node, resident: list[bool]) -> NodeTiming:
+    return _SendCost(lambda tok: profile.switch_cycles)
+
+
+@PAPER_TIMING.register(ops.EagerMerge)
+def _merge(profile: PaperProfile, node: Node, resident: list[bool]) -> NodeTiming:
+    return _SendCost(lambda tok: 1, port=0)
+
+
+@PAPER_TIMING.register(ops.RepeatStatic, ops.Expand)
+def _repeat(profile: PaperProfile, node: Node, resident: list[bool]) -> NodeTiming:
+    return _SendCost(lambda tok: 1, footprint=True)
+
+
+@PAPER_TIMING.register(ops.Streamify)
+def _streamify(profile: PaperProfile, node: Node, resident: list[bool]) -> NodeTiming:
+    return _SendCost(lambda tok: math.ceil(nbytes(tok) / profile.pmu_bw))
+
+
+@PAPER_TIMING.register(ops.FlatMap)
+def _address_generator(profile: PaperProfile, node: Node, resident: list[bool]) -> NodeTiming:
+    return _SendCost(lambda tok: 1)
+
+
+# Free: shape operators, RetileStreamify, Broadcast, Zip, Bufferize (its Streamify pays the
+# reads), and the graph's plumbing.
+PAPER_TIMING.add(
+    lambda profile, node, resident: NodeTiming(),
+    ops.Broadcast, ops.Flatten, ops.Reshape, ops.Promote, ops.Zip, ops.RetileStreamify,
+    ops.Bufferize, ops.Source, ops.Sink, ops.Feedback,
+)  # fmt: skip
 
 
 class _SendCost(NodeTiming):
@@ -181,27 +237,7 @@ class _ComputeTiming(NodeTiming):
         self.args: list[Any] = []
         self.flops = 0
         self.footprint = 0
-        self._flop_cache: dict[tuple, int] = {}
-
-    def _flops_of(self, values: list[Any]) -> int:
-        key = tuple(
-            tuple(v.shape) if hasattr(v, "shape") and not isinstance(v, tuple) else None
-            for v in values
-        )
-        hit = self._flop_cache.get(key)
-        if hit is None:
-            types = [
-                _concrete(t, v)
-                for t, v in zip(self.node.arg_types, self._unpack(values), strict=False)
-            ]
-            hit = int(self.node.fn.flops(*types))
-            self._flop_cache[key] = hit
-        return hit
-
-    def _unpack(self, values: list[Any]) -> list[Any]:
-        if len(values) == 1 and isinstance(values[0], tuple):
-            return list(values[0])
-        return values
+        self._flops_of = ElementFlops(node)
 
     def on_recv(self, port: int, token: Any) -> int:
         if not is_data(token):
@@ -211,7 +247,7 @@ class _ComputeTiming(NodeTiming):
         self.args.append(token)
         if port != self.last:
             return 0
-        flops = self._flops_of(self.args)
+        flops = self._flops_of(self.args)  # ElementFlops
         self.flops += flops
         cycles = max(self.load, math.ceil(flops / self.bw) if self.bw else 0)
         self.load, self.args, self.charged = 0, [], cycles

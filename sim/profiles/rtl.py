@@ -63,18 +63,25 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from step_hw.config import HwConfig
+from step_hw import contract
+from step_hw.contract import BLOCKS, HwConfig, Interval
+from step_lang import ops
 from step_lang.graph import Node
+from step_lang.registry import NodeRegistry
 from step_lang.tokens import DONE, Stop, is_data, to_tokens
 
 from ..memory import MemoryConfig
-from .base import NodeTiming, TimingProfile, WaitFor
+from .base import ElementFlops, NodeTiming, TimingProfile, WaitFor, check_int
 from .rtl_ports import Port, PortRun, ReadPort, WritePort
 
-__all__ = ["RtlProfile"]
+__all__ = ["RTL_TIMING", "RtlProfile"]
 
-_COMBINATIONAL = ("Broadcast", "Partition", "Reassemble", "EagerMerge", "Parallelize")
-_JOINED = ("Map", "Accum", "Scan", "Zip", "FlatMap", "RetileStreamify", "RandomOffChipStore")
+#: The operators with a timing model of their own under the rtl profile: ``(profile, node) ->
+#: NodeTiming`` (the memory operators' AXI pipelines, the top level's ports and wires). Every
+#: other operator is timed as a block from its hardware-contract entry (``step_hw.contract.BLOCKS``:
+#: latency, input joining, initiation interval).
+RTL_TIMING: NodeRegistry = NodeRegistry("rtl-profile timing")
+_TILE_QUEUE = contract.TILE_QUEUE_DEPTH
 _BOUNDARY = 4096  # AXI4 bursts never cross a 4 KiB boundary
 _MAX_BEATS = 256
 
@@ -92,14 +99,14 @@ class RtlProfile(TimingProfile):
     """
 
     name = "rtl"
-    slot_release = 1  # a FIFO's `w_rdy` is a register: a slot refills the cycle after the pop
+    slot_release = contract.QUEUE_SLOT_RELEASE  # a FIFO's `w_rdy` is a register
     config: HwConfig = field(default_factory=HwConfig)
     memory_latency: int = 2  # AR handshake to the first R beat (cocotbext-axi AxiRam)
     write_response: int = 2  # last W beat to the B response (AxiRam)
-    load_start: int = 2  # start to a load's first sequencer entry (first AR 3 cycles later)
-    load_issue: int = 3  # entry to its first AR: address queue (2) and burst generator (1)
-    store_issue: int = 3  # a store's take to its AW: address queue (2) and burst generator (1)
-    aw_to_w: int = 2  # AW to the first W beat (W-information queue)
+    load_start: int = contract.LOAD_START  # start to a load's first sequencer entry
+    load_issue: int = contract.LOAD_ISSUE  # entry to its first AR
+    store_issue: int = contract.STORE_ISSUE  # a store's take to its AW
+    aw_to_w: int = contract.AW_TO_W  # AW to the first W beat (W-information queue)
     done_latency: int = 4  # last B response to `done` (ack path, done register, bench)
     sink_done: int = 2  # a Sink's take of its done token to `done` (done-seen register, bench)
     # the last graph's streams that feed a Feedback (graph, its node count, stream -> node)
@@ -115,13 +122,20 @@ class RtlProfile(TimingProfile):
     # check that the port model of one manager is the per-operator model).
     _port_model_from = 2
 
+    def __post_init__(self):
+        if not isinstance(self.config, HwConfig):
+            raise TypeError(f"RtlProfile: config must be a HwConfig, not {self.config!r}")
+        for name in ("memory_latency", "write_response", "load_start", "load_issue",
+                     "store_issue", "aw_to_w", "done_latency", "sink_done"):  # fmt: skip
+            check_int("RtlProfile", name, getattr(self, name), 0)
+
     @property
     def channel_depth(self) -> int:  # type: ignore[override]
         return self.config.queue_depth
 
     @property
     def channel_latency(self) -> int:  # type: ignore[override]
-        return 2
+        return contract.queue_latency(self.config.queue_depth)
 
     def _feeds_back(self, stream: Any) -> Node | None:
         """The Feedback node that ``stream`` feeds, if any. The hardware aliases a Feedback's
@@ -129,14 +143,14 @@ class RtlProfile(TimingProfile):
         g = stream.graph
         graph, size, fbs = self._feedbacks
         if graph is not g or size != len(g.nodes):
-            fbs = {n.inputs[0]: n for n in g.nodes.values() if n.kind == "Feedback" and n.inputs}
+            fbs = {n.inputs[0]: n for n in g.nodes.values() if n.is_feedback and n.inputs}
             self._feedbacks = (g, len(g.nodes), fbs)
         return fbs.get(stream)
 
     def stream_latency(self, stream: Any, depth: int) -> int:
         if self._feeds_back(stream) is not None:
             return 0  # a Feedback is a wire: the loop's one queue is on the Feedback's output
-        return 1 if depth == 1 else 2
+        return contract.queue_latency(depth)
 
     def memory_config(self) -> MemoryConfig:
         return MemoryConfig()  # unused: the memory operators model their AXI ports themselves
@@ -145,15 +159,13 @@ class RtlProfile(TimingProfile):
         return True
 
     def compute_bw(self, node: Node) -> int:
-        if node.kind in ("Map", "Accum", "Scan"):
-            return 2 * self.config.lanes
-        return 0
+        return 2 * self.config.lanes if node.is_compute else 0
 
     def _depth(self, node: Node, port: int) -> int:
         s = node.outputs[port]
         while (fb := self._feeds_back(s)) is not None:  # the queue is the Feedback output's
             s = fb.outputs[0]
-        return node.graph.queue_depths.get(s.name, self.config.queue_depth)
+        return contract.queue_depth(node.graph, s, self.config)
 
     def _shared_port(self, node: Node, timing: _Load | _Store) -> Port | None:
         """Register ``timing`` with the model of the AXI port it shares with other memory
@@ -161,11 +173,9 @@ class RtlProfile(TimingProfile):
         g = node.graph
         graph, size, where, ports, run = self._axi
         if graph is not g or size != len(g.nodes):
-            from step_hw.elaborate import axi_managers
-
             where = {
                 name: (port, i, len(names))
-                for port, names in axi_managers(g, self.config).items()
+                for port, names in contract.axi_managers(g, self.config).items()
                 for i, name in enumerate(names)
             }
             graph, size, ports, run = g, len(g.nodes), {}, PortRun()
@@ -199,22 +209,10 @@ class RtlProfile(TimingProfile):
         return out
 
     def node_timing(self, node: Node, resident: list[bool]) -> NodeTiming:
-        kind = node.kind
-        if kind in ("LinearOffChipLoad", "RandomOffChipLoad"):
-            load = _Load(self, node, random=kind == "RandomOffChipLoad")
-            load.share(self._shared_port(node, load))
-            return load
-        if kind in ("LinearOffChipStore", "RandomOffChipStore"):
-            store = _Store(self, node) if kind == "LinearOffChipStore" else _RandomStore(self, node)
-            store.share(self._shared_port(node, store))
-            return store
-        if kind == "Sink":
-            return _Sink(self)
-        if kind == "Source":
-            return _Source()
-        if kind == "Feedback":
-            return NodeTiming()
-        return _Block(self, node)
+        own = RTL_TIMING.get(node)
+        if own is not None:
+            return RTL_TIMING.entry(node)(self, node)
+        return _Block(self, node)  # timed from its hardware-contract entry (BLOCKS.entry)
 
 
 class _Source(NodeTiming):
@@ -229,7 +227,7 @@ class _Source(NodeTiming):
         if self.started:
             return 0
         self.started = True
-        return 1
+        return contract.SOURCE_START
 
 
 class _Sink(NodeTiming):
@@ -252,7 +250,9 @@ class _Clocked(NodeTiming):
         self.p = profile
         self.node = node
         # A queue of depth 1 or 2 takes a token every other cycle.
-        self.spacing = [2 if profile._depth(node, j) <= 2 else 1 for j in range(len(node.outputs))]
+        self.spacing = [
+            contract.queue_interval(profile._depth(node, j)) for j in range(len(node.outputs))
+        ]
         self.last_push = [-math.inf] * len(node.outputs)
         self.flops = 0
 
@@ -325,11 +325,11 @@ def _is_matmul(node: Node) -> bool:
 
 
 def _matmul_steps(node: Node, lanes: int, a: Any, b: Any) -> int:
-    """Cycles of a MAC array on tiles ``a`` and ``b``: ``max(1, ceil(M*K*N / lanes))``, with
-    ``M`` the rows ``a`` actually holds (a dynamic tile's, not its bound)."""
+    """Cycles of a MAC array on tiles ``a`` and ``b`` (``contract.matmul_steps``), with ``M``
+    the rows ``a`` actually holds (a dynamic tile's, not its bound)."""
     m, k = a.shape
     n = b.shape[0] if getattr(node.fn, "transpose_b", False) else b.shape[1]
-    return max(1, math.ceil(m * k * n / lanes))
+    return contract.matmul_steps(m, k, n, lanes)
 
 
 class _Block(_Clocked):
@@ -337,21 +337,23 @@ class _Block(_Clocked):
 
     def __init__(self, profile: RtlProfile, node: Node):
         super().__init__(profile, node)
-        kind = node.kind
-        self.latency = 0 if kind in _COMBINATIONAL else 1
-        self.group = len(node.inputs) if kind in _JOINED else 1
+        block = BLOCKS.entry(node)
+        self.latency = block.latency
+        self.group = len(node.inputs) if block.joins_inputs else 1
         self.n_in = 0  # tokens of the current group taken so far
         self.last_take = [-math.inf] * len(node.inputs)
         self.busy_until = -math.inf  # the block takes nothing before this cycle
         self.ready_at = -math.inf  # the result of the last take can leave from this cycle
-        self.matmul = kind in ("Map", "Accum", "Scan") and _is_matmul(node)
+        self.matmul = block.interval is Interval.MAC and _is_matmul(node)
         self.steps = 1
-        self.retile = kind == "RetileStreamify"
-        self.expander = kind in ("FlatMap", "RetileStreamify")
+        self.retile = block.interval is Interval.PER_ROW
+        self.expander = block.expands
         self.pieces = 1
-        self.repeat = getattr(node, "count", 1) if kind == "RepeatStatic" else 1
+        self.repeat = node.count if block.interval is Interval.PER_COPY else 1
         # EagerMerge offers a chunk's selector with its first token (``step_hw.router``).
-        self.merge = kind == "EagerMerge"
+        self.merge = block.selector_with_first_token
+        self.count_flops = ElementFlops(node) if node.is_compute else None
+        self.args: list[Any] = []
 
     def before_recv(self, port: int) -> int | WaitFor:
         now = self.now
@@ -389,16 +391,19 @@ class _Block(_Clocked):
         now = self.now
         self.last_take[port] = now
         self.n_in += 1
+        if self.count_flops is not None and is_data(token):
+            self.args.append(token)
         if self.n_in < self.group:
             return 0
         self.n_in = 0
         data = is_data(token)
         busy = 1
         lat = self.latency
-        if data:
-            if self.matmul:  # taken in the last of its steps (before_recv)
-                self.flops += 2 * self.steps * self.p.config.lanes
-            elif self.retile:  # one cycle per row (column) of the tile, masked ones included
+        if self.args:  # a compute node's element: its function's FLOPs, as the paper profile
+            self.flops += self.count_flops(self.args)
+            self.args = []
+        if data and not self.matmul:  # a MAC array took it in the last of its steps
+            if self.retile:  # one cycle per row (column) of the tile, masked ones included
                 shape = getattr(token, "shape", (1, 1))
                 busy = max(1, int(shape[0] if self.node.split == "rows" else shape[1]))
             elif self.repeat > 1:
@@ -481,7 +486,7 @@ class _Load(_Clocked):
         self.bursts, _ = _geometry(node, profile.config)
         self.tile_bytes = math.prod(node.tile) * node.tensor.dtype.nbytes
         self.axi = _Axi(profile.config.max_outstanding)
-        self.order_depth = profile.config.max_outstanding + 8
+        self.order_depth = contract.order_queue_depth(profile.config.max_outstanding)
         self.entry = profile.load_start - 1.0  # the sequencer's last entry
         self.walk = 0  # tiles of the current walk (LinearLoad)
         self.out_pops: list[float] = []  # output beats, for the order queue's room
@@ -544,8 +549,8 @@ class _Load(_Clocked):
             first = max(ar + p.memory_latency, axi.data_free)
             last = first + beats - 1
             if i == len(bursts) - 1:
-                # The last beat waits for room in the tile queue (depth 3).
-                j = self.tiles_sent + len(self.pending) - 3
+                # The last beat waits for room in the tile queue.
+                j = self.tiles_sent + len(self.pending) - _TILE_QUEUE
                 if 0 <= j < len(self.tile_pops):
                     last = max(last, self.tile_pops[j] + 1)
             axi.data_free = last + 1
@@ -755,7 +760,7 @@ class _Load(_Clocked):
         """``rready`` for the last beat of burst ``n`` in cycle ``c``: a tile's last beat needs
         room in the tile queue (3)."""
         w, _, _, closes = self.burst_of[n]
-        j = w - 3
+        j = w - _TILE_QUEUE
         if not closes or j < 0:
             return True
         return j < len(self.tile_pops) and self.tile_pops[j] + 1 <= c
@@ -789,8 +794,8 @@ class _Store(_Clocked):
 
     def before_recv(self, port: int) -> int:
         t = self.last_take + 1
-        if is_data(self.io.head(port)) and self.k >= 3:
-            t = max(t, self.w_last[self.k - 3] + 1)  # the tile queue (3) has room
+        if is_data(self.io.head(port)) and self.k >= _TILE_QUEUE:
+            t = max(t, self.w_last[self.k - _TILE_QUEUE] + 1)  # the tile queue has room
         return max(0, math.ceil(t - self.now)) if t > self.now else 0
 
     def on_recv(self, port: int, token: Any) -> int:
@@ -867,7 +872,7 @@ class _Store(_Clocked):
 
         def known() -> bool:
             if is_data(token):
-                return self.k < 3 or self.k - 3 < len(self.w_last)
+                return self.k < _TILE_QUEUE or self.k - _TILE_QUEUE < len(self.w_last)
             return token is not DONE or len(self.aw) == len(self.burst_of)
 
         if known():
@@ -958,3 +963,28 @@ class _RandomStore(_Store):
                 yield from send(j, token)
 
             io.send = send_when_written
+
+
+# -- each operator's timing ----------------------------------------------------------------------
+
+
+def _load(profile: RtlProfile, node: Node) -> NodeTiming:
+    load = _Load(profile, node, random=isinstance(node, ops.RandomOffChipLoad))
+    load.share(profile._shared_port(node, load))
+    return load
+
+
+def _store(profile: RtlProfile, node: Node) -> NodeTiming:
+    kind = _RandomStore if isinstance(node, ops.RandomOffChipStore) else _Store
+    store = kind(profile, node)
+    store.share(profile._shared_port(node, store))
+    return store
+
+
+RTL_TIMING.add(_load, ops.LinearOffChipLoad, ops.RandomOffChipLoad)
+RTL_TIMING.add(_store, ops.LinearOffChipStore, ops.RandomOffChipStore)
+RTL_TIMING.add(lambda profile, node: _Sink(profile), ops.Sink)
+RTL_TIMING.add(lambda profile, node: _Source(), ops.Source)
+RTL_TIMING.add(lambda profile, node: NodeTiming(), ops.Feedback)  # a wire: no timing of its own
+# Every other operator is timed as the block its hardware-contract entry describes
+# (``step_hw.contract.BLOCKS``; ``_Block``): a new operator needs no entry here.

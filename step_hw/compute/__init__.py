@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from step_lang import ops
 from step_lang.errors import StepTypeError, op_message
 
 from ..config import HwConfig
@@ -41,21 +42,24 @@ __all__ = [
 
 def compute_unit(node: Any, config: HwConfig) -> Any:
     """The compute unit of a Map, Accum, Scan or RetileStreamify node (``from_node`` of the
-    right class); other nodes raise :class:`StepTypeError`."""
-    kind = getattr(node, "kind", None)
+    right class, by the node's function); other nodes raise :class:`StepTypeError`."""
     unit = row_op_unit(node, config)  # row_append, region_id, region_select, count
     if unit is not None:
         return unit
-    if kind == "Map":
-        fn = node.fn
-        if getattr(fn, "op", None) == "matmul":
+    fn_name = getattr(getattr(node, "fn", None), "name", None)
+    if isinstance(node, ops.Map):
+        if fn_name == "to_selector":
+            from ..select import ToSelector
+
+            return ToSelector.from_node(node, config)
+        if getattr(node.fn, "op", None) == "matmul":
             return MatmulUnit.from_node(node, config)
         return MapUnit.from_node(node, config)
-    if kind == "Accum":
+    if isinstance(node, ops.Accum):
         return AccumUnit.from_node(node, config)
-    if kind == "Scan":
+    if isinstance(node, ops.Scan):
         return ScanUnit.from_node(node, config)
-    if kind in ("RetileStreamify", "FlatMap"):
+    if isinstance(node, ops.FlatMap):  # RetileStreamify, or a FlatMap of retile_*
         return RetileUnit.from_node(node, config)
-    name = getattr(node, "name", "?")
+    kind, name = getattr(node, "kind", type(node).__name__), getattr(node, "name", "?")
     raise StepTypeError(op_message(str(kind), name, None, "has no compute unit"))

@@ -1,5 +1,6 @@
 """Shared plumbing of the compute units: zipped token inputs, the output register, the control of
-Map, Accum and Scan, parameter validation and the checks of ``from_node``."""
+Map, Accum and Scan, the compute-specific parameter checks and the helpers of ``from_node`` (the
+generic checks are in :mod:`step_hw.checks`)."""
 
 from __future__ import annotations
 
@@ -11,78 +12,21 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from step_lang import numerics
-from step_lang.graph import Node
-from step_lang.stoprules import accum_stop
+from step_lang.stoprules import accum_stop, partition_closes_chunk
 
+from ..checks import check_choice, check_config, check_int, where
 from ..config import HwConfig
-from ..payload import Kind, TokenFormat
+from ..payload import Kind, TokenFormat, max_level
 
 ELEM_BITS = (8, 16, 32)
 
 
-# -- parameter validation ---------------------------------------------------------------------
-
-
-def check_int(owner: str, name: str, value: Any) -> int:
-    """A positive integer parameter (``bool`` is refused: ``True`` is surely a mistake)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{owner} {name} must be a positive integer, not {value!r}")
-    if value < 1:
-        raise ValueError(f"{owner} {name} must be a positive integer, not {value!r}")
-    return value
-
-
-#: Integer widths of scalar metadata tokens (ids, counts, addresses).
-INT_BITS = (8, 16, 32)
-
-
-def check_int_bits(owner: str, name: str, value: Any) -> int:
-    """``value`` if it is one of :data:`INT_BITS`, else a ``ValueError`` naming ``owner``."""
-    if isinstance(value, bool) or value not in INT_BITS:
-        raise ValueError(f"{owner} {name} must be one of 8, 16, 32, not {value!r}")
-    return value
+# -- formats and compute parameters -----------------------------------------------------------
 
 
 def scalar_format(bits: int, level_bits: int) -> TokenFormat:
     """The token format of a ``1x1`` integer tile of ``bits`` bits."""
     return TokenFormat("tile", 1, 1, bits, level_bits=level_bits)
-
-
-def check_choice(owner: str, name: str, value: Any, choices: Sequence[Any]) -> Any:
-    if isinstance(value, bool) or value not in choices:
-        shown = ", ".join(repr(c) if isinstance(c, str) else str(c) for c in choices)
-        raise ValueError(f"{owner} {name} must be one of {shown}, not {value!r}")
-    return value
-
-
-def check_bool(owner: str, name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{owner} {name} must be a bool, not {value!r}")
-    return value
-
-
-def check_shape(owner: str, name: str, value: Any) -> tuple[int, int]:
-    """A tile shape: a pair of positive integers ``(rows, cols)``."""
-    if not isinstance(value, (tuple, list)) or len(value) != 2:
-        raise TypeError(f"{owner} {name} must be a (rows, cols) pair, not {value!r}")
-    if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in value):
-        raise ValueError(f"{owner} {name} must be a pair of positive integers, not {value!r}")
-    return (value[0], value[1])
-
-
-def check_shapes(owner: str, value: Any, count: int, what: str) -> tuple[tuple[int, int], ...]:
-    # A bare pair, `in_shapes=(2, 2)`, is the likely mistake: say so rather than "2 shapes".
-    if not isinstance(value, (tuple, list)) or (
-        value and all(isinstance(v, int) for v in value) and len(value) == 2
-    ):
-        raise TypeError(
-            f"{owner} in_shapes must be a sequence of (rows, cols) pairs, not {value!r}"
-        )
-    if len(value) != count:
-        raise ValueError(
-            f"{owner} in_shapes must hold {count} shape(s) for {what}, not {len(value)}"
-        )
-    return tuple(check_shape(owner, f"in_shapes[{i}]", s) for i, s in enumerate(value))
 
 
 def dynamic_shapes(owner: str, in_shapes: Any, max_rows: Any) -> tuple[Any, tuple[bool, ...]]:
@@ -122,25 +66,13 @@ def check_bits(owner: str, elem_bits: Any, frac_bits: Any) -> tuple[int, int]:
 def node_formats(node: Any, config: HwConfig) -> tuple[list[TokenFormat], TokenFormat]:
     """The token formats of ``node``'s inputs and its output; unsupported elements raise a
     :class:`StepTypeError` naming the node and the port."""
-    if not isinstance(config, HwConfig):
-        raise TypeError(f"config must be a HwConfig, not {config!r}")
-
-    def where(port: str) -> str:
-        return f"{node.kind} '{node.name}', port '{port}'"
-
+    check_config(None, config)
     ins = [
-        TokenFormat.for_elem(s.elem, config, where=where(p))
+        TokenFormat.for_elem(s.elem, config, where=where(node, p))
         for p, s in zip(node.input_names, node.inputs, strict=True)
     ]
     (out_type,) = node.out_types
-    return ins, TokenFormat.for_elem(out_type.elem, config, where=where(node.output_names[0]))
-
-
-def check_node(node: Any, kinds: Sequence[str], unit: str) -> None:
-    if not isinstance(node, Node):
-        raise TypeError(f"{unit}.from_node needs a step_lang node, not {node!r}")
-    if node.kind not in kinds:
-        raise node.error(None, f"{unit} builds {' or '.join(kinds)} nodes only")
+    return ins, TokenFormat.for_elem(out_type.elem, config, where=where(node, node.output_names[0]))
 
 
 def node_fn(node: Any, config: HwConfig, ops: Sequence[str], unit: str) -> Any:
@@ -413,7 +345,7 @@ class FoldUnit(StreamUnit):
                 with m.Elif(free):
                     m.d.comb += take.eq(1)
                     self._emit(m, kind, level)
-                    with m.If(~is_stop | (level >= rank)):
+                    with m.If(~is_stop | partition_closes_chunk(level, rank)):
                         m.d.comb += clear.eq(1)
         else:  # accum
             # A stop of level s >= rank emits the accumulator and, if s > rank, Stop(s - rank)
@@ -437,7 +369,7 @@ class FoldUnit(StreamUnit):
                     with m.If(is_stop):
                         self._emit(m, Kind.DATA, 0, acc)
                         with m.Switch(level):
-                            for lv in range(rank, 2 ** len(level)):
+                            for lv in range(rank, max_level(len(level)) + 1):
                                 outer = accum_stop(lv, rank)
                                 if outer is not None:
                                     with m.Case(lv):

@@ -6,20 +6,16 @@ from typing import Any
 
 from amaranth.hdl import Module, Mux, Signal
 
-from step_lang import numerics
+from step_lang import numerics, ops
 
+from ..checks import check_bool, check_choice, check_int, check_node, check_shapes
 from ..config import HwConfig
-from ..payload import TokenFormat
+from ..payload import TokenFormat, max_level
 from . import arith
 from ._unit import (
     Datapath,
     FoldUnit,
     check_bits,
-    check_bool,
-    check_choice,
-    check_int,
-    check_node,
-    check_shapes,
     dynamic_shapes,
     node_fn,
     node_formats,
@@ -155,7 +151,7 @@ def _reduce_unit(
     if not (op == "retile_row" and elem_bits == 1):  # bool flags only move; no arithmetic
         check_bits(owner, elem_bits, frac_bits)
     check_int(owner, "level_bits", level_bits)
-    top = 2**level_bits - 1
+    top = max_level(level_bits)
     if isinstance(rank, bool) or not isinstance(rank, int):
         raise TypeError(f"{owner} rank must be an integer in [1, {top}], not {rank!r}")
     if not 1 <= rank <= top:
@@ -258,7 +254,7 @@ class AccumUnit(FoldUnit):
     op : str
         One of :data:`ACCUM_OPS`.
     rank : int
-        Folded dims ``b`` (``1 <= b <= 2**level_bits - 1``).
+        Folded dims ``b`` (``1 <= b <= max_level(level_bits)``, :func:`step_hw.payload.max_level`).
     in_shapes : sequence of (rows, cols)
         One shape (``a`` and ``b`` for ``matmul``).
     elem_bits, frac_bits, level_bits : int
@@ -347,8 +343,8 @@ class AccumUnit(FoldUnit):
     def from_node(cls, node: Any, config: HwConfig) -> AccumUnit:
         """The unit of a step_lang ``Accum`` node with a numerics function (or ``retile_row``);
         raises :class:`StepTypeError` naming the node otherwise."""
-        check_node(node, ("Accum",), "AccumUnit")
-        return cls(**_reduce_kwargs(node, config, ACCUM_OPS, "AccumUnit"))
+        check_node(node, (ops.Accum,), cls.__name__)
+        return cls(**_reduce_kwargs(node, config, ACCUM_OPS, cls.__name__))
 
 
 class ScanUnit(FoldUnit):
@@ -412,5 +408,5 @@ class ScanUnit(FoldUnit):
     def from_node(cls, node: Any, config: HwConfig) -> ScanUnit:
         """The unit of a step_lang ``Scan`` node with a numerics function; raises
         :class:`StepTypeError` naming the node otherwise."""
-        check_node(node, ("Scan",), "ScanUnit")
-        return cls(**_reduce_kwargs(node, config, SCAN_OPS, "ScanUnit"))
+        check_node(node, (ops.Scan,), cls.__name__)
+        return cls(**_reduce_kwargs(node, config, SCAN_OPS, cls.__name__))

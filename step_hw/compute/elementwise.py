@@ -7,6 +7,9 @@ from typing import Any
 
 from amaranth.hdl import Module, Mux, Signal
 
+from step_lang import ops
+
+from ..checks import check_choice, check_int, check_node, check_shapes
 from ..config import HwConfig
 from ..payload import TokenFormat
 from . import arith
@@ -14,10 +17,6 @@ from ._unit import (
     Datapath,
     FoldUnit,
     check_bits,
-    check_choice,
-    check_int,
-    check_node,
-    check_shapes,
     dynamic_shapes,
     node_fn,
     node_formats,
@@ -188,7 +187,7 @@ class MapUnit(FoldUnit):
         """The unit of a step_lang ``Map`` node whose function is an element-wise function of
         :func:`step_lang.numerics.functions`; raises :class:`StepTypeError` naming the node
         otherwise."""
-        check_node(node, ("Map",), "MapUnit")
+        check_node(node, (ops.Map,), cls.__name__)
         ins, out = node_formats(node, config)
         fn = node_fn(node, config, MAP_OPS, "MapUnit")
         return cls(

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from amaranth.hdl import Module, Signal, signed
 
+from step_lang import ops
+
+from ..checks import check_bool, check_choice, check_int, check_node, check_shapes
 from ..config import HwConfig
+from ..contract import matmul_steps
 from ..payload import TokenFormat
 from . import arith
 from ._unit import (
     Datapath,
     FoldUnit,
     check_bits,
-    check_bool,
-    check_choice,
-    check_int,
-    check_node,
-    check_shapes,
     dynamic_shapes,
     node_fn,
     node_formats,
@@ -84,12 +82,12 @@ class MacArrayDatapath(Datapath):
         self.acc_bits, self.out_bits, self.accumulate = acc_bits, out_bits, accumulate
         self.dynamic = dynamic
         mm, kk, nn = dims
-        self.steps = math.ceil(mm * kk * nn / lanes)
+        self.steps = matmul_steps(mm, kk, nn, lanes)
 
     def steps_for(self, rows: int) -> int:
         """Steps of a tile ``a`` of ``rows`` rows (at least one, to take the token)."""
         _, kk, nn = self.dims
-        return max(1, math.ceil(rows * kk * nn / self.lanes))
+        return matmul_steps(rows, kk, nn, self.lanes)
 
     def last_step(self, m: Module, step, in_rows):
         if not self.dynamic or self.steps == 1:
@@ -275,7 +273,7 @@ class MatmulUnit(FoldUnit):
     def from_node(cls, node: Any, config: HwConfig) -> MatmulUnit:
         """The unit of a step_lang ``Map`` node with a numerics ``matmul`` (``lanes`` and the
         accumulator from ``config``); raises :class:`StepTypeError` naming the node otherwise."""
-        check_node(node, ("Map",), "MatmulUnit")
+        check_node(node, (ops.Map,), cls.__name__)
         ins, out = node_formats(node, config)
         fn = node_fn(node, config, ("matmul",), "MatmulUnit")
         static_only(node, ins, "MatmulUnit operand b", first=1)

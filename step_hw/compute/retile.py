@@ -6,20 +6,12 @@ from typing import Any
 
 from amaranth.hdl import Module, Signal
 
-from step_lang import functions
+from step_lang import functions, ops
 
+from ..checks import check_bool, check_choice, check_int, check_node
 from ..config import HwConfig
 from ..payload import Kind, TokenFormat
-from ._unit import (
-    StreamUnit,
-    check_bool,
-    check_choice,
-    check_int,
-    check_node,
-    elems,
-    node_formats,
-    static_only,
-)
+from ._unit import StreamUnit, elems, node_formats, static_only
 
 __all__ = ["RetileUnit"]
 
@@ -133,7 +125,7 @@ class RetileUnit(StreamUnit):
     def from_node(cls, node: Any, config: HwConfig) -> RetileUnit:
         """The unit of a step_lang ``RetileStreamify`` node (or a FlatMap of ``retile_rows``,
         ``retile_cols``, ``retile_rows_masked``); raises :class:`StepTypeError` otherwise."""
-        check_node(node, ("RetileStreamify", "FlatMap"), "RetileUnit")
+        check_node(node, (ops.RetileStreamify, ops.FlatMap), cls.__name__)
         ins, _ = node_formats(node, config)
         if node.fn not in _FNS:
             raise node.error(None, f"function '{node.fn.name}' has no RetileUnit")

@@ -20,33 +20,16 @@ from typing import Any
 
 from amaranth.hdl import Const, Module, Mux, Signal, Value
 
-from step_lang import functions
+from step_lang import functions, ops
 from step_lang.types import Selector
 
+from ..checks import INT_BITS, check_format, check_int, check_int_bits, check_node, check_shape
 from ..config import HwConfig
 from ..payload import Kind, TokenFormat
 from . import arith
-from ._unit import (
-    INT_BITS,
-    Datapath,
-    FoldUnit,
-    StreamUnit,
-    check_bits,
-    check_int,
-    check_int_bits,
-    check_node,
-    check_shape,
-    node_formats,
-    scalar_format,
-)
+from ._unit import Datapath, FoldUnit, StreamUnit, check_bits, node_formats, scalar_format
 
 __all__ = ["CountUnit", "RegionIdUnit", "RegionSelectUnit", "RowAppendUnit", "row_op_unit"]
-
-
-def _check_format(owner: str, name: str, value: Any) -> TokenFormat:
-    if not isinstance(value, TokenFormat):
-        raise TypeError(f"{owner} {name} must be a TokenFormat, not {value!r}")
-    return value
 
 
 class _RowOp(StreamUnit):
@@ -145,7 +128,7 @@ class RowAppendUnit(_RowOp):
     def from_node(cls, node: Any, config: HwConfig) -> RowAppendUnit:
         """The unit of a Map of ``step_lang.functions.row_append``; raises
         :class:`StepTypeError` naming the node otherwise."""
-        check_node(node, ("Map",), "RowAppendUnit")
+        check_node(node, (ops.Map,), cls.__name__)
         if node.fn is not functions.row_append:
             raise node.error(None, f"function '{node.fn.name}' is not row_append")
         ins, out = node_formats(node, config)
@@ -192,7 +175,7 @@ class RegionIdUnit(_RowOp):
 
     def __init__(self, *, in_format: TokenFormat, region: int, elem_bits: int):
         owner = "RegionIdUnit"
-        _check_format(owner, "in_format", in_format)
+        check_format(owner, "in_format", in_format)
         check_int_bits(owner, "elem_bits", elem_bits)
         self._region = _check_region(owner, region, elem_bits)
         super().__init__([in_format], scalar_format(elem_bits, in_format.level_bits))
@@ -205,7 +188,7 @@ class RegionIdUnit(_RowOp):
     def from_node(cls, node: Any, config: HwConfig) -> RegionIdUnit:
         """The unit of a Map of ``region_id`` (``examples.attention``); raises
         :class:`StepTypeError` naming the node otherwise."""
-        check_node(node, ("Map",), "RegionIdUnit")
+        check_node(node, (ops.Map,), cls.__name__)
         params = dict(getattr(node.fn, "params", ()))
         if not node.fn.name.startswith("region_id") or "region" not in params:
             raise node.error(None, f"function '{node.fn.name}' is not region_id")
@@ -263,7 +246,7 @@ class RegionSelectUnit(_RowOp):
     def from_node(cls, node: Any, config: HwConfig) -> RegionSelectUnit:
         """The unit of a Map of ``region_select`` (``examples.attention``); raises
         :class:`StepTypeError` naming the node otherwise."""
-        check_node(node, ("Map",), "RegionSelectUnit")
+        check_node(node, (ops.Map,), cls.__name__)
         out_elem = node.out_types[0].elem
         if node.fn.name != "region_select" or not isinstance(out_elem, Selector):
             raise node.error(None, f"function '{node.fn.name}' is not region_select")
@@ -304,7 +287,7 @@ class CountUnit(FoldUnit):
     in_format : TokenFormat
         The input stream's format (any element; only its token kinds matter).
     rank : int
-        Dims folded into one count (``Accum``'s ``rank``), ``1 <= rank <= 2**level_bits - 1``.
+        Dims folded into one count (Accum's ``rank``), ``1 <= rank <= in_format.max_level``.
     elem_bits : int
         Width (8, 16 or 32) of the count (it wraps; the interpreter raises).
 
@@ -328,9 +311,9 @@ class CountUnit(FoldUnit):
 
     def __init__(self, *, in_format: TokenFormat, rank: int, elem_bits: int):
         owner = "CountUnit"
-        _check_format(owner, "in_format", in_format)
+        check_format(owner, "in_format", in_format)
         check_int_bits(owner, "elem_bits", elem_bits)
-        top = 2**in_format.level_bits - 1
+        top = in_format.max_level
         if isinstance(rank, bool) or not isinstance(rank, int):
             raise TypeError(f"{owner} rank must be an integer in [1, {top}], not {rank!r}")
         if not 1 <= rank <= top:
@@ -343,7 +326,7 @@ class CountUnit(FoldUnit):
         """The unit of an Accum of ``count`` with a hardware-width result
         (``step_lang.numerics.accum_count``); raises :class:`StepTypeError` naming the node
         otherwise."""
-        check_node(node, ("Accum",), "CountUnit")
+        check_node(node, (ops.Accum,), cls.__name__)
         if node.fn.name != "count":
             raise node.error(None, f"function '{node.fn.name}' is not count")
         ins, out = node_formats(node, config)
@@ -379,14 +362,14 @@ def _build(node: Any, make: Any, *args: Any, **kwargs: Any) -> Any:
 def row_op_unit(node: Any, config: HwConfig) -> Any | None:
     """The unit of a Map of ``row_append``, ``region_id``, ``region_select`` or an Accum of
     ``count``; ``None`` for other nodes (they go to the arithmetic units)."""
-    kind, name = getattr(node, "kind", None), getattr(getattr(node, "fn", None), "name", "")
-    if kind == "Map":
+    name = getattr(getattr(node, "fn", None), "name", "")
+    if isinstance(node, ops.Map):
         if name == "row_append":
             return RowAppendUnit.from_node(node, config)
         if name.startswith("region_id"):
             return RegionIdUnit.from_node(node, config)
         if name == "region_select":
             return RegionSelectUnit.from_node(node, config)
-    if kind == "Accum" and name == "count":
+    if isinstance(node, ops.Accum) and name == "count":
         return CountUnit.from_node(node, config)
     return None

@@ -195,6 +195,20 @@ class TileGeometry:
     addr_width: int
 
     @classmethod
+    def for_format(
+        cls, who: str, config: HwConfig, tensor_shape: Any, fmt: Any, addr: int
+    ) -> TileGeometry:
+        """The geometry of a controller's tensor in tiles of token format ``fmt``."""
+        return cls.build(
+            tensor_shape=tensor_shape,
+            tile=(fmt.rows, fmt.cols),
+            elem_bytes=fmt.elem_bits // 8,
+            addr=addr,
+            config=config,
+            who=who,
+        )
+
+    @classmethod
     def build(
         cls,
         *,

@@ -25,12 +25,22 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from step_lang import ops
 from step_lang.errors import StepTypeError
 
+from ..checks import (
+    build_for_node,
+    check_config,
+    check_format,
+    check_int,
+    int_tuple,
+    levels_fit,
+    where,
+)
 from ..config import HwConfig
-from ..payload import Kind, TokenFormat
+from ..payload import KIND_BITS, Kind, TokenFormat
+from ..payload_fields import token_layout
 from ..queue import Queue
-from . import _checks
 from .sequence import Entry, Sequencer, driving_layout
 
 __all__ = ["BufferGeometry", "BufferPortSignature", "Bufferize", "Streamify"]
@@ -88,7 +98,7 @@ class BufferGeometry:
 
 
 class BufferPortSignature(wiring.Signature):
-    """Streamify's access to Bufferize's memory, seen from Streamify.
+    """The read port of a Bufferize's memory, seen from the Streamify that reads it.
 
     Members: ``addr`` (out) and ``data`` (in) of a synchronous read port (data one cycle after
     the address), and ``release`` (out), a one-cycle pulse: the oldest full slot is free.
@@ -114,23 +124,23 @@ class BufferPortSignature(wiring.Signature):
 def _static_buffer(node: Any, port: str, shape: Sequence[Any]) -> tuple[int, ...]:
     if not all(isinstance(d, int) for d in shape):
         raise StepTypeError(
-            f"{_checks.where(node, port)}: buffer shape {list(map(str, shape))} is dynamic; "
+            f"{where(node, port)}: buffer shape {list(map(str, shape))} is dynamic; "
             "hardware buffers are statically sized"
         )
     return tuple(shape)
 
 
 def _geometry(who: str, fmt: Any, shape: Any, slots: Any, config: HwConfig) -> BufferGeometry:
-    _checks.token_format(who, "elem_format", fmt, kinds=("tile", "selector"))
+    check_format(who, "elem_format", fmt, kinds=("tile", "selector"))
     if isinstance(shape, (tuple, list)) and not all(isinstance(d, int) for d in shape):
         raise ValueError(
             f"{who} buffer shape must be static; a dynamic shape such as {list(map(str, shape))} "
             "has no fixed memory size"
         )
-    shape = _checks.int_tuple(who, "buffer_shape", shape, minimum=1)
+    shape = int_tuple(who, "buffer_shape", shape, minimum=1)
     if not shape:
         raise ValueError(f"{who} buffer_shape must have at least one dimension, not ()")
-    _checks.positive(who, "slots", slots)
+    check_int(who, "slots", slots)
     return BufferGeometry(fmt, shape, slots, config.mem_port_elems)
 
 
@@ -182,10 +192,10 @@ class Bufferize(wiring.Component):
         slots: int = 2,
         src_loc_at: int = 0,
     ):
-        who = "Bufferize"
-        config = _checks.config(who, config)
-        in_rank = _checks.non_negative(who, "in_rank", in_rank)
-        rank = _checks.positive(who, "rank", rank)
+        who = type(self).__name__
+        config = check_config(who, config)
+        in_rank = check_int(who, "in_rank", in_rank, 0)
+        rank = check_int(who, "rank", rank)
         if rank > in_rank:
             raise ValueError(f"{who} rank must be in [1, in_rank={in_rank}], not {rank}")
         self._geo = geo = _geometry(who, elem_format, buffer_shape, slots, config)
@@ -193,7 +203,7 @@ class Bufferize(wiring.Component):
             raise ValueError(
                 f"{who} buffer_shape {list(geo.shape)} must have rank={rank} dimensions"
             )
-        _checks.levels_fit(who, "input", in_rank, elem_format.level_bits)
+        levels_fit(who, "input", in_rank, elem_format.level_bits)
         self._rank, self._in_rank = rank, in_rank
         super().__init__(
             {
@@ -214,14 +224,14 @@ class Bufferize(wiring.Component):
             return cls(
                 src_loc_at=3,
                 config=config,
-                elem_format=TokenFormat.for_elem(x.elem, config, where=_checks.where(node, "in")),
+                elem_format=TokenFormat.for_elem(x.elem, config, where=where(node, "in")),
                 rank=node.rank,
                 in_rank=x.rank,
                 buffer_shape=shape,
                 slots=slots,
             )
 
-        return _checks.from_node(node, "Bufferize", build)
+        return build_for_node(node, ops.Bufferize, build)
 
     @property
     def geometry(self) -> BufferGeometry:
@@ -379,11 +389,11 @@ class Streamify(wiring.Component):
         ref_rank: int | None = None,
         src_loc_at: int = 0,
     ):
-        who = "Streamify"
-        config = _checks.config(who, config)
+        who = type(self).__name__
+        config = check_config(who, config)
         self._geo = geo = _geometry(who, elem_format, buffer_shape, slots, config)
-        in_rank = _checks.non_negative(who, "in_rank", in_rank)
-        repeat = _checks.int_tuple(who, "repeat", repeat, minimum=1)
+        in_rank = check_int(who, "in_rank", in_rank, 0)
+        repeat = int_tuple(who, "repeat", repeat, minimum=1)
         if (read_shape is None) != (read_stride is None):
             raise ValueError(f"{who} an affine read needs both read_shape and read_stride")
         if read_shape is None:
@@ -391,14 +401,14 @@ class Streamify(wiring.Component):
             read_stride = tuple(math.prod(geo.shape[d + 1 :]) for d in range(len(geo.shape)))
             if base != 0:
                 raise ValueError(f"{who} base needs an affine read (read_shape and read_stride)")
-        read_shape = _checks.int_tuple(who, "read_shape", read_shape, minimum=1)
-        read_stride = _checks.int_tuple(who, "read_stride", read_stride, minimum=0)
+        read_shape = int_tuple(who, "read_shape", read_shape, minimum=1)
+        read_stride = int_tuple(who, "read_stride", read_stride, minimum=0)
         if len(read_shape) != len(read_stride):
             raise ValueError(
                 f"{who} read_stride {list(read_stride)} must have as many entries as read_shape "
                 f"{list(read_shape)}"
             )
-        base = _checks.non_negative(who, "base", base)
+        base = check_int(who, "base", base, 0)
         last = base + sum((n - 1) * s for n, s in zip(read_shape, read_stride, strict=True))
         if last >= geo.size:
             raise ValueError(
@@ -407,8 +417,8 @@ class Streamify(wiring.Component):
         if ref_format is not None:
             if repeat:
                 raise ValueError(f"{who} takes either repeat or ref_format, not both")
-            _checks.token_format(who, "ref_format", ref_format, kinds=("tile", "selector"))
-            ref_rank = _checks.non_negative(who, "ref_rank", ref_rank)
+            check_format(who, "ref_format", ref_format, kinds=("tile", "selector"))
+            ref_rank = check_int(who, "ref_rank", ref_rank, 0)
             if ref_rank < in_rank:
                 raise ValueError(
                     f"{who} ref_rank must be at least in_rank={in_rank}, not {ref_rank}"
@@ -418,7 +428,7 @@ class Streamify(wiring.Component):
             if ref_rank is not None:
                 raise ValueError(f"{who} ref_rank needs a ref_format")
             out_rank = in_rank + len(repeat) + len(read_shape)
-        _checks.levels_fit(who, "output", out_rank, elem_format.level_bits)
+        levels_fit(who, "output", out_rank, elem_format.level_bits)
         self._fmt = elem_format
         self._in_rank, self._repeat = in_rank, repeat
         self._read_shape, self._read_stride, self._base = read_shape, read_stride, base
@@ -444,7 +454,7 @@ class Streamify(wiring.Component):
             return cls(
                 src_loc_at=3,
                 config=config,
-                elem_format=TokenFormat.for_elem(buffers.elem.tile, config, where=_checks.where(node, "out")),
+                elem_format=TokenFormat.for_elem(buffers.elem.tile, config, where=where(node, "out")),
                 buffer_shape=shape,
                 in_rank=buffers.rank,
                 slots=slots,
@@ -452,11 +462,11 @@ class Streamify(wiring.Component):
                 read_shape=node.read_shape if node.affine else None,
                 read_stride=node.stride if node.affine else None,
                 base=node.base if node.affine else 0,
-                ref_format=TokenFormat.for_elem(ref.elem, config, where=_checks.where(node, "ref")) if ref is not None else None,
+                ref_format=TokenFormat.for_elem(ref.elem, config, where=where(node, "ref")) if ref is not None else None,
                 ref_rank=ref.rank if ref is not None else None,
             )  # fmt: skip
 
-        return _checks.from_node(node, "Streamify", build)
+        return build_for_node(node, ops.Streamify, build)
 
     @property
     def geometry(self) -> BufferGeometry:
@@ -500,13 +510,7 @@ class Streamify(wiring.Component):
 
         # -- issue: one memory word per cycle, an entry commits with its last word --------------
         depth = self.QUEUE_DEPTH
-        queue_layout = data.StructLayout(
-            {
-                "kind": unsigned(2),
-                "level": unsigned(fmt.level_bits),
-                "data": unsigned(fmt.data_bits),
-            }
-        )
+        queue_layout = token_layout(fmt.level_bits, data=unsigned(fmt.data_bits))
         m.submodules.queue = queue = Queue(shape=queue_layout, depth=depth)
         committed = Signal(range(depth + 1))  # entries committed and not yet out of the queue
         credit = committed < depth
@@ -525,7 +529,7 @@ class Streamify(wiring.Component):
 
         # -- one cycle later: the word arrives; a committed entry enters the queue ---------------
         p_word, p_commit = Signal(), Signal()
-        p_kind, p_level = Signal(2), Signal(fmt.level_bits)
+        p_kind, p_level = Signal(KIND_BITS), Signal(fmt.level_bits)
         m.d.sync += [p_word.eq(word_read), p_commit.eq(commit)]
         with m.If(commit):
             m.d.sync += [p_kind.eq(ent.payload.kind), p_level.eq(ent.payload.level)]

@@ -8,15 +8,29 @@ from collections.abc import Sequence
 from typing import Any
 
 from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from step_lang.errors import StepTypeError
+from step_lang import ops
 
+from .. import contract
+from ..checks import (
+    address_format,
+    build_for_node,
+    check_config,
+    check_format,
+    check_int,
+    int_tuple,
+    levels_fit,
+    memory_tile,
+    no_cost_width,
+    outstanding,
+    where,
+)
 from ..config import HwConfig
 from ..payload import Kind, TokenFormat
+from ..payload_fields import token_layout
 from ..queue import Queue
-from . import _checks
 from .axi import BURST_INCR, AXI4Signature, BurstGenerator, TileGeometry
 from .sequence import Sequencer
 
@@ -68,13 +82,7 @@ class TileReader(wiring.Component):
         self._geo = geometry
         self._fmt = tile_format
         self._max_outstanding = max_outstanding
-        self.cmd_layout = data.StructLayout(
-            {
-                "kind": unsigned(2),
-                "level": unsigned(tile_format.level_bits),
-                "index": unsigned(geometry.index_width),
-            }
-        )
+        self.cmd_layout = token_layout(tile_format.level_bits, index=unsigned(geometry.index_width))
         super().__init__(
             {
                 "cmd": In(stream.Signature(self.cmd_layout)),
@@ -88,11 +96,17 @@ class TileReader(wiring.Component):
         m = Module()
         geo, fmt = self._geo, self._fmt
         axi = self.axi
-        order_layout = data.StructLayout({"kind": unsigned(2), "level": unsigned(fmt.level_bits)})
+        order_layout = token_layout(fmt.level_bits)
         # Enough order entries to keep every tile in flight (bursts, queues) behind the head.
-        m.submodules.order = order = Queue(shape=order_layout, depth=self._max_outstanding + 8)
-        m.submodules.addrs = addrs = Queue(shape=unsigned(geo.index_width), depth=3)
-        m.submodules.tiles = tiles = Queue(shape=unsigned(fmt.data_bits), depth=3)
+        m.submodules.order = order = Queue(
+            shape=order_layout, depth=contract.order_queue_depth(self._max_outstanding)
+        )
+        m.submodules.addrs = addrs = Queue(
+            shape=unsigned(geo.index_width), depth=contract.ADDR_QUEUE_DEPTH
+        )
+        m.submodules.tiles = tiles = Queue(
+            shape=unsigned(fmt.data_bits), depth=contract.TILE_QUEUE_DEPTH
+        )
         m.submodules.bursts = gen = BurstGenerator(geo)
         wiring.connect(m, addrs.o, gen.tiles)
         error = Signal()
@@ -170,13 +184,14 @@ class TileReader(wiring.Component):
                 m.d.sync += error.eq(1)
 
         # -- output: order head, with the next tile for TILE ---------------------------------
-        _order_output(m, order, self.o, tiles.o.payload, tiles.o.valid, tiles.o.ready,
-                      has_data=(Cmd.TILE,), zero=Cmd.ZERO)  # fmt: skip
+        order_output(m, order, self.o, tiles.o.payload, tiles.o.valid, tiles.o.ready,
+                     has_data=(Cmd.TILE,), zero=Cmd.ZERO)  # fmt: skip
         return m
 
 
-def _order_output(m, order, out, tile, tile_valid, tile_ready, *, has_data, zero) -> None:
-    """The output stage: the order queue's head becomes one or two tokens.
+def order_output(m, order, out, tile, tile_valid, tile_ready, *, has_data, zero) -> None:
+    """The output stage of :class:`TileReader` and of ``store.TileWriter``: the order queue's
+    head becomes one or two tokens.
 
     A data entry with ``level > 0`` is two beats (the element, then ``S_level``); ``phase``
     remembers that the element was taken. Everything is combinational from queue outputs, which
@@ -285,39 +300,37 @@ class LinearLoad(wiring.Component):
         src_loc_at: int = 0,
     ):
         who = "LinearLoad"
-        self._config = config = _checks.config(who, config)
-        self._fmt = fmt = _checks.memory_tile(who, "tile_format", tile_format)
-        self._geo = geo = _checks.geometry(who, config, tensor_shape, fmt, addr)
+        self._config = config = check_config(who, config)
+        self._fmt = fmt = memory_tile(who, "tile_format", tile_format)
+        self._geo = geo = TileGeometry.for_format(who, config, tensor_shape, fmt, addr)
         tiled = (*geo.tensor_shape[:-2], geo.tensor_shape[-2] // fmt.rows, geo.cols // fmt.cols)
         out_shape = (
-            tiled
-            if out_shape is None
-            else _checks.int_tuple(who, "out_shape", out_shape, minimum=1)
+            tiled if out_shape is None else int_tuple(who, "out_shape", out_shape, minimum=1)
         )
         if stride is None:
             stride = tuple(math.prod(out_shape[d + 1 :]) for d in range(len(out_shape)))
-        stride = _checks.int_tuple(who, "stride", stride, minimum=0)
+        stride = int_tuple(who, "stride", stride, minimum=0)
         if len(stride) != len(out_shape):
             raise ValueError(
                 f"{who} stride {list(stride)} must have as many entries as out_shape {list(out_shape)}"
             )
-        base = _checks.non_negative(who, "base", base)
+        base = check_int(who, "base", base, 0)
         last = base + sum((n - 1) * s for n, s in zip(out_shape, stride, strict=True))
         if last >= geo.n_tiles:
             raise ValueError(
                 f"{who} read reaches tile #{last} but the tensor has {geo.n_tiles} tiles"
             )
         if ref_format is not None:
-            _checks.token_format(who, "ref_format", ref_format, kinds=("tile", "selector"))
-            ref_rank = _checks.non_negative(who, "ref_rank", ref_rank)
-            _checks.levels_fit(who, "reference", ref_rank, ref_format.level_bits)
+            check_format(who, "ref_format", ref_format, kinds=("tile", "selector"))
+            ref_rank = check_int(who, "ref_rank", ref_rank, 0)
+            levels_fit(who, "reference", ref_rank, ref_format.level_bits)
         elif ref_rank is not None:
             raise ValueError(f"{who} ref_rank needs a ref_format")
         out_rank = (ref_rank if ref_format is not None else 0) + len(out_shape)
-        _checks.levels_fit(who, "output", out_rank, fmt.level_bits)
+        levels_fit(who, "output", out_rank, fmt.level_bits)
         self._out_shape, self._stride, self._base = tuple(out_shape), stride, base
         self._ref_format, self._ref_rank = ref_format, ref_rank
-        self._max_outstanding = _checks.outstanding(who, max_outstanding, config)
+        self._max_outstanding = outstanding(who, max_outstanding, config)
         members: dict[str, Any] = {
             "o": Out(fmt.signature()),
             "axi": Out(AXI4Signature.for_config(config, write=False)),
@@ -335,11 +348,11 @@ class LinearLoad(wiring.Component):
         defaults to ``config.max_outstanding``."""
 
         def build() -> LinearLoad:
-            fmt = TokenFormat.for_elem(node.tile_type, config, where=_checks.where(node, "out"))
-            _no_cost_width(node)
+            fmt = TokenFormat.for_elem(node.tile_type, config, where=where(node, "out"))
+            no_cost_width(node)
             ref = node.inputs[0] if node.inputs else None
             ref_format = (
-                TokenFormat.for_elem(ref.elem, config, where=_checks.where(node, "ref"))
+                TokenFormat.for_elem(ref.elem, config, where=where(node, "ref"))
                 if ref is not None
                 else None
             )
@@ -357,7 +370,7 @@ class LinearLoad(wiring.Component):
                 max_outstanding=max_outstanding,
             )
 
-        return _checks.from_node(node, "LinearOffChipLoad", build)
+        return build_for_node(node, ops.LinearOffChipLoad, build)
 
     @property
     def geometry(self) -> TileGeometry:
@@ -425,16 +438,6 @@ class LinearLoad(wiring.Component):
         return m
 
 
-def _no_cost_width(node: Any) -> None:
-    """Hardware moves the tensor's own dtype; a narrower cost-model width has no hardware meaning."""
-    elem_bytes = getattr(node, "elem_bytes", None)
-    if elem_bytes is not None and elem_bytes != node.tensor.dtype.nbytes:
-        raise StepTypeError(
-            f"{node.kind} '{node.name}': elem_bytes={elem_bytes} models a {elem_bytes}-byte memory "
-            f"type, but the hardware moves the tensor's {node.tensor.dtype} elements"
-        )
-
-
 class RandomLoad(wiring.Component):
     """RandomOffChipLoad: reads the tile whose index arrives on ``raddr``, over AXI4.
 
@@ -469,11 +472,11 @@ class RandomLoad(wiring.Component):
         src_loc_at: int = 0,
     ):
         who = "RandomLoad"
-        self._config = config = _checks.config(who, config)
-        self._fmt = fmt = _checks.memory_tile(who, "tile_format", tile_format)
-        self._addr_fmt = _checks.address_format(who, addr_format, fmt)
-        self._geo = _checks.geometry(who, config, tensor_shape, fmt, addr)
-        self._max_outstanding = _checks.outstanding(who, max_outstanding, config)
+        self._config = config = check_config(who, config)
+        self._fmt = fmt = memory_tile(who, "tile_format", tile_format)
+        self._addr_fmt = address_format(who, addr_format, fmt)
+        self._geo = TileGeometry.for_format(who, config, tensor_shape, fmt, addr)
+        self._max_outstanding = outstanding(who, max_outstanding, config)
         super().__init__(
             {
                 "raddr": In(addr_format.signature()),
@@ -491,18 +494,18 @@ class RandomLoad(wiring.Component):
         defaults to ``config.max_outstanding``."""
 
         def build() -> RandomLoad:
-            _no_cost_width(node)
+            no_cost_width(node)
             return cls(
                 src_loc_at=3,
                 config=config,
                 tensor_shape=node.tensor.shape,
-                tile_format=TokenFormat.for_elem(node.tile_type, config, where=_checks.where(node, "out")),
-                addr_format=TokenFormat.for_elem(node.inputs[0].elem, config, where=_checks.where(node, "raddr")),
+                tile_format=TokenFormat.for_elem(node.tile_type, config, where=where(node, "out")),
+                addr_format=TokenFormat.for_elem(node.inputs[0].elem, config, where=where(node, "raddr")),
                 addr=addr,
                 max_outstanding=max_outstanding,
             )  # fmt: skip
 
-        return _checks.from_node(node, "RandomOffChipLoad", build)
+        return build_for_node(node, ops.RandomOffChipLoad, build)
 
     @property
     def geometry(self) -> TileGeometry:

@@ -26,6 +26,7 @@ from amaranth.lib.wiring import In, Out
 from step_lang.stoprules import grid_stop
 
 from ..payload import Kind
+from ..payload_fields import token_layout
 
 __all__ = ["AffineWalk", "Entry", "Sequencer", "walk_reference"]
 
@@ -107,14 +108,12 @@ class AffineWalk(wiring.Component):
 
 def driving_layout(level_bits: int, slot_width: int) -> data.StructLayout:
     """A driving-stream token: ``kind`` and ``level`` as in every token, plus a ``slot``."""
-    return data.StructLayout(
-        {"kind": unsigned(2), "level": unsigned(level_bits), "slot": unsigned(slot_width)}
-    )
+    return token_layout(level_bits, slot=unsigned(slot_width))
 
 
 def ref_layout(level_bits: int) -> data.StructLayout:
     """A reference-stream token reduced to what a sequencer needs: ``kind`` and ``level``."""
-    return data.StructLayout({"kind": unsigned(2), "level": unsigned(level_bits)})
+    return token_layout(level_bits)
 
 
 class Sequencer(wiring.Component):
@@ -164,13 +163,8 @@ class Sequencer(wiring.Component):
         self._index_width = index_width
         self._eager = eager
         self._ref_inner = ref_inner
-        self.entry_layout = data.StructLayout(
-            {
-                "kind": unsigned(2),
-                "level": unsigned(level_bits),
-                "index": unsigned(index_width),
-                "slot": unsigned(slot_width),
-            }
+        self.entry_layout = token_layout(
+            level_bits, index=unsigned(index_width), slot=unsigned(slot_width)
         )
         members = {
             "outer": In(stream.Signature(driving_layout(level_bits, slot_width))),

@@ -10,14 +10,25 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from step_lang import ops
 from step_lang.types import Tile, bool_
 
+from .. import contract
+from ..checks import (
+    address_format,
+    build_for_node,
+    check_config,
+    memory_tile,
+    no_cost_width,
+    outstanding,
+    where,
+)
 from ..config import HwConfig
 from ..payload import Kind, TokenFormat
+from ..payload_fields import token_layout
 from ..queue import Queue
-from . import _checks
 from .axi import BURST_INCR, AXI4Signature, BurstGenerator, TileGeometry
-from .load import _no_cost_width, _order_output
+from .load import order_output
 
 __all__ = ["LinearStore", "RandomStore", "TileWriter"]
 
@@ -71,13 +82,10 @@ class TileWriter(wiring.Component):
         self._fmt = tile_format
         self._max_outstanding = max_outstanding
         self._ack = ack_format(tile_format.level_bits)
-        self.cmd_layout = data.StructLayout(
-            {
-                "kind": unsigned(2),
-                "level": unsigned(tile_format.level_bits),
-                "index": unsigned(geometry.index_width),
-                "data": unsigned(tile_format.data_bits),
-            }
+        self.cmd_layout = token_layout(
+            tile_format.level_bits,
+            index=unsigned(geometry.index_width),
+            data=unsigned(tile_format.data_bits),
         )
         super().__init__(
             {
@@ -93,10 +101,15 @@ class TileWriter(wiring.Component):
         geo, fmt = self._geo, self._fmt
         mo = self._max_outstanding
         axi = self.axi
-        order_layout = data.StructLayout({"kind": unsigned(2), "level": unsigned(fmt.level_bits)})
-        m.submodules.order = order = Queue(shape=order_layout, depth=mo + 8)
-        m.submodules.addrs = addrs = Queue(shape=unsigned(geo.index_width), depth=3)
-        m.submodules.tiles = tiles = Queue(shape=unsigned(fmt.data_bits), depth=3)
+        order_layout = token_layout(fmt.level_bits)
+        order_depth = contract.order_queue_depth(mo)
+        m.submodules.order = order = Queue(shape=order_layout, depth=order_depth)
+        m.submodules.addrs = addrs = Queue(
+            shape=unsigned(geo.index_width), depth=contract.ADDR_QUEUE_DEPTH
+        )
+        m.submodules.tiles = tiles = Queue(
+            shape=unsigned(fmt.data_bits), depth=contract.TILE_QUEUE_DEPTH
+        )
         m.submodules.bursts = gen = BurstGenerator(geo)
         lane_bits = (geo.lanes - 1).bit_length()
         winfo_layout = data.StructLayout({"len": unsigned(8), "lane": unsigned(max(1, lane_bits))})
@@ -178,7 +191,7 @@ class TileWriter(wiring.Component):
             ]
 
         # -- B: responses -> acknowledgements ---------------------------------------------------
-        acks = Signal(range(mo + 8 + 2))  # completed tiles not yet acknowledged on `o`
+        acks = Signal(range(order_depth + 2))  # completed tiles not yet acknowledged on `o`
         ack_taken = Signal()
         m.d.comb += [axi.bready.eq(binfo.o.valid), binfo.o.ready.eq(b_done)]
         completed = b_done & binfo.o.payload
@@ -189,8 +202,8 @@ class TileWriter(wiring.Component):
         with m.If(b_done & axi.bresp[1]):
             m.d.sync += error.eq(1)
 
-        _order_output(m, order, self.o, Const(1, 1), acks != 0, ack_taken,
-                      has_data=(Cmd.TILE,), zero=Cmd.NAK)  # fmt: skip
+        order_output(m, order, self.o, Const(1, 1), acks != 0, ack_taken,
+                     has_data=(Cmd.TILE,), zero=Cmd.NAK)  # fmt: skip
         return m
 
 
@@ -237,10 +250,10 @@ class LinearStore(wiring.Component):
         src_loc_at: int = 0,
     ):
         who = "LinearStore"
-        self._config = config = _checks.config(who, config)
-        self._fmt = fmt = _checks.memory_tile(who, "tile_format", tile_format)
-        self._geo = _checks.geometry(who, config, tensor_shape, fmt, addr)
-        self._max_outstanding = _checks.outstanding(who, max_outstanding, config)
+        self._config = config = check_config(who, config)
+        self._fmt = fmt = memory_tile(who, "tile_format", tile_format)
+        self._geo = TileGeometry.for_format(who, config, tensor_shape, fmt, addr)
+        self._max_outstanding = outstanding(who, max_outstanding, config)
         super().__init__(
             {
                 "i": In(fmt.signature()),
@@ -258,17 +271,17 @@ class LinearStore(wiring.Component):
         defaults to ``config.max_outstanding``."""
 
         def build() -> LinearStore:
-            _no_cost_width(node)
+            no_cost_width(node)
             return cls(
                 src_loc_at=3,
                 config=config,
                 tensor_shape=node.tensor.shape,
-                tile_format=TokenFormat.for_elem(node.inputs[0].elem, config, where=_checks.where(node, "in")),
+                tile_format=TokenFormat.for_elem(node.inputs[0].elem, config, where=where(node, "in")),
                 addr=addr,
                 max_outstanding=max_outstanding,
             )  # fmt: skip
 
-        return _checks.from_node(node, "LinearOffChipStore", build)
+        return build_for_node(node, ops.LinearOffChipStore, build)
 
     @property
     def geometry(self) -> TileGeometry:
@@ -355,11 +368,11 @@ class RandomStore(wiring.Component):
         src_loc_at: int = 0,
     ):
         who = "RandomStore"
-        self._config = config = _checks.config(who, config)
-        self._fmt = fmt = _checks.memory_tile(who, "tile_format", tile_format)
-        self._addr_fmt = _checks.address_format(who, addr_format, fmt)
-        self._geo = _checks.geometry(who, config, tensor_shape, fmt, addr)
-        self._max_outstanding = _checks.outstanding(who, max_outstanding, config)
+        self._config = config = check_config(who, config)
+        self._fmt = fmt = memory_tile(who, "tile_format", tile_format)
+        self._addr_fmt = address_format(who, addr_format, fmt)
+        self._geo = TileGeometry.for_format(who, config, tensor_shape, fmt, addr)
+        self._max_outstanding = outstanding(who, max_outstanding, config)
         self.ack_format = ack_format(fmt.level_bits)
         super().__init__(
             {
@@ -379,18 +392,18 @@ class RandomStore(wiring.Component):
         defaults to ``config.max_outstanding``."""
 
         def build() -> RandomStore:
-            _no_cost_width(node)
+            no_cost_width(node)
             return cls(
                 src_loc_at=3,
                 config=config,
                 tensor_shape=node.tensor.shape,
-                tile_format=TokenFormat.for_elem(node.inputs[1].elem, config, where=_checks.where(node, "wdata")),
-                addr_format=TokenFormat.for_elem(node.inputs[0].elem, config, where=_checks.where(node, "waddr")),
+                tile_format=TokenFormat.for_elem(node.inputs[1].elem, config, where=where(node, "wdata")),
+                addr_format=TokenFormat.for_elem(node.inputs[0].elem, config, where=where(node, "waddr")),
                 addr=addr,
                 max_outstanding=max_outstanding,
             )  # fmt: skip
 
-        return _checks.from_node(node, "RandomOffChipStore", build)
+        return build_for_node(node, ops.RandomOffChipStore, build)
 
     @property
     def geometry(self) -> TileGeometry:

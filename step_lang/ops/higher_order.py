@@ -13,7 +13,7 @@ from typing import Any
 from ..dims import Dim, absorb, dims_equal, product, shape_str
 from ..functions import AccumFn, FlatMapFn, MapFn, retile_cols, retile_rows, retile_rows_masked
 from ..graph import Node, Stream
-from ..stoprules import BlockWriter, accum_stop
+from ..stoprules import BlockWriter, accum_stop, partition_closes_chunk
 from ..tokens import DONE, Stop, is_data, to_tokens
 from ..types import ElemType, StreamType, Tile, TupleType
 from ._io import recv_aligned
@@ -75,6 +75,8 @@ class Map(Node):
     """Apply ``fn`` to every element (or every tuple of zipped elements); stop tokens pass through."""
 
     kind = "Map"
+    is_compute = True
+    zero_costs = frozenset({"offchip_bytes"})
 
     def __init__(self, *inputs: Stream, fn: MapFn, name: str | None = None):
         graph = inputs[0].graph if inputs and isinstance(inputs[0], Stream) else None
@@ -155,6 +157,8 @@ class Accum(_Reduce):
     """
 
     kind = "Accum"
+    is_compute = True
+    zero_costs = frozenset({"offchip_bytes"})
 
     def __init__(self, *inputs: Stream, fn: AccumFn, rank: int, name: str | None = None):
         graph = inputs[0].graph if inputs and isinstance(inputs[0], Stream) else None
@@ -201,6 +205,8 @@ class Scan(_Reduce):
     """
 
     kind = "Scan"
+    is_compute = True
+    zero_costs = frozenset({"offchip_bytes"})
 
     def __init__(self, *inputs: Stream, fn: AccumFn, rank: int, name: str | None = None):
         graph = inputs[0].graph if inputs and isinstance(inputs[0], Stream) else None
@@ -217,7 +223,7 @@ class Scan(_Reduce):
             toks = yield from recv_aligned(io)
             first = toks[0]
             if not is_data(first):
-                if first is DONE or first.level >= self.rank:
+                if first is DONE or partition_closes_chunk(first.level, self.rank):
                     acc, started = None, False
                 yield from io.send(0, first)
                 if first is DONE:
@@ -238,6 +244,7 @@ class FlatMap(Node):
     """
 
     kind = "FlatMap"
+    zero_costs = frozenset({"onchip_bytes", "offchip_bytes", "flops"})
 
     def __init__(self, *inputs: Stream, fn: FlatMapFn, name: str | None = None):
         graph = inputs[0].graph if inputs and isinstance(inputs[0], Stream) else None
@@ -313,6 +320,7 @@ class Zip(Node):
     """Pair two streams of the same shape into a stream of tuples."""
 
     kind = "Zip"
+    zero_costs = frozenset({"onchip_bytes", "offchip_bytes", "flops"})
 
     def __init__(self, a: Stream, b: Stream, *, name: str | None = None):
         graph = a.graph if isinstance(a, Stream) else None

@@ -21,6 +21,7 @@ class Source(Node):
     """
 
     kind = "Source"
+    zero_costs = frozenset({"onchip_bytes", "offchip_bytes", "flops"})
 
     def __init__(self, graph: Graph, stype: StreamType, *, name: str | None = None):
         super().__init__(graph, name)
@@ -37,6 +38,7 @@ class Sink(Node):
     """Consume and discard a stream (an explicit end for outputs nobody reads)."""
 
     kind = "Sink"
+    zero_costs = frozenset({"onchip_bytes", "offchip_bytes", "flops"})
 
     def __init__(self, x: Stream, *, name: str | None = None):
         graph = x.graph if isinstance(x, Stream) else None
@@ -56,6 +58,9 @@ class Feedback(Node):
     """
 
     kind = "Feedback"
+    zero_costs = frozenset({"onchip_bytes", "offchip_bytes", "flops"})
+    forwards_tiles = True
+    is_feedback = True
 
     def __init__(self, graph: Graph, stype: StreamType, *, name: str | None = None):
         super().__init__(graph, name)

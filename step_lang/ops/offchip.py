@@ -139,6 +139,8 @@ class LinearOffChipLoad(_OffChip):
     """
 
     kind = "LinearOffChipLoad"
+    zero_costs = frozenset({"flops"})
+    tiles_in_memory = True  # its output tiles sit in a memory unit
 
     def __init__(
         self,
@@ -243,6 +245,7 @@ class LinearOffChipStore(_OffChip):
     """
 
     kind = "LinearOffChipStore"
+    zero_costs = frozenset({"flops"})
 
     def __init__(
         self,
@@ -313,6 +316,8 @@ class RandomOffChipLoad(_OffChip):
     """Read the tile whose index arrives on ``raddr``; the output has the shape of ``raddr``."""
 
     kind = "RandomOffChipLoad"
+    zero_costs = frozenset({"flops"})
+    tiles_in_memory = True  # its output tiles sit in a memory unit
 
     def __init__(
         self,
@@ -364,6 +369,7 @@ class RandomOffChipStore(_OffChip):
     """
 
     kind = "RandomOffChipStore"
+    zero_costs = frozenset({"flops"})
 
     def __init__(
         self,

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..dims import Dim, dims_equal, product, shape_str
 from ..graph import Node, Stream
-from ..stoprules import BlockWriter, bufferize_stop, grid_tokens
+from ..stoprules import BlockWriter, bufferize_stop, grid_tokens, partition_closes_chunk
 from ..tokens import DONE, Stop, Token, is_data
 from ..types import BufferType, StreamType
 
@@ -42,6 +42,7 @@ class Bufferize(Node):
     """
 
     kind = "Bufferize"
+    zero_costs = frozenset({"offchip_bytes", "flops"})
 
     def __init__(self, x: Stream, rank: int, *, name: str | None = None):
         graph = x.graph if isinstance(x, Stream) else None
@@ -74,7 +75,7 @@ class Bufferize(Node):
                     raise io.fail("in", "stream ended inside a buffer")
                 yield from io.send(0, DONE)
                 return
-            if isinstance(tok, Stop) and tok.level >= self.rank:
+            if isinstance(tok, Stop) and partition_closes_chunk(tok.level, self.rank):
                 yield from io.send(0, BufferValue((*held, Stop(self.rank)), self.rank))
                 held = []
                 outer = bufferize_stop(tok.level, self.rank)
@@ -97,6 +98,8 @@ class Streamify(Node):
     """
 
     kind = "Streamify"
+    zero_costs = frozenset({"offchip_bytes", "flops"})
+    tiles_in_memory = True  # its output tiles sit in a memory unit
 
     def __init__(
         self,
@@ -117,6 +120,10 @@ class Streamify(Node):
             raise self.error(
                 "in", f"expected a stream of buffer references (from Bufferize), got {buffers.type}"
             )
+        if isinstance(repeat, str) or not hasattr(repeat, "__iter__"):
+            raise self.error(
+                "in", f"repeat must be a sequence of positive integers, not {repeat!r}"
+            )
         repeat = tuple(repeat)
         if not all(isinstance(r, int) and not isinstance(r, bool) and r >= 1 for r in repeat):
             raise self.error("in", f"repeat must be positive integers, not {list(repeat)}")
@@ -126,18 +133,29 @@ class Streamify(Node):
         if (stride is None) != (out_shape is None):
             raise self.error("stride", "an affine read needs both stride and out_shape")
         self.affine = stride is not None
+        # A negative base would index from the end of the buffer (numpy wraps it) without a word.
+        if isinstance(base, bool) or not isinstance(base, int) or base < 0:
+            raise self.error("base", f"base must be a non-negative element index, not {base!r}")
+        if base and not self.affine:
+            raise self.error(
+                "base",
+                f"base {base} needs an affine read (stride and out_shape); a whole read starts at 0",
+            )
         if self.affine:
             if not all(isinstance(d, int) for d in buf.shape):
                 raise self.error("in", f"affine reads need a static buffer, got {buf}")
+            for what, v in (("out_shape", out_shape), ("stride", stride)):
+                if isinstance(v, str) or not hasattr(v, "__iter__"):
+                    raise self.error("stride", f"{what} must be a sequence of integers, not {v!r}")
             out_shape, stride = tuple(out_shape), tuple(stride)
             if len(out_shape) != len(stride) or not all(
-                isinstance(n, int) and n >= 1 for n in out_shape
+                isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in out_shape
             ):
                 raise self.error(
                     "stride",
                     f"out_shape {list(out_shape)} and stride {list(stride)} must be equally long positive/non-negative integers",
                 )
-            if not all(isinstance(s, int) and s >= 0 for s in stride):
+            if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in stride):
                 raise self.error(
                     "stride", f"strides must be non-negative integers, not {list(stride)}"
                 )
@@ -264,7 +282,7 @@ class Streamify(Node):
                     yield from writer.block(read)
                     continue
                 yield from writer.outer_stop(r.level)
-                if r.level >= c:
+                if partition_closes_chunk(r.level, c):
                     if r.level > c:
                         b2 = yield from io.recv(0)
                         if not (isinstance(b2, Stop) and b2.level == r.level - c):

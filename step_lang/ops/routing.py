@@ -107,6 +107,8 @@ class Partition(Node):
     """
 
     kind = "Partition"
+    zero_costs = frozenset({"onchip_bytes", "offchip_bytes", "flops"})
+    forwards_tiles = True
 
     def __init__(self, x: Stream, sel: Stream, rank: int = 0, *, name: str | None = None):
         graph = x.graph if isinstance(x, Stream) else None
@@ -188,6 +190,8 @@ class Parallelize(Node):
     """
 
     kind = "Parallelize"
+    zero_costs = frozenset({"onchip_bytes", "offchip_bytes", "flops"})
+    forwards_tiles = True
 
     def __init__(self, x: Stream, n: int, rank: int | None = None, *, name: str | None = None):
         graph = x.graph if isinstance(x, Stream) else None
@@ -251,6 +255,8 @@ class Reassemble(Node):
     """
 
     kind = "Reassemble"
+    zero_costs = frozenset({"onchip_bytes", "offchip_bytes", "flops"})
+    forwards_tiles = True
 
     def __init__(
         self,
@@ -278,6 +284,10 @@ class Reassemble(Node):
             raise self.error("sel", f"count must be a non-negative integer, not {count!r}")
         if count == 0 and ins[0].rank > 0:
             raise self.error("sel", "count 0 would make an empty non-innermost dimension")
+        if count is not None and count > len(ins):
+            raise self.error(
+                "sel", f"count {count} exceeds the {len(ins)} input(s) a selector can pick"
+            )
         self.count = count
         self.chunk_rank = ins[0].rank
         d_new = count if count is not None else self.fresh_ragged("k")
@@ -336,6 +346,8 @@ class EagerMerge(Node):
     """
 
     kind = "EagerMerge"
+    zero_costs = frozenset({"onchip_bytes", "offchip_bytes", "flops"})
+    forwards_tiles = True
 
     def __init__(self, inputs: Sequence[Stream], *, name: str | None = None):
         inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
@@ -392,6 +404,8 @@ class Broadcast(Node):
     """Copy a stream to ``n`` outputs. Inserted automatically for fan-out."""
 
     kind = "Broadcast"
+    zero_costs = frozenset({"onchip_bytes", "offchip_bytes", "flops"})
+    forwards_tiles = True
 
     def __init__(self, x: Stream, n: int, *, name: str | None = None):
         graph = x.graph if isinstance(x, Stream) else None

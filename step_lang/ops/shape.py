@@ -13,7 +13,13 @@ import sympy as sp
 
 from ..dims import Dim, absorb, ceil_div, dims_equal, is_static, product, shape_str
 from ..graph import Node, Stream
-from ..stoprules import BlockWriter, flatten_stop, promote_stop, reshape_outer_stop
+from ..stoprules import (
+    BlockWriter,
+    flatten_stop,
+    partition_closes_chunk,
+    promote_stop,
+    reshape_outer_stop,
+)
 from ..tokens import DONE, Stop, is_data
 from ..types import StreamType, Tile, bool_
 
@@ -36,6 +42,8 @@ class Flatten(Node):
     """
 
     kind = "Flatten"
+    zero_costs = frozenset({"onchip_bytes", "offchip_bytes", "flops"})
+    forwards_tiles = True
 
     def __init__(self, x: Stream, lo: int, hi: int, *, name: str | None = None):
         graph = x.graph if isinstance(x, Stream) else None
@@ -80,6 +88,8 @@ class Reshape(Node):
     """
 
     kind = "Reshape"
+    zero_costs = frozenset({"onchip_bytes", "offchip_bytes", "flops"})
+    forwards_tiles = True
 
     def __init__(
         self,
@@ -126,6 +136,8 @@ class Reshape(Node):
         outs = absorb(outs, lambda: self.fresh_ragged("chunks"))
         shape = (*x.shape[: n - 1 - self.rank], outs, chunk, *x.shape[n - self.rank :])
         outputs = [("out", StreamType(x.elem, shape))]
+        if not isinstance(pad_flags, bool):
+            raise self.error("in", f"pad_flags must be a bool, not {pad_flags!r}")
         if pad_flags:
             outputs.append(("pad_flags", StreamType(Tile(bool_, 1, 1), shape)))
         self._finish([("in", x)], outputs)
@@ -170,7 +182,8 @@ class Reshape(Node):
             if self.pad is None:
                 raise io.fail(
                     "in",
-                    f"a vector of {count} trailing elements is not a multiple of {self.chunk} and no pad was given",
+                    f"a vector ends {count} element(s) into a chunk of {self.chunk} and no pad was given "
+                    "(give pad= to pad it)",
                 )
             for _ in range(self.chunk - count):
                 yield from data.data(np.array(self.pad, copy=True))
@@ -211,6 +224,8 @@ class Promote(Node):
     """
 
     kind = "Promote"
+    zero_costs = frozenset({"onchip_bytes", "offchip_bytes", "flops"})
+    forwards_tiles = True
 
     def __init__(self, x: Stream, rank: int | None = None, *, name: str | None = None):
         graph = x.graph if isinstance(x, Stream) else None
@@ -284,6 +299,8 @@ class Expand(Node):
     """
 
     kind = "Expand"
+    zero_costs = frozenset({"offchip_bytes", "flops"})
+    forwards_tiles = True
 
     def __init__(self, x: Stream, ref: Stream, rank: int, *, name: str | None = None):
         graph = x.graph if isinstance(x, Stream) else None
@@ -325,7 +342,7 @@ class Expand(Node):
             if not is_data(x):
                 raise io.fail("in", f"expected an element, got {x!r} (inner dims must be 1)")
             closing = yield from io.recv(0)
-            if not (isinstance(closing, Stop) and closing.level >= self.rank):
+            if not (isinstance(closing, Stop) and partition_closes_chunk(closing.level, self.rank)):
                 raise io.fail(
                     "in",
                     f"element followed by {closing!r}; inner dims of size 1 close with S{self.rank} or higher",
@@ -337,13 +354,13 @@ class Expand(Node):
                 if is_data(r):
                     yield from io.send(0, x)
                     continue
-                if r.level >= self.rank and r.level != closing.level:
+                if partition_closes_chunk(r.level, self.rank) and r.level != closing.level:
                     raise io.fail(
                         "ref",
                         f"reference closes with {r!r} where the input closes with {closing!r}",
                     )
                 yield from io.send(0, r)
-                if r.level >= self.rank:
+                if partition_closes_chunk(r.level, self.rank):
                     break
 
 
@@ -351,6 +368,8 @@ class RepeatStatic(Node):
     """Emit every element ``count`` times, forming a new innermost dim of size ``count``."""
 
     kind = "RepeatStatic"
+    zero_costs = frozenset({"offchip_bytes", "flops"})
+    forwards_tiles = True
 
     def __init__(self, x: Stream, count: int, *, name: str | None = None):
         graph = x.graph if isinstance(x, Stream) else None

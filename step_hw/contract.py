@@ -1,0 +1,217 @@
+"""The hardware contract: every fact about the generated hardware that more than one reader needs.
+
+The elaborator (:mod:`step_hw.elaborate` and the blocks it builds) and the simulator's ``rtl``
+timing profile (:mod:`sim.profiles.rtl`) both read this module; neither re-types a number of it.
+It imports no Amaranth (``import sim`` loads none), only :mod:`step_lang`, the configuration
+(:class:`~step_hw.config.HwConfig`) and the token format (:class:`~step_hw.payload.TokenFormat`,
+whose Amaranth layout is built on demand).
+
+What it holds:
+
+* the configuration and token formats (re-exported);
+* queues (:class:`~step_hw.queue.Queue`): the default depth, latency and initiation interval per
+  depth, when a slot refills; which queue carries a stream (a Feedback is a wire);
+* per operator class (:data:`BLOCKS`), the block's timing: registered or combinational, whether
+  it takes all its inputs together, what sets its initiation interval;
+* the memory controllers' internal queues and pipeline latencies (``memory/load.py``,
+  ``memory/store.py``);
+* the graph's ports: which memory operators share which AXI port (:func:`axi_managers`), when
+  Sources start and Sinks count as done.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from step_lang import ops
+from step_lang.graph import Graph, Node, Stream
+from step_lang.registry import NodeRegistry, Unsupported
+
+from .config import HwConfig
+from .payload import KIND_BITS, Kind, TokenFormat
+
+__all__ = [
+    "BLOCKS",
+    "KIND_BITS",
+    "Block",
+    "HwConfig",
+    "Interval",
+    "Kind",
+    "TokenFormat",
+    "axi_managers",
+    "feedback_input",
+    "is_load",
+    "is_memory_operator",
+    "is_store",
+    "matmul_steps",
+    "queue_depth",
+    "queue_interval",
+    "queue_latency",
+]
+
+# -- queues (step_hw/queue.py) ------------------------------------------------------------------
+
+#: Cycles from a token leaving a queue to its slot taking another (``w_rdy`` is a register).
+QUEUE_SLOT_RELEASE = 1
+
+
+def queue_latency(depth: int) -> int:
+    """Cycles from a token entering a queue of ``depth`` to the queue offering it: 2 (a memory
+    and the output register), 1 for depth 1 (a single register)."""
+    return 1 if depth == 1 else 2
+
+
+def queue_interval(depth: int) -> int:
+    """Cycles between tokens through a queue of ``depth``: a queue of depth 1 or 2 cannot refill
+    a slot in the cycle it empties it, so it moves one token every 2 cycles."""
+    return 2 if depth <= 2 else 1
+
+
+def feedback_input(stream: Stream) -> Stream:
+    """The stream whose queue carries ``stream``: a Feedback is a wire (the elaborator aliases
+    its output to its input), so a Feedback's output is carried by what the Feedback reads."""
+    while stream.node.is_feedback:
+        stream = stream.node.inputs[0]
+    return stream
+
+
+def queue_depth(graph: Graph, stream: Stream | str, config: HwConfig) -> int:
+    """Depth of the queue of ``stream`` in the lowered ``graph`` (:func:`step_lang.passes.lower`):
+    the graph's depth for it, else ``config.queue_depth``."""
+    name = stream if isinstance(stream, str) else stream.name
+    return graph.queue_depths.get(name, config.queue_depth)
+
+
+# -- blocks -------------------------------------------------------------------------------------
+
+
+class Interval(enum.Enum):
+    """What sets a block's initiation interval (cycles per input element)."""
+
+    ONE = "one element per cycle"
+    MAC = "ceil(M*K*N / lanes) cycles per tile pair for a matmul function, else 1"
+    PER_ROW = "one cycle per row (column, for split='cols') of each tile"
+    PER_COPY = "one cycle per copy (RepeatStatic's count)"
+
+
+@dataclass(frozen=True)
+class Block:
+    """The timing contract of one operator's block.
+
+    Attributes:
+        latency: cycles from taking an input to offering the result (0: combinational, the
+            block holds its input until its outputs take it).
+        joins_inputs: the block takes one token from every input in the same cycle, once all are
+            valid (compute units, Zip, address generators).
+        interval: what sets the initiation interval (:class:`Interval`).
+        expands: the block emits several tokens per input element and holds its inputs until the
+            last one leaves (FlatMap, RetileStreamify).
+        selector_with_first_token: EagerMerge offers a chunk's selector in the cycle it forwards
+            the chunk's first token, and its done tokens the cycle after it took the last input's.
+    """
+
+    latency: int = 1
+    joins_inputs: bool = False
+    interval: Interval = Interval.ONE
+    expands: bool = False
+    selector_with_first_token: bool = False
+
+    @property
+    def combinational(self) -> bool:
+        return self.latency == 0
+
+
+#: Each operator's block timing. The memory operators' own pipelines are described by the
+#: constants below; Source, Sink and Feedback are ports and wires of the top level.
+BLOCKS: NodeRegistry[Block] = NodeRegistry("hardware contract")
+
+BLOCKS.add(Block(latency=0), ops.Broadcast, ops.Partition, ops.Reassemble, ops.Parallelize)
+BLOCKS.add(Block(latency=0, selector_with_first_token=True), ops.EagerMerge)
+BLOCKS.add(Block(joins_inputs=True, interval=Interval.MAC), ops.Map, ops.Accum, ops.Scan)
+BLOCKS.add(Block(joins_inputs=True), ops.Zip)
+BLOCKS.add(Block(joins_inputs=True, expands=True), ops.FlatMap)
+BLOCKS.add(Block(joins_inputs=True, expands=True, interval=Interval.PER_ROW), ops.RetileStreamify)
+BLOCKS.add(Block(), ops.Flatten, ops.Reshape, ops.Promote, ops.Expand)
+BLOCKS.add(Block(interval=Interval.PER_COPY), ops.RepeatStatic)
+# Bufferize and Streamify are timed as registered blocks (one element per cycle); the rtl
+# profile does not model their memory ports (docs/simulator.md).
+BLOCKS.add(Block(), ops.Bufferize, ops.Streamify)
+BLOCKS.add(Block(joins_inputs=True), ops.RandomOffChipStore)
+BLOCKS.add(Block(), ops.LinearOffChipLoad, ops.RandomOffChipLoad, ops.LinearOffChipStore)
+BLOCKS.add(Unsupported("is a top-level port, not a block"), ops.Source, ops.Sink)
+BLOCKS.add(Unsupported("is a wire (its output aliases its input), not a block"), ops.Feedback)
+
+
+def matmul_steps(m: int, k: int, n: int, lanes: int) -> int:
+    """Cycles a MAC array of ``lanes`` spends on an ``m x k`` by ``k x n`` tile pair."""
+    return max(1, -(-(m * k * n) // lanes))
+
+
+# -- memory controllers (memory/load.py, memory/store.py) ---------------------------------------
+
+#: Depth of a load's (store's) tile queue: tiles read ahead of (taken before) their handshake.
+TILE_QUEUE_DEPTH = 3
+#: Depth of a load's (store's) address queue.
+ADDR_QUEUE_DEPTH = 3
+#: A load's (store's) order queue holds ``max_outstanding + ORDER_QUEUE_SLACK`` entries.
+ORDER_QUEUE_SLACK = 8
+
+
+def order_queue_depth(max_outstanding: int) -> int:
+    """Depth of a memory controller's order queue (entries between sequencer and output)."""
+    return max_outstanding + ORDER_QUEUE_SLACK
+
+
+#: Cycles from ``start`` to a linear load's first sequencer entry.
+LOAD_START = 2
+#: Cycles from a sequencer entry to its first AR: the address queue (2) and the burst generator.
+LOAD_ISSUE = 3
+#: Cycles from a store's take of a tile to its AW: the address queue (2) and the burst generator.
+STORE_ISSUE = 3
+#: Cycles from AW to the first W beat (the W-information queue).
+AW_TO_W = 2
+
+# -- the graph's ports (elaborate.py) -----------------------------------------------------------
+
+#: A Source's ``ready`` is low until this many cycles after ``start`` (a queue held in reset may
+#: show ``ready`` and forget what it took).
+SOURCE_START = 1
+
+_LOADS = (ops.LinearOffChipLoad, ops.RandomOffChipLoad)
+_STORES = (ops.LinearOffChipStore, ops.RandomOffChipStore)
+
+
+def axi_managers(graph: Graph, config: HwConfig) -> dict[str, list[str]]:
+    """AXI port name -> the memory operators behind it, in graph (topological) order.
+
+    With ``config.axi_ports`` unset, one ``m_axi_<node>`` port per memory operator; with
+    ``axi_ports = k``, the loads round-robin over ``m_axi_rd0`` .. ``m_axi_rd<k-1>`` and the stores
+    over ``m_axi_wr0`` .. ``m_axi_wr<k-1>`` (only the ports that get an operator). A port's list
+    order is its arbiter's manager order (manager ``i`` is ``ID`` prefix ``i``). ``graph`` is a
+    lowered graph (:func:`step_lang.passes.lower`).
+    """
+    memory = [n for n in graph.topo_order() if isinstance(n, _LOADS + _STORES)]
+    if config.axi_ports is None:
+        return {f"m_axi_{n.name}": [n.name] for n in memory}
+    out: dict[str, list[str]] = {}
+    for half, read in (("rd", True), ("wr", False)):
+        names = [n.name for n in memory if isinstance(n, _LOADS) == read]
+        for j, name in enumerate(names):
+            out.setdefault(f"m_axi_{half}{j % config.axi_ports}", []).append(name)
+    return out
+
+
+def is_memory_operator(node: Node) -> bool:
+    """Whether ``node`` is an off-chip load or store (it gets an AXI port)."""
+    return isinstance(node, _LOADS + _STORES)
+
+
+def is_load(node: Node) -> bool:
+    """Whether ``node`` is an off-chip load (it gets a read port)."""
+    return isinstance(node, _LOADS)
+
+
+def is_store(node: Node) -> bool:
+    """Whether ``node`` is an off-chip store (it gets a write port)."""
+    return isinstance(node, _STORES)

@@ -1,0 +1,551 @@
+"""Bad input to the readers: ``interpret`` and ``simulate`` (paper and rtl profiles).
+
+Memory arrays, Source tokens, run-time function errors and the profiles' numeric settings, each
+with the message it must give (an anchored regex naming the node, port, tensor or setting and
+the value).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from sim import PaperProfile, simulate
+from sim.profiles import RtlProfile
+from step_lang import (
+    DONE,
+    Graph,
+    LinearOffChipLoad,
+    LinearOffChipStore,
+    Map,
+    RandomOffChipLoad,
+    Reshape,
+    Sink,
+    Source,
+    StepGraphError,
+    StepRuntimeError,
+    StepValueError,
+    Stop,
+    StreamType,
+    Tile,
+    interpret,
+)
+from step_lang import functions as F
+from step_lang.dims import ragged
+from step_lang.numerics import Numerics
+
+RUNNERS = {
+    "interpret": lambda g, memory=None, **kw: interpret(g, memory, **kw),
+    "paper": lambda g, memory=None, **kw: simulate(g, memory, **kw),
+    "rtl": lambda g, memory=None, **kw: simulate(g, memory, profile=RtlProfile(), **kw),
+}
+
+
+def expect(exc: type[BaseException], message: str):
+    return pytest.raises(exc, match="^" + re.escape(message) + "$")
+
+
+# -- memory arrays --------------------------------------------------------------------------------
+
+
+def _load_store() -> Graph:
+    g = Graph("g")
+    a, c = g.tensor("a", (4, 4)), g.tensor("c", (4, 4))
+    ld = LinearOffChipLoad(a, tile=(2, 2), name="ld")
+    LinearOffChipStore(Map(ld.out, fn=F.exp, name="m").out, c, name="st")
+    return g
+
+
+MEMORY = [
+    # (id, array, interpreter's message, simulator's message)
+    (
+        "shape",
+        np.ones((4, 5), np.float32),
+        "tensor 'a': array of shape [4, 5], declared [4, 4]",
+        "tensor 'a': array float32 [4, 5], declared float32 [4, 4]",
+    ),
+    (
+        "transposed",
+        np.ones((8, 2), np.float32),
+        "tensor 'a': array of shape [8, 2], declared [4, 4]",
+        "tensor 'a': array float32 [8, 2], declared float32 [4, 4]",
+    ),
+    (
+        "one-dim",
+        np.ones(16, np.float32),
+        "tensor 'a': array of shape [16], declared [4, 4]",
+        "tensor 'a': array float32 [16], declared float32 [4, 4]",
+    ),
+    (
+        "scalar",
+        np.float32(1.0),
+        "tensor 'a': array of shape [], declared [4, 4]",
+        "tensor 'a': array float32 [], declared float32 [4, 4]",
+    ),
+    (
+        "int32",
+        np.ones((4, 4), np.int32),
+        "tensor 'a': array of dtype int32, declared float32",
+        "tensor 'a': array int32 [4, 4], declared float32 [4, 4]",
+    ),
+    (
+        "float64",
+        np.ones((4, 4)),
+        "tensor 'a': array of dtype float64, declared float32",
+        "tensor 'a': array float64 [4, 4], declared float32 [4, 4]",
+    ),
+    (
+        "bool",
+        np.ones((4, 4), bool),
+        "tensor 'a': array of dtype bool, declared float32",
+        "tensor 'a': array bool [4, 4], declared float32 [4, 4]",
+    ),
+    (
+        "python-list",
+        [[1] * 4] * 4,
+        "tensor 'a': array of dtype int64, declared float32",
+        "tensor 'a': array int64 [4, 4], declared float32 [4, 4]",
+    ),
+]
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize(
+    ("array", "interp_msg", "sim_msg"), [pytest.param(a, i, s, id=k) for k, a, i, s in MEMORY]
+)
+def test_bad_memory_array(runner, array, interp_msg, sim_msg):
+    with expect(StepValueError, interp_msg if runner == "interpret" else sim_msg):
+        RUNNERS[runner](_load_store(), {"a": array})
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("names", [["zz"], ["b", "zz"], ["A"]])
+def test_memory_names_an_undeclared_tensor(runner, names):
+    memory = {"a": np.ones((4, 4), np.float32), **{n: np.ones((4, 4), np.float32) for n in names}}
+    message = f"memory holds {', '.join(sorted(names))}, which graph 'g' does not declare"
+    with expect(StepValueError, message):
+        RUNNERS[runner](_load_store(), memory)
+
+
+# -- Source tokens -------------------------------------------------------------------------------
+
+T = np.ones((2, 2), np.float32)
+SRC = "Source 'x': inputs['x'] Strm<Tile<float32, 2x2>, [1, 2]>: "
+
+
+def _source_graph() -> Graph:
+    g = Graph("g")
+    s = Source(g, StreamType(Tile("float32", 2, 2), (1, 2)), name="x")
+    Sink(Map(s.out, fn=F.exp, name="m").out, name="sink")
+    return g
+
+
+TOKENS = [
+    (
+        "rows",
+        [[np.ones((3, 2), np.float32), T]],
+        StepRuntimeError,
+        SRC + "element: tile rows of Tile<float32, 2x2>: declared 2, observed 3",
+    ),
+    (
+        "cols",
+        [[np.ones((2, 5), np.float32), T]],
+        StepRuntimeError,
+        SRC + "element: tile cols of Tile<float32, 2x2>: declared 2, observed 5",
+    ),
+    (
+        "dtype-int32",
+        [[np.ones((2, 2), np.int32), T]],
+        StepRuntimeError,
+        SRC + "element: expected dtype float32, got int32",
+    ),
+    (
+        "dtype-float64",
+        [[T, np.ones((2, 2))]],
+        StepRuntimeError,
+        SRC + "element: expected dtype float32, got float64",
+    ),
+    ("too-few", [[T]], StepRuntimeError, SRC + "dim 1 of [1, 2]: declared 2, observed 1"),
+    ("too-many", [[T, T, T]], StepRuntimeError, SRC + "dim 1 of [1, 2]: declared 2, observed 3"),
+    ("outer", [[T, T], [T, T]], StepRuntimeError, SRC + "dim 0 of [1, 2]: declared 1, observed 2"),
+    ("empty-outer", [], StepRuntimeError, SRC + "dim 0 of [1, 2]: declared 1, observed 0"),
+    (
+        "stop-too-high",
+        [T, T, Stop(3), DONE],
+        StepRuntimeError,
+        SRC + "malformed tokens: token #2 is S3 but the stream has rank 1",
+    ),
+    (
+        "string",
+        "abc",
+        StepValueError,
+        "Source 'x', port 'out': expected a list of tensors, got str",
+    ),
+    (
+        "none",
+        None,
+        StepValueError,
+        "Source 'x', port 'out': expected a list of tensors, got NoneType",
+    ),
+    ("number", 3, StepValueError, "Source 'x', port 'out': expected a list of tensors, got int"),
+    (
+        "flat",
+        [T, T],
+        StepValueError,
+        "Source 'x', port 'out': expected a nested list of depth 1 at [0], got ndarray",
+    ),
+]
+
+
+def _token_params():
+    # (the simulator and the interpreter share step_lang.interpret.source_tokens)
+    for key, tokens, exc, message in TOKENS:
+        for runner in RUNNERS:
+            yield pytest.param(runner, tokens, exc, message, id=f"{runner}-{key}")
+
+
+@pytest.mark.parametrize(("runner", "tokens", "exc", "message"), list(_token_params()))
+def test_bad_source_tokens(runner, tokens, exc, message):
+    with expect(exc, message):
+        RUNNERS[runner](_source_graph(), inputs={"x": tokens})
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_source_without_tokens(runner):
+    with expect(StepValueError, "Source 'x' has no tokens; pass inputs={'x': ...}"):
+        RUNNERS[runner](_source_graph(), inputs={})
+
+
+@pytest.mark.parametrize(
+    "runner",
+    [
+        "interpret",
+        *(r for r in ("paper", "rtl")),
+    ],
+)
+def test_inputs_name_an_unknown_source(runner):
+    with expect(StepValueError, "inputs name y, which are not Source nodes of graph 'g'"):
+        RUNNERS[runner](_source_graph(), inputs={"x": [[T, T]], "y": [[T]]})
+
+
+# -- run-time errors: the node, the function and the value ---------------------------------------
+
+
+def _int_map(fn, rows=1, cols=1, dtype="int64") -> Graph:
+    g = Graph("g")
+    s = Source(g, StreamType(Tile(dtype, rows, cols), (1, 1)), name="x")
+    Sink(Map(s.out, fn=fn, name="f").out, name="sink")
+    return g
+
+
+def _binary(fn, dtype) -> Graph:
+    g = Graph("g")
+    a = Source(g, StreamType(Tile(dtype, 1, 2), (1, 1)), name="a")
+    b = Source(g, StreamType(Tile(dtype, 1, 2), (1, 1)), name="b")
+    Sink(Map(a.out, b.out, fn=fn, name="f").out, name="sink")
+    return g
+
+
+def _matmul_int() -> Graph:
+    g = Graph("g")
+    a = Source(g, StreamType(Tile("float32", 1, 2), (1, 1)), name="a")
+    b = Source(g, StreamType(Tile("float32", 2, 1), (1, 1)), name="b")
+    Sink(Map(a.out, b.out, fn=F.matmul(out_dtype="int32"), name="f").out, name="sink")
+    return g
+
+
+def _i64(v):
+    return np.array([[v]], np.int64)
+
+
+def _row(*v, dtype=np.int32):
+    return np.array([v], dtype)
+
+
+ONE = np.ones((2, 1), np.float32)
+RUNTIME = [
+    (
+        "scalar-mul-overflow",
+        lambda: _int_map(F.scalar_op("mul", 2**62)),
+        {"x": [[_i64(2)]]},
+        "Map 'f': function 'scalar_mul': result 9223372036854775808 does not fit int64 "
+        "[-9223372036854775808, 9223372036854775807]",
+    ),
+    (
+        "scalar-add-overflow",
+        lambda: _int_map(F.scalar_op("add", 1)),
+        {"x": [[_i64(2**63 - 1)]]},
+        "Map 'f': function 'scalar_add': result 9223372036854775808 does not fit int64 "
+        "[-9223372036854775808, 9223372036854775807]",
+    ),
+    (
+        "int-div-by-zero",
+        lambda: _binary(F.div, "int32"),
+        {"a": [[_row(1, 2)]], "b": [[_row(1, 0)]]},
+        "Map 'f': function 'div': integer division by zero",
+    ),
+    (
+        "int8-add-overflow",
+        lambda: _binary(F.add, "int8"),
+        {"a": [[_row(100, 1, dtype=np.int8)]], "b": [[_row(100, 1, dtype=np.int8)]]},
+        "Map 'f': function 'add': result 200 does not fit int8 [-128, 127]",
+    ),
+    (
+        "int16-mul-overflow",
+        lambda: _binary(F.mul, "int16"),
+        {"a": [[_row(300, 1, dtype=np.int16)]], "b": [[_row(300, 1, dtype=np.int16)]]},
+        "Map 'f': function 'mul': result 90000 does not fit int16 [-32768, 32767]",
+    ),
+    (
+        "uint8-sub-underflow",
+        lambda: _binary(F.sub, "uint8"),
+        {"a": [[_row(1, 1, dtype=np.uint8)]], "b": [[_row(2, 1, dtype=np.uint8)]]},
+        "Map 'f': function 'sub': result -1 does not fit uint8 [0, 255]",
+    ),
+    (
+        "matmul-fraction-to-int",
+        _matmul_int,
+        {"a": [[np.array([[0.25, 0.5]], np.float32)]], "b": [[ONE]]},
+        "Map 'f': function 'matmul': result 0.75 is not an integer; casting it to int32 would round",
+    ),
+    (
+        "matmul-nan-to-int",
+        _matmul_int,
+        {"a": [[np.array([[np.nan, 1]], np.float32)]], "b": [[ONE]]},
+        "Map 'f': function 'matmul': result nan is not a finite number; it cannot be cast to int32",
+    ),
+    (
+        "matmul-inf-to-int",
+        _matmul_int,
+        {"a": [[np.array([[-np.inf, 1]], np.float32)]], "b": [[ONE]]},
+        "Map 'f': function 'matmul': result -inf is not a finite number; it cannot be cast to int32",
+    ),
+]
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize(
+    ("build", "inputs", "message"), [pytest.param(b, i, m, id=k) for k, b, i, m in RUNTIME]
+)
+def test_runtime_errors_name_the_node(runner, build, inputs, message):
+    with expect(StepRuntimeError, message):
+        RUNNERS[runner](build(), inputs=inputs)
+
+
+def _random_load() -> Graph:
+    g = Graph("g")
+    w = g.tensor("w", (4, 4))
+    s = Source(g, StreamType(Tile("int64", 1, 1), (1, 2)), name="x")
+    Sink(RandomOffChipLoad(s.out, w, tile=(2, 2), name="rl").out, name="sink")
+    return g
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("address", [4, 100, -1])
+def test_random_load_address_out_of_range(runner, address):
+    message = (
+        f"RandomOffChipLoad 'rl', port 'raddr': tile address {address} outside tensor 'w' of "
+        "4 tiles"
+    )
+    with expect(StepRuntimeError, message):
+        RUNNERS[runner](_random_load(), inputs={"x": [[_i64(0), _i64(address)]]})
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_reshape_without_pad_at_run_time(runner):
+    g = Graph("g")
+    s = Source(g, StreamType(Tile("float32", 2, 2), (2, ragged("r"))), name="x")
+    Sink(Reshape(s.out, 2, name="rs").out, name="sink")
+    message = (
+        "Reshape 'rs', port 'in': a vector ends 1 element(s) into a chunk of 2 and no pad was given "
+        "(give pad= to pad it)"
+    )
+    with expect(StepRuntimeError, message):
+        RUNNERS[runner](g, inputs={"x": [[T, T], [T, T, T]]})
+
+
+# -- the profiles' and the numerics' settings ----------------------------------------------------
+
+
+PROFILES = [
+    pytest.param(
+        lambda: PaperProfile(compute_bw_default=0),
+        "PaperProfile: compute_bw_default must be a positive integer, not 0",
+        id="bw-0",
+    ),
+    pytest.param(
+        lambda: PaperProfile(compute_bw_default=-4096),
+        "PaperProfile: compute_bw_default must be a positive integer, not -4096",
+        id="bw-neg",
+    ),
+    pytest.param(
+        lambda: PaperProfile(compute_bw_default=1.5),
+        "PaperProfile: compute_bw_default must be a positive integer, not 1.5",
+        id="bw-float",
+    ),
+    pytest.param(
+        lambda: PaperProfile(pmu_bw=0),
+        "PaperProfile: pmu_bw must be a positive integer, not 0",
+        id="pmu-0",
+    ),
+    pytest.param(
+        lambda: PaperProfile(channel_latency=-1),
+        "PaperProfile: channel_latency must be a non-negative integer, not -1",
+        id="lat-neg",
+    ),
+    pytest.param(
+        lambda: PaperProfile(switch_cycles=-1),
+        "PaperProfile: switch_cycles must be a non-negative integer, not -1",
+        id="switch-neg",
+    ),
+    pytest.param(
+        lambda: PaperProfile(onchip_convention="both"),
+        "PaperProfile: onchip_convention must be 'paper' or 'artifact', not 'both'",
+        id="convention",
+    ),
+]
+
+
+PROFILES += [
+    pytest.param(
+        lambda: PaperProfile(compute_bw_overrides={"m": 0}),
+        "PaperProfile: compute_bw_overrides['m'] must be a positive integer, not 0",
+        id="override-0",
+    ),
+    pytest.param(
+        lambda: PaperProfile(compute_bw_overrides={"nope": 64}),
+        "PaperProfile: compute_bw_overrides names 'nope', which is no compute node (Map, Accum, "
+        "Scan) of graph 'g'",
+        id="override-unknown",
+    ),
+    pytest.param(
+        lambda: PaperProfile(compute_bw_overrides={"ld": 64}),
+        "PaperProfile: compute_bw_overrides names 'ld', which is no compute node (Map, Accum, "
+        "Scan) of graph 'g'",
+        id="override-not-compute",
+    ),
+    pytest.param(
+        lambda: PaperProfile(write_back=frozenset({"nope"})),
+        "PaperProfile: write_back names 'nope', which is no node of graph 'g'",
+        id="write-back-unknown",
+    ),
+    *(
+        pytest.param(
+            lambda name=name, v=v: RtlProfile(**{name: v}),
+            f"RtlProfile: {name} must be a non-negative integer, not {v!r}",
+            id=f"rtl-{name}-{v}",
+        )
+        for name in ("memory_latency", "write_response", "load_issue", "sink_done")
+        for v in (-1, 1.5)
+    ),
+]
+
+
+@pytest.mark.parametrize(("make", "message"), PROFILES)
+def test_bad_profile_settings(make, message):
+    with expect(ValueError, message):
+        simulate(_load_store(), {"a": np.ones((4, 4), np.float32)}, profile=make())
+
+
+@pytest.mark.parametrize("depth", [0, -1])
+def test_bad_queue_depth_of_the_profile(depth):
+    with expect(StepValueError, f"queue depth of ld.out must be a positive integer, not {depth}"):
+        simulate(_load_store(), profile=PaperProfile(channel_depth=depth))
+
+
+@pytest.mark.parametrize("depth", [0, -2])
+def test_bad_queue_depth_override(depth):
+    with expect(StepValueError, f"queue depth of ld.out must be a positive integer, not {depth}"):
+        simulate(_load_store(), queue_depths={"ld.out": depth})
+
+
+def test_queue_depth_of_an_unknown_stream():
+    message = (
+        "queue depth of nope.out: graph 'g' has no such stream (nor does its lowered form, "
+        "whose Broadcast outputs are named <producer>_<port>_bc.out<k>)"
+    )
+    with expect(StepValueError, message):
+        simulate(_load_store(), queue_depths={"nope.out": 2})
+
+
+def test_profile_of_the_wrong_type():
+    with expect(
+        TypeError, "profile must be a TimingProfile (PaperProfile or RtlProfile), not 'paper'"
+    ):
+        simulate(_load_store(), profile="paper")
+
+
+NUMERICS = [
+    ({"overflow": "clamp"}, "Numerics.overflow must be one of wrap, raise, not 'clamp'"),
+    ({"overflow": None}, "Numerics.overflow must be one of wrap, raise, not None"),
+    ({"frac_bits": -1}, "Numerics.frac_bits must be an integer in [0, 16) for int16, not -1"),
+    ({"frac_bits": 16}, "Numerics.frac_bits must be an integer in [0, 16) for int16, not 16"),
+    ({"frac_bits": 1.5}, "Numerics.frac_bits must be an integer in [0, 16) for int16, not 1.5"),
+    ({"frac_bits": True}, "Numerics.frac_bits must be an integer in [0, 16) for int16, not True"),
+    (
+        {"frac_bits": 8, "elem_dtype": "int8"},
+        "Numerics.frac_bits must be an integer in [0, 8) for int8, not 8",
+    ),
+    ({"elem_dtype": "int4"}, "Numerics.elem_dtype must be one of int8, int16, int32, not 'int4'"),
+    (
+        {"elem_dtype": "float32"},
+        "Numerics.elem_dtype must be one of int8, int16, int32, not 'float32'",
+    ),
+    ({"acc_dtype": "int64"}, "Numerics.acc_dtype must be one of int8, int16, int32, not 'int64'"),
+    ({"acc_dtype": "int8"}, "Numerics.acc_dtype int8 is narrower than elem_dtype int16"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), NUMERICS)
+def test_bad_numerics_settings(kwargs, message):
+    with expect(ValueError, message):
+        Numerics(**kwargs)
+
+
+@pytest.mark.parametrize("config", [3, None, "int16"])
+def test_numerics_of_something_else(config):
+    message = (
+        "Numerics need a Numerics or a config with elem_dtype, acc_dtype and frac_bits, "
+        f"not {config!r}"
+    )
+    with expect(TypeError, message):
+        Numerics.of(config)
+
+
+# -- graph-level mistakes the readers must not run past ------------------------------------------
+
+
+def test_merge_policy_naming_an_unknown_node():
+    from step_lang import LowestIndexFirst
+
+    message = "merge_policy names 'nope', which is no EagerMerge node of graph 'g' (EagerMerge nodes: none)"
+    with expect(StepValueError, message):
+        interpret(_load_store(), merge_policy={"nope": LowestIndexFirst()})
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_two_stores_to_one_tensor(runner):
+    g = _load_store()
+    LinearOffChipStore(
+        LinearOffChipLoad(g.tensors["a"], tile=(2, 2), name="ld2").out, g.tensors["c"], name="st2"
+    )
+    message = (
+        "tensor 'c' is written by 2 stores: st, st2; a LinearOffChipStore writes every tile of "
+        "its tensor, so it must be the tensor's only store"
+    )
+    with expect(StepGraphError, message):
+        RUNNERS[runner](g, {"a": np.ones((4, 4), np.float32)})
+
+
+def test_rtl_profile_of_a_config_that_is_no_hwconfig():
+    with expect(TypeError, "RtlProfile: config must be a HwConfig, not 'int16'"):
+        RtlProfile("int16")
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_memory_that_is_no_mapping(runner):
+    exc = StepValueError if runner == "interpret" else TypeError
+    with expect(exc, "memory must map tensor names to arrays, not list"):
+        RUNNERS[runner](_load_store(), [np.ones((4, 4), np.float32)])
