@@ -7,10 +7,12 @@ block's ``from_node``), a :class:`~step_hw.queue.Queue` on every edge (depth fro
 * ``start`` (in) and ``done`` (out): every block is held in reset until ``start`` is seen high;
   ``done`` rises once every linear store has written its last tile and every sink has taken its
   done token, and stays high;
-* ``error`` (out): the OR of the blocks' sticky error flags (contract violations, AXI errors);
-  ``error_nodes`` (out, one bit per flag, when any block has one): the flags themselves, bit
-  ``i`` being :attr:`ElaboratedGraph.error_bits` ``[i]`` (node, flag), listed in the
-  description's ``error_bits`` so a test bench can name the node that raised it;
+* ``error`` (out): the OR of the blocks' sticky error flags (contract violations, misaligned
+  zipped inputs, AXI error responses); ``overflow`` (out): the OR of the compute units' sticky
+  overflow flags (a fixed-point result wrapped or saturated, where the interpreter with
+  ``overflow="raise"`` numerics raises); ``flags`` (out, one bit per flag, when any block has
+  one): every flag, bit ``i`` being :attr:`ElaboratedGraph.flag_bits` ``[i]`` (node, flag),
+  listed in the description's ``flag_bits`` so a test bench can name the node that raised it;
 * ``src_<node>`` (in) for each Source node and ``snk_<node>`` (out) for each Sink node: token
   streams (``docs/stop_tokens.md``); a Source's ``ready`` is low until the cycle after ``start``;
 * ``m_axi_<node>`` (out): one AXI4 manager per memory operator, named for cocotbext-axi
@@ -100,8 +102,10 @@ def _register_blocks() -> None:
 _register_blocks()
 _PORTS = (ops.Source, ops.Sink)
 # Sticky flags a block may have: a contract violation or AXI error response (``error``), tokens
-# of zipped inputs that do not line up (``misaligned``).
-_ERROR_FLAGS = ("error", "misaligned")
+# of zipped inputs that do not line up (``misaligned``), a fixed-point result that wrapped or
+# saturated (``overflow``). The first two are errors (the interpreter would have raised).
+_FLAGS = ("error", "misaligned", "overflow")
+_ERRORS = ("error", "misaligned")
 
 
 def _queue_name(s: Stream, consumer: str, port: int) -> str:
@@ -136,7 +140,12 @@ class ElaboratedGraph(wiring.Component):
         self.memory_map = self._allocate(graph)
         order = graph.topo_order()
         self.blocks: dict[str, Any] = {}
-        members: dict[str, Any] = {"start": In(1), "done": Out(1), "error": Out(1)}
+        members: dict[str, Any] = {
+            "start": In(1),
+            "done": Out(1),
+            "error": Out(1),
+            "overflow": Out(1),
+        }
         self._formats: dict[str, TokenFormat] = {}
         try:
             for node in order:
@@ -167,15 +176,15 @@ class ElaboratedGraph(wiring.Component):
             kind = AxiReadArbiter if read else AxiWriteArbiter
             self._arbiters[port] = arbiter = kind(n=len(names), config=config)
             members[port] = Out(arbiter.axi.signature)
-        #: The blocks' sticky flags in ``error_nodes`` bit order: (node, flag name).
-        self.error_bits = [
+        #: The blocks' sticky flags in ``flags`` bit order: (node, flag name).
+        self.flag_bits = [
             (name, flag)
             for name, block in self.blocks.items()
-            for flag in _ERROR_FLAGS
+            for flag in _FLAGS
             if flag in block.signature.members
         ]
-        if self.error_bits:
-            members["error_nodes"] = Out(len(self.error_bits))
+        if self.flag_bits:
+            members["flags"] = Out(len(self.flag_bits))
         super().__init__(members)
 
     @staticmethod
@@ -264,10 +273,13 @@ class ElaboratedGraph(wiring.Component):
         for bit in done_bits:
             done_expr = done_expr & bit
         m.d.comb += self.done.eq(done_expr if done_bits else 0)
-        flags = [getattr(self.blocks[name], flag) for name, flag in self.error_bits]
+        flags = [getattr(self.blocks[name], flag) for name, flag in self.flag_bits]
         if flags:
-            m.d.comb += self.error_nodes.eq(Cat(*flags))
-        m.d.comb += self.error.eq(Cat(*flags).any() if flags else 0)
+            m.d.comb += self.flags.eq(Cat(*flags))
+        errors = [v for v, (_, f) in zip(flags, self.flag_bits, strict=True) if f in _ERRORS]
+        overflows = [v for v, (_, f) in zip(flags, self.flag_bits, strict=True) if f == "overflow"]
+        m.d.comb += self.error.eq(Cat(*errors).any() if errors else 0)
+        m.d.comb += self.overflow.eq(Cat(*overflows).any() if overflows else 0)
         return m
 
     def port_names(self) -> dict[str, tuple[Any, Any]]:
@@ -308,8 +320,8 @@ class ElaboratedGraph(wiring.Component):
             # Blocks whose instance name in the Verilog is not their node's name (a node named
             # like a signal inside its own block, which Verilog tools read as hiding it).
             "instances": dict(self.instances),
-            # bit i of the error_nodes port: the node and its flag
-            "error_bits": [{"node": n, "flag": f} for n, f in self.error_bits],
+            # bit i of the flags port: the node and its flag
+            "flag_bits": [{"node": n, "flag": f} for n, f in self.flag_bits],
             # Queue instances (top-level submodules), for testbenches that watch their levels.
             "queues": {
                 _queue_name(s, node.name, i): {
@@ -364,7 +376,10 @@ def _hidden_instances(text: str, top: str, instances: dict[str, str]) -> list[st
 
     hidden = set()
     module = re.compile(r"^module \\(\S+) ?\(", re.M)
-    decl = re.compile(r"^\s*(?:input|output|inout|reg|wire)\s+(?:signed\s+)?(?:\[[^\]]*\]\s+)?\\?(\S+?)\s*[;=,]", re.M)
+    decl = re.compile(
+        r"^\s*(?:input|output|inout|reg|wire)\s+(?:signed\s+)?(?:\[[^\]]*\]\s+)?\\?(\S+?)\s*[;=,]",
+        re.M,
+    )
     starts = [(m.start(), m.group(1)) for m in module.finditer(text)]
     for k, (at, mod) in enumerate(starts):
         parts = mod.split(".")

@@ -9,7 +9,7 @@ including ``data.Layout`` payloads (STeP tokens).
 import itertools
 import random
 from collections.abc import Callable, Coroutine, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from amaranth.hdl import Value
@@ -144,11 +144,14 @@ def token_sink(port: stream.Interface, fmt: Any, pause: Iterator[bool], received
 
 @dataclass
 class BlockRun:
-    """What :func:`run_block` observed: tokens and transfers per output port, and the cycles."""
+    """What :func:`run_block` observed: tokens and transfers per output port, the cycles, and
+    the block's sticky flags (``error``, ``misaligned``, ``overflow``: whichever it has) at the
+    end."""
 
     outputs: dict[str, list]
     transfers: dict[str, list[Transfer]]
     cycles: int
+    flags: dict[str, int] = field(default_factory=dict)
 
 
 def run_block(
@@ -191,10 +194,15 @@ def run_block(
         transfers[name] = []
         sim.add_process(stream_checker(port, transfers[name]))
     cycle_counter = {"n": 0}
+    members = getattr(getattr(dut, "signature", None), "members", {})
+    flags = {name: 0 for name in ("error", "misaligned", "overflow") if name in members}
+
+    signals = [getattr(dut, name) for name in flags]
 
     async def clock(ctx) -> None:
-        async for _ in ctx.tick():
+        async for _, _, *values in ctx.tick().sample(*signals):
             cycle_counter["n"] += 1
+            flags.update(zip(flags, values, strict=True))
 
     sim.add_process(clock)
     steps = 0
@@ -206,7 +214,10 @@ def run_block(
             )
         sim.advance()
         steps += 1
-    return BlockRun(received, transfers, cycle_counter["n"])
+    end = cycle_counter["n"] + 2  # a flag set by the last token is visible a cycle later
+    while cycle_counter["n"] < end:
+        sim.advance()
+    return BlockRun(received, transfers, cycle_counter["n"], dict(flags))
 
 
 def _done():

@@ -8,6 +8,7 @@ parameter validation."""
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,7 @@ from step_lang import (
     Scan,
     Sink,
     Source,
+    StepRuntimeError,
     StepTypeError,
     Stop,
     StreamType,
@@ -75,12 +77,12 @@ class Case:
     rank: int = 2
     inner: int | None = None
 
-    def graph(self) -> tuple[Graph, Any]:
+    def graph(self, overflow: str = "wrap") -> tuple[Graph, Any]:
         g = Graph(self.id)
         inner = self.inner if self.inner is not None else ragged("n")
         shape = (ragged("o"), ragged("m"), inner)[-(self.rank + 1) :]
         srcs = [Source(g, StreamType(t, shape), name=f"x{i}").out for i, t in enumerate(self.tiles)]
-        node = self.build(nm.functions(self.config), *srcs)
+        node = self.build(nm.functions(self.config, overflow=overflow), *srcs)
         Sink(node.out)
         return g, node
 
@@ -360,6 +362,61 @@ def test_retile_throughput():
 
 
 # -- misaligned zipped inputs -------------------------------------------------------------------
+
+
+def small_tile(rng: np.random.Generator, t: Tile) -> np.ndarray:
+    shape = (t.rows, t.cols)
+    if t.dtype == bool_:
+        return rng.random(shape) < 0.5
+    return rng.integers(1, 4, shape).astype(t.dtype.numpy)
+
+
+def _raises(case: Case, inputs: list[list]) -> bool:
+    """Whether the interpreter with ``overflow="raise"`` numerics refuses these tokens."""
+    g, _ = case.graph(overflow="raise")
+    try:
+        interpret(g, inputs={f"x{i}": toks for i, toks in enumerate(inputs)})
+    except StepRuntimeError as exc:
+        assert "overflow='raise'" in str(exc) or "division by zero" in str(exc), str(exc)
+        return True
+    return False
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_overflow_flag_is_where_the_interpreter_raises(case: Case):
+    """The sticky ``overflow`` flag of a fixed-point unit rises exactly when its results wrapped
+    or saturated: when the interpreter under ``overflow="raise"`` raises on the same tokens."""
+    rng = np.random.default_rng(zlib.crc32(case.id.encode()))
+    seen = set()
+    for trial in range(8):
+        if trial % 2:  # small positive values: nothing wraps, saturates or divides by zero
+            structure = skeleton(rng, case)
+            inputs = [
+                to_tokens(fill(structure, lambda t=t: small_tile(rng, t)), case.rank)
+                for t in case.tiles
+            ]
+        else:
+            inputs = case_tokens(case, rng)
+        run, want, unit = run_case(case, inputs, "always")
+        assert_same_tokens(run.outputs["out"], want)
+        raised = _raises(case, inputs)
+        assert run.flags.get("overflow", 0) == int(raised), (case.id, raised, run.flags)
+        seen.add(raised)
+    has_flag = "overflow" in unit.signature.members
+    # add, sub, mul, div, exp, recip, row_sum and accum add meet an overflow in 8 random runs
+    # with extreme values; max, silu, retile and the int32-accumulated matmuls never overflow.
+    assert seen == ({False, True} if case.id in OVERFLOWING else {False}), seen
+    assert has_flag == (case.id not in NEVER_FLAGGED)
+
+
+OVERFLOWING = {
+    "add8", "sub16", "mul8_bcast", "mul16", "div8", "div16", "exp8", "exp16", "recip16",
+    "row_sum8", "accum_add8", "accum_add16_rank1", "scan_add16",
+}  # fmt: skip
+NEVER_FLAGGED = {
+    "max16_bcast", "silu16", "accum_max16_r2", "accum_retile8", "scan_max8_r2",
+    "retile_rows16", "retile_cols8", "retile_masked8",
+}  # fmt: skip
 
 
 def test_misaligned_inputs_raise_the_flag():

@@ -136,11 +136,18 @@ class StreamUnit(wiring.Component):
     taken together do not line up (data with a stop, stops of different levels, ...): the
     interpreter raises an error there, the hardware goes on with ``in0``'s token kind. With
     ``error=True`` it has ``error`` (``Out(1)``), a sticky flag the unit raises where the
-    interpreter's function raises (e.g. an index out of range).
+    interpreter's function raises (e.g. an index out of range). With ``overflow=True`` it has
+    ``overflow`` (``Out(1)``), a sticky flag set when a result wrapped or saturated: where the
+    interpreter with ``numerics.functions(config, overflow="raise")`` raises.
     """
 
     def __init__(
-        self, in_formats: Sequence[TokenFormat], out_format: TokenFormat, *, error: bool = False
+        self,
+        in_formats: Sequence[TokenFormat],
+        out_format: TokenFormat,
+        *,
+        error: bool = False,
+        overflow: bool = False,
     ):
         self._in_formats = tuple(in_formats)
         self._out_format = out_format
@@ -152,6 +159,8 @@ class StreamUnit(wiring.Component):
             members["misaligned"] = Out(1)
         if error:
             members["error"] = Out(1)
+        if overflow:
+            members["overflow"] = Out(1)
         super().__init__(members)
 
     @property
@@ -210,6 +219,10 @@ class Datapath:
 
     steps = 1
     init = 0  # every element's initial value in the accumulator (Accum and Scan)
+    #: Whether a result can leave the element range (wrap or saturate). Such a datapath sets
+    #: ``overflow_rows`` in :meth:`build`: per result row, high when an element of it does.
+    may_overflow = False
+    overflow_rows: list[Any] | None = None
 
     def build(
         self,
@@ -265,7 +278,7 @@ class FoldUnit(StreamUnit):
     """Control shared by Map (``mode="map"``), Accum and Scan units around a :class:`Datapath`."""
 
     def __init__(self, in_formats, out_format, datapath: Datapath, *, mode: str, rank: int = 0):
-        super().__init__(in_formats, out_format)
+        super().__init__(in_formats, out_format, overflow=datapath.may_overflow)
         self._datapath = datapath
         self._mode = mode
         self._rank = rank
@@ -317,8 +330,15 @@ class FoldUnit(StreamUnit):
             finish=finish,
             clear=clear,
         )
+        rows = dp.out_rows(m, in_rows) if out_fmt.dynamic else None
         if out_fmt.dynamic:
-            result = with_rows(m, out_fmt, result, dp.out_rows(m, in_rows))
+            result = with_rows(m, out_fmt, result, rows)
+        if dp.may_overflow:  # sticky: a data token whose result wrapped or saturated
+            over = Const(0)
+            for r, flag in enumerate(dp.overflow_rows):
+                over = over | (flag & (r < rows) if rows is not None else flag)
+            with m.If(finish & over):
+                m.d.sync += self.overflow.eq(1)
         is_data = kind == Kind.DATA
         is_stop = kind == Kind.STOP
 

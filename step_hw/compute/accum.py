@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Const, Module, Mux, Signal
 
 from step_lang import numerics, ops
 
@@ -41,15 +41,23 @@ class _ElementFold(Datapath):
     def __init__(self, op: str, shape: tuple[int, int], bits: int):
         self.op, self.shape, self.bits = op, shape, bits
         self.init = 0 if op == "add" else -(2 ** (bits - 1))
+        self.may_overflow = op == "add"
 
     def build(self, m: Module, *, xs, acc, step, advance, finish, clear) -> Any:
         rows, cols = self.shape
         res = Signal(TokenFormat("tile", rows, cols, self.bits).data_shape, name="result")
+        self.overflow_rows = []
         for r in range(rows):
+            over: Any = Const(0)
             for c in range(cols):
                 a, x = acc[r][c], xs[0][r][c]
-                y = arith.wrap(a + x, self.bits) if self.op == "add" else Mux(x > a, x, a)
+                if self.op == "add":
+                    y = arith.wrap(a + x, self.bits)
+                    over = over | arith.overflows(a + x, self.bits)
+                else:
+                    y = Mux(x > a, x, a)
                 m.d.comb += res[r][c].eq(y)
+            self.overflow_rows.append(over)
         return res
 
 

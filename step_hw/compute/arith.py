@@ -19,6 +19,7 @@ __all__ = [
     "div_q",
     "exp_q",
     "mul_q",
+    "overflows",
     "round_shift",
     "round_shift_var",
     "saturate",
@@ -31,6 +32,13 @@ _POS_BITS = nm.SEGMENT_BITS + nm.INTERP_BITS
 
 def _bounds(bits: int) -> tuple[int, int]:
     return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+
+
+def overflows(v: Value, bits: int) -> Value:
+    """Whether ``v`` (an exact, wide enough result) leaves the signed ``bits``-bit range: where
+    the hardware wraps or saturates and ``numerics`` under ``overflow="raise"`` raises."""
+    lo, hi = _bounds(bits)
+    return (v < lo) | (v > hi)
 
 
 def wrap(v: Value, bits: int) -> Value:
@@ -87,8 +95,17 @@ def mul_q(a: Value, b: Value, *, bits: int, frac_bits: int) -> Value:
     return wrap(round_shift(a * b, frac_bits), bits)
 
 
-def exp_q(m: Module, x: Value, *, bits: int, frac_bits: int, name: str = "exp") -> Value:
-    """Fixed-point ``exp`` (``numerics.exp_q``), saturating at the largest value."""
+def exp_q(
+    m: Module,
+    x: Value,
+    *,
+    bits: int,
+    frac_bits: int,
+    name: str = "exp",
+    flags: list[Value] | None = None,
+) -> Value:
+    """Fixed-point ``exp`` (``numerics.exp_q``), saturating at the largest value; the
+    saturation condition is appended to ``flags`` when given."""
     f, p = frac_bits, nm.TABLE_BITS
     q = f + nm.LOG2E_BITS
     hi = _bounds(bits)[1]
@@ -110,6 +127,8 @@ def exp_q(m: Module, x: Value, *, bits: int, frac_bits: int, name: str = "exp") 
         m.d.comb += ls.eq(e)
         with m.If(e >= 0):
             m.d.comb += y.eq(mant << ls)
+    if flags is not None:
+        flags.append(big | (y > hi))
     return Mux(big | (y > hi), hi, y)[:bits].as_signed()
 
 
@@ -130,9 +149,17 @@ def silu_q(m: Module, x: Value, *, bits: int, frac_bits: int, name: str = "silu"
 
 
 def div_q(
-    m: Module, a: Value | int, b: Value, *, bits: int, frac_bits: int, name: str = "div"
+    m: Module,
+    a: Value | int,
+    b: Value,
+    *,
+    bits: int,
+    frac_bits: int,
+    name: str = "div",
+    flags: list[Value] | None = None,
 ) -> Value:
-    """Fixed-point ``a / b`` (``numerics.div_q``), saturating; ``a`` may be a constant (``recip``)."""
+    """Fixed-point ``a / b`` (``numerics.div_q``), saturating; ``a`` may be a constant (``recip``).
+    Division by zero or saturation is appended to ``flags`` when given."""
     f = frac_bits
     p = nm.div_table_bits(f)
     lo, hi = _bounds(bits)
@@ -160,4 +187,6 @@ def div_q(
     m.d.comb += mag.eq(round_shift_var(m, mag_a * r, s, name=f"{name}_rs"))
     y = Mux(a_neg ^ (b < 0), -mag, mag)
     y = Mux(b == 0, Mux(a_neg, lo, hi), y)
+    if flags is not None:
+        flags.append((b == 0) | overflows(y, bits))
     return saturate(y, bits)

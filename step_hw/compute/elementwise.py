@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Const, Module, Mux, Signal
 
 from step_lang import ops
 
@@ -45,6 +45,8 @@ class _ElementwiseDatapath(Datapath):
     def __init__(self, op: str, in_shapes, out_shape, bits: int, frac_bits: int):
         self.op, self.in_shapes, self.out_shape = op, in_shapes, out_shape
         self.bits, self.frac_bits = bits, frac_bits
+        # max never leaves the range, nor does silu (|silu(x)| <= |x|)
+        self.may_overflow = op not in ("max", "silu")
 
     def build(self, m: Module, *, xs, acc, step, advance, finish, clear) -> Any:
         op, bits, f = self.op, self.bits, self.frac_bits
@@ -55,34 +57,45 @@ class _ElementwiseDatapath(Datapath):
             ir, ic = self.in_shapes[i]
             return xs[i][r if ir > 1 else 0][c if ic > 1 else 0]
 
+        self.overflow_rows = []
         for r in range(rows):
+            flags: list[Any] = []  # where numerics(overflow="raise") would raise
             for c in range(cols):
                 name = f"{op}_{r}_{c}"
                 if op == "row_sum":
                     total = sum(elem(0, r, k) for k in range(self.in_shapes[0][1]))
                     y = arith.wrap(total, bits)
+                    flags.append(arith.overflows(total, bits))
                 elif op in ("exp", "silu", "recip"):
                     x = elem(0, r, c)
                     if op == "exp":
-                        y = arith.exp_q(m, x, bits=bits, frac_bits=f, name=name)
+                        y = arith.exp_q(m, x, bits=bits, frac_bits=f, name=name, flags=flags)
                     elif op == "silu":
                         y = arith.silu_q(m, x, bits=bits, frac_bits=f, name=name)
                     else:
-                        y = arith.div_q(m, 2**f, x, bits=bits, frac_bits=f, name=name)
+                        y = arith.div_q(m, 2**f, x, bits=bits, frac_bits=f, name=name, flags=flags)
                 else:
                     a, b = elem(0, r, c), elem(1, r, c)
-                    if op == "add":
-                        y = arith.wrap(a + b, bits)
-                    elif op == "sub":
-                        y = arith.wrap(a - b, bits)
-                    elif op == "mul":
-                        y = arith.mul_q(a, b, bits=bits, frac_bits=f)
+                    if op in ("add", "sub", "mul"):
+                        v = a + b if op == "add" else a - b if op == "sub" else None
+                        if v is None:  # mul_q: the rounded product, then the wrap
+                            v = arith.round_shift(a * b, f)
+                        y = arith.wrap(v, bits)
+                        flags.append(arith.overflows(v, bits))
                     elif op == "max":
                         y = Mux(a > b, a, b)
                     else:
-                        y = arith.div_q(m, a, b, bits=bits, frac_bits=f, name=name)
+                        y = arith.div_q(m, a, b, bits=bits, frac_bits=f, name=name, flags=flags)
                 m.d.comb += res[r][c].eq(y)
+            self.overflow_rows.append(_any(flags))
         return res
+
+
+def _any(flags: list[Any]) -> Any:
+    out = Const(0)
+    for flag in flags:
+        out = out | flag
+    return out
 
 
 class MapUnit(FoldUnit):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from amaranth.hdl import Module, Signal, signed
+from amaranth.hdl import Const, Module, Signal, signed
 
 from step_lang import ops
 
@@ -56,9 +56,12 @@ class MacArrayDatapath(Datapath):
     """``a @ b`` on ``lanes`` multipliers over ``ceil(M*K*N / lanes)`` steps.
 
     The ``M*K*N`` products are numbered ``((i*N + j)*K + k)`` and step ``t`` computes products
-    ``t*lanes .. t*lanes + lanes - 1``, adding them into per-output partial sums of
-    ``acc_bits`` (wrapping, as ``numerics.matmul_q``). The last step's sums are rescaled with
-    ``round_shift(., frac_bits)``; with ``accumulate`` the result is added to the accumulator.
+    ``t*lanes .. t*lanes + lanes - 1``, adding them into per-output partial sums wide enough to
+    be exact; the last step's sums are wrapped to ``acc_bits`` (as ``numerics.matmul_q``: the
+    same value as wrapping every partial sum) and rescaled with ``round_shift(., frac_bits)``;
+    with ``accumulate`` the result is added to the accumulator, then wrapped to ``out_bits``.
+    ``overflow_rows`` flags a sum that does not fit ``acc_bits`` or a result that does not fit
+    ``out_bits`` (where ``numerics`` under ``overflow="raise"`` raises).
 
     With ``dynamic`` ``M`` is the most rows of a dynamic tile ``a``: a tile of ``n`` rows takes
     ``max(1, ceil(n*K*N / lanes))`` steps (its products are the first ``n*K*N``).
@@ -83,6 +86,9 @@ class MacArrayDatapath(Datapath):
         self.dynamic = dynamic
         mm, kk, nn = dims
         self.steps = matmul_steps(mm, kk, nn, lanes)
+        self.may_overflow = True
+        # exact sums of K products of two `bits`-bit values (and at least the accumulator)
+        self.sum_bits = max(acc_bits, 2 * bits + kk.bit_length())
 
     def steps_for(self, rows: int) -> int:
         """Steps of a tile ``a`` of ``rows`` rows (at least one, to take the token)."""
@@ -110,17 +116,13 @@ class MacArrayDatapath(Datapath):
             return b[j][k] if self.transpose_b else b[k][j]
 
         # Partial sums of earlier steps (registers only when the products take several steps).
+        wide = self.sum_bits
         partial = (
-            [
-                [Signal(signed(acc_bits), name=f"partial_{i}_{j}") for j in range(nn)]
-                for i in range(mm)
-            ]
+            [[Signal(signed(wide), name=f"partial_{i}_{j}") for j in range(nn)] for i in range(mm)]
             if steps > 1
             else []
         )
-        sums = [
-            [Signal(signed(acc_bits), name=f"sum_{i}_{j}") for j in range(nn)] for i in range(mm)
-        ]
+        sums = [[Signal(signed(wide), name=f"sum_{i}_{j}") for j in range(nn)] for i in range(mm)]
         # One multiplier per lane; the step selects its operands and its output.
         a_op = [Signal(signed(self.bits), name=f"lane{lane}_a") for lane in range(lanes)]
         b_op = [Signal(signed(self.bits), name=f"lane{lane}_b") for lane in range(lanes)]
@@ -156,12 +158,17 @@ class MacArrayDatapath(Datapath):
                     with m.If(finish):
                         m.d.sync += partial[i][j].eq(0)
         res = Signal(TokenFormat("tile", mm, nn, self.out_bits).data_shape, name="result")
+        self.overflow_rows = []
         for i in range(mm):
+            over: Any = Const(0)
             for j in range(nn):
-                y = arith.round_shift(sums[i][j], f)
+                total = sums[i][j]
+                y = arith.round_shift(arith.wrap(total, acc_bits), f)
                 if self.accumulate:
                     y = acc[i][j] + y
                 m.d.comb += res[i][j].eq(arith.wrap(y, self.out_bits))
+                over = over | arith.overflows(total, acc_bits) | arith.overflows(y, self.out_bits)
+            self.overflow_rows.append(over)
         return res
 
 

@@ -269,12 +269,15 @@ class RegionSelectUnit(_RowOp):
 class _CountDatapath(Datapath):
     """``acc + 1`` (wrapping), whatever the inputs hold."""
 
+    may_overflow = True  # the interpreter's count raises where this wraps
+
     def __init__(self, bits: int):
         self.bits = bits
 
     def build(self, m: Module, *, xs, acc, step, advance, finish, clear) -> Any:
         res = Signal(TokenFormat("tile", 1, 1, self.bits).data_shape, name="result")
         m.d.comb += res[0][0].eq(arith.wrap(acc[0][0] + 1, self.bits))
+        self.overflow_rows = [arith.overflows(acc[0][0] + 1, self.bits)]
         return res
 
 
