@@ -8,6 +8,7 @@ reader runs :func:`~step_lang.passes.lower` first, which makes it explicit on a 
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -232,13 +233,30 @@ class Graph:
         self.tensors: dict[str, OffChipTensor] = {}
         self.queue_depths: dict[str, int] = {}
         self._counters: dict[str, int] = {}
+        self._prefix = ""
 
     # -- building -------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def name_scope(self, prefix: str) -> Iterator[None]:
+        """Give the names of the nodes and tensors created inside the ``with`` block the prefix
+        ``prefix`` (e.g. ``"attn_"``), so that builders that name their nodes can be composed
+        into one graph; scopes nest (their prefixes concatenate). Generated names
+        (``map3``) are not prefixed."""
+        if not isinstance(prefix, str) or (prefix and not _NAME.match(prefix)):
+            raise StepGraphError(f"name_scope prefix must be an identifier, not {prefix!r}")
+        old, self._prefix = self._prefix, self._prefix + prefix
+        try:
+            yield
+        finally:
+            self._prefix = old
 
     def tensor(
         self, name: str, shape: Sequence[int], dtype_: DType | str = "float32"
     ) -> OffChipTensor:
         """Declare a named off-chip tensor (an input, an output or both)."""
+        if isinstance(name, str) and self._prefix:
+            name = self._prefix + name
         if not isinstance(name, str) or not _NAME.match(name):
             raise StepGraphError(f"tensor name must be an identifier, not {name!r}")
         if name in self.tensors:
@@ -268,6 +286,8 @@ class Graph:
         self.queue_depths[stream.name] = depth
 
     def _propose_name(self, kind: str, name: str | None) -> str:
+        if isinstance(name, str) and self._prefix:
+            name = self._prefix + name
         if name is None:
             base = kind.lower()
             n = self._counters.get(base, 0)
