@@ -21,6 +21,7 @@ from step_lang import (
     Sink,
     Source,
     StepDeadlock,
+    StepGraphError,
     StreamType,
     Tile,
     interpret,
@@ -194,3 +195,19 @@ def test_rank0_blocks_close_eagerly_inside_loops(lift):
         g, {"seed": np.zeros((1, 1), np.int64), "keep": np.array([[1], [1], [1], [0]], bool)}
     )
     assert show(r.tokens("count.out")) == ("1 1 1 D" if lift == "promote" else "2 2 2 D")
+
+
+def test_name_scope_prefixes_given_names():
+    g = Graph("g")
+    with g.name_scope("attn_"):
+        t = g.tensor("q", (4, 4), "int32")
+        with g.name_scope("r0_"):
+            src = Source(g, StreamType(SCALAR, (3,)), name="x")
+        s = Sink(src.out)  # a generated name is not prefixed
+    assert t.name == "attn_q" and src.name == "attn_r0_x" and s.name == "sink0"
+    assert list(g.tensors) == ["attn_q"]
+    with pytest.raises(
+        StepGraphError, match=r"^name_scope prefix must be an identifier, not 'a b'$"
+    ):
+        with g.name_scope("a b"):
+            pass
