@@ -101,25 +101,21 @@ def _rtl_examples(out: dict[str, Any]) -> None:
 def _sizing(out: dict[str, Any]) -> None:
     from stepcli.sizing import HARDWARE, IMAGES, SCHEDULES, size_example, size_hardware
 
+    def row(r: Any) -> dict[str, Any]:
+        return {
+            "depths": dict(sorted(r.depths.items())),
+            "cycles_sized": r.cycles_sized,
+            "cycles_deep": r.cycles_deep,
+            "bits_sized": r.bits_sized,
+        }
+
     res = {}
     for name, schedules in HARDWARE.items():
         for sched in schedules:
-            r = size_hardware(name, sched, images=IMAGES)
-            res[f"hw:{name}:{sched}"] = {
-                "depths": dict(sorted(r.depths.items())),
-                "cycles_sized": r.cycles_sized,
-                "cycles_deep": r.cycles_deep,
-                "bits_sized": r.bits_sized,
-            }
+            res[f"hw:{name}:{sched}"] = row(size_hardware(name, sched, images=IMAGES))
     for name, schedules in SCHEDULES.items():
         for sched, params in schedules.items():
-            r = size_example(name, params, images=IMAGES)
-            res[f"paper:{name}:{sched}"] = {
-                "depths": dict(sorted(r.depths.items())),
-                "cycles_sized": r.cycles_sized,
-                "cycles_deep": r.cycles_deep,
-                "bits_sized": r.bits_sized,
-            }
+            res[f"paper:{name}:{sched}"] = row(size_example(name, params, images=IMAGES))
     out["sizing"] = res
 
 

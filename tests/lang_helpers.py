@@ -59,3 +59,17 @@ def run_op(build, inputs: dict[str, tuple[StreamType, str]], **kw):
         g, kw.pop("memory", None), inputs={n: parse(t) for n, (_, t) in inputs.items()}, **kw
     )
     return [show(result.tokens(o)) for o in outs], result
+
+
+def centred(n: int = 8) -> Graph:
+    """x - sum(x): the sum needs the whole vector while the direct paths wait in queues (x fans
+    out three ways, two of them reconverging after the sum)."""
+    from step_lang import Accum, Expand, Map, Promote
+    from step_lang import functions as F
+
+    g = Graph("reconv")
+    x = Source(g, StreamType(SCALAR, (1, n)), name="x").out
+    total = Accum(x, fn=F.accum_add, rank=1, name="total").out
+    spread = Expand(Promote(total, 0, name="lift").out, x, 1, name="spread").out
+    Sink(Map(x, spread, fn=F.sub, name="center").out, name="sink")
+    return g

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from lang_helpers import SCALAR, parse
+from lang_helpers import centred, parse
 
 from examples import swiglu
 from sim import PaperProfile, SimDeadlock, simulate
@@ -13,32 +13,15 @@ from sim.profiles import RtlProfile
 from sim.sizing import plan_queue_sizes
 from step_hw.config import HwConfig
 from step_lang import (
-    Accum,
-    Expand,
     Graph,
-    Map,
-    Promote,
     Sink,
-    Source,
     StepValueError,
-    StreamType,
     interpret,
     lower,
     metrics,
 )
-from step_lang import functions as F
 
 TOKENS = "1 2 3 4 5 6 7 8 S1 D"
-
-
-def centred(n: int = 8) -> Graph:
-    """x - sum(x): x fans out three ways (two of them reconverge after the sum)."""
-    g = Graph("reconv")
-    x = Source(g, StreamType(SCALAR, (1, n)), name="x").out
-    total = Accum(x, fn=F.accum_add, rank=1, name="total").out
-    spread = Expand(Promote(total, 0, name="lift").out, x, 1, name="spread").out
-    Sink(Map(x, spread, fn=F.sub, name="center").out, name="sink")
-    return g
 
 
 def snapshot(g: Graph) -> tuple:

@@ -9,28 +9,17 @@ import dataclasses
 
 import numpy as np
 import pytest
-from lang_helpers import SCALAR, parse
+from lang_helpers import centred, parse
 
 from examples import moe, traces
 from sim import PaperProfile, SimDeadlock, simulate
 from sim.sizing import diagnose, plan_queue_sizes, queue_bits, size_queues, token_bits
 from step_hw.config import HwConfig
-from step_lang import Accum, Expand, Graph, Map, Promote, Sink, Source, StreamType
-from step_lang import functions as F
+from step_lang import Graph, Source, StreamType
 from step_lang.passes import lower
 from step_lang.types import Tile
 
 TOKENS = "1 2 3 4 5 6 7 8 S1 D"
-
-
-def centred(n: int) -> Graph:
-    """x - sum(x): the sum needs the whole vector while the direct paths wait in queues."""
-    g = Graph("reconv")
-    x = Source(g, StreamType(SCALAR, (1, n)), name="x").out
-    total = Accum(x, fn=F.accum_add, rank=1, name="total").out
-    spread = Expand(Promote(total, 0, name="lift").out, x, 1, name="spread").out
-    Sink(Map(x, spread, fn=F.sub, name="center").out, name="sink")
-    return g
 
 
 def tokens(n: int) -> str:
