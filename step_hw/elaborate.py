@@ -113,6 +113,18 @@ def _queue_name(s: Stream, consumer: str, port: int) -> str:
     return f"q_{s.name.replace('.', '_')}_{consumer}_{port}"
 
 
+def _check_stop_levels(graph: Graph, config: HwConfig) -> None:
+    """Every stream's stop levels (up to its rank) fit the payload's level field."""
+    for node in graph.nodes.values():
+        for port, t in zip(node.output_names, node.out_types, strict=True):
+            if t.rank > config.max_level:
+                raise node.error(
+                    port,
+                    f"a stream of rank {t.rank} has stop levels up to {t.rank}, but "
+                    f"HwConfig.level_bits={config.level_bits} holds at most {config.max_level}",
+                )
+
+
 def supported_kinds() -> list[str]:
     """Operator kinds the elaborator maps to hardware (plus Source, Sink and Feedback)."""
     from step_lang.registry import node_classes
@@ -135,6 +147,7 @@ class ElaboratedGraph(wiring.Component):
         graph = lower(graph)
         #: node name -> Verilog instance name, where they differ (:func:`convert` picks them).
         self.instances = dict(instances or {})
+        _check_stop_levels(graph, config)
         check_dynamic_tiles(graph, config)  # every dynamic tile fits HwConfig.dyn_tile_rows
         self.graph, self.config = graph, config
         self.memory_map = self._allocate(graph)

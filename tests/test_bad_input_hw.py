@@ -1,0 +1,144 @@
+"""Bad input to the hardware generator: configurations, graphs without a hardware encoding, and
+values that do not fit a token. Each case asserts the one-line message (naming the parameter,
+operator or port and the value)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from step_hw.config import HwConfig
+from step_hw.elaborate import convert
+from step_hw.payload import TokenFormat
+from step_lang import (
+    Accum,
+    Graph,
+    LinearOffChipLoad,
+    LinearOffChipStore,
+    Map,
+    Sink,
+    Source,
+    Stop,
+    StreamType,
+    Tile,
+)
+from step_lang import functions as F
+from step_lang import numerics as nm
+from step_lang.types import float32, int16
+
+HW = HwConfig()
+FNS = nm.functions(HW)
+T = Tile(int16, 4, 4)
+
+
+def expect(exc: type[BaseException], message: str):
+    return pytest.raises(exc, match="^" + re.escape(message) + "$")
+
+
+CONFIGS = [
+    ({"elem_dtype": "float32"}, "HwConfig.elem_dtype must be one of int8, int16, int32, not 'float32'"),
+    ({"acc_dtype": "int8"}, "HwConfig.acc_dtype int8 is narrower than elem_dtype int16"),
+    ({"elem_dtype": "int32", "acc_dtype": "int16"}, "HwConfig.acc_dtype int16 is narrower than elem_dtype int32"),
+    ({"frac_bits": 16}, "HwConfig.frac_bits must be an integer in [0, 16), not 16"),
+    ({"frac_bits": -1}, "HwConfig.frac_bits must be an integer in [0, 16), not -1"),
+    ({"tile_rows": 0}, "HwConfig.tile_rows must be a positive integer, not 0"),
+    ({"tile_rows": 2.0}, "HwConfig.tile_rows must be a positive integer, not 2.0"),
+    ({"tile_cols": -2}, "HwConfig.tile_cols must be a positive integer, not -2"),
+    ({"lanes": 0}, "HwConfig.lanes must be a positive integer, not 0"),
+    ({"lanes": True}, "HwConfig.lanes must be a positive integer, not True"),
+    ({"queue_depth": 0}, "HwConfig.queue_depth must be a positive integer, not 0"),
+    ({"mem_port_elems": 0}, "HwConfig.mem_port_elems must be a positive integer, not 0"),
+    ({"axi_data_width": 48}, "HwConfig.axi_data_width must be 32, 64, 128, 256 or 512, not 48"),
+    ({"axi_addr_width": 0}, "HwConfig.axi_addr_width must be a positive integer, not 0"),
+    ({"axi_id_width": 0}, "HwConfig.axi_id_width must be a positive integer, not 0"),
+    ({"max_outstanding": 0}, "HwConfig.max_outstanding must be a positive integer, not 0"),
+    ({"level_bits": 0}, "HwConfig.level_bits must be a positive integer, not 0"),
+    ({"axi_ports": 0}, "HwConfig.axi_ports must be a positive integer, not 0"),
+    ({"dyn_tile_rows": 0}, "HwConfig.dyn_tile_rows must be a positive integer, not 0"),
+    ({"dyn_tile_rows": 300}, "HwConfig.dyn_tile_rows must be at most 256, not 300"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    CONFIGS,
+    ids=[m.split(" must")[0] + str(i) for i, (_, m) in enumerate(CONFIGS)],
+)
+def test_bad_configuration(kwargs, message):
+    with expect(ValueError, message):
+        HwConfig(**kwargs)
+
+
+def _source_sink(tile, build, shape=(2,)):
+    g = Graph("g")
+    x = Source(g, StreamType(tile, shape), name="x")
+    Sink(build(x.out), name="y")
+    return g
+
+
+def _load_store(dtype):
+    g = Graph("g")
+    t, c = g.tensor("t", (8, 8), dtype), g.tensor("c", (8, 8), dtype)
+    LinearOffChipStore(LinearOffChipLoad(t, tile=(4, 4), name="ld").out, c, name="st")
+    return g
+
+
+GRAPHS = [
+    (
+        lambda: _source_sink(Tile(int16, 8, 8), lambda s: Map(s, fn=FNS.exp, name="m").out),
+        "Source 'x': tile Tile<int16, 8x8> does not fit the configured 4x4 tile",
+    ),
+    (
+        lambda: _source_sink(Tile(float32, 4, 4), lambda s: Map(s, fn=F.exp, name="m").out),
+        "Source 'x': dtype float32 is not supported by the hardware (int16/int32)",
+    ),
+    (lambda: _load_store("float32"), "tensor 't': dtype float32 has no hardware encoding"),
+    (
+        lambda: _source_sink(T, lambda s: Accum(s, fn=F.accum_add, rank=1, name="a").out, (2, 2)),
+        "Accum 'a': function 'accum_add' has no hardware arithmetic; build the graph with "
+        "step_lang.numerics.functions(config)",
+    ),
+    (
+        lambda: _source_sink(T, lambda s: Map(s, fn=FNS.exp, name="m").out, (1,) * 9),
+        "Source 'x', port 'out': a stream of rank 8 has stop levels up to 8, but "
+        "HwConfig.level_bits=3 holds at most 7",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    GRAPHS,
+    ids=["big-tile", "float-stream", "float-tensor", "generic-accum", "levels"],
+)
+def test_graph_without_a_hardware_encoding(make, message):
+    with expect(Exception, message):
+        convert(make(), HW)
+
+
+def test_bad_config_object():
+    with expect(TypeError, "config must be a HwConfig, not 'int16'"):
+        convert(_load_store("int16"), "int16")
+
+
+PACKS = [
+    (TokenFormat("tile", 2, 2, 8), np.full((2, 2), 200), "value 200 does not fit a 8-bit element"),
+    (TokenFormat("tile", 2, 2, 8), np.zeros((2, 3), int), "tile of shape (2, 3), format is 2x2"),
+    (TokenFormat("selector", n=3), np.zeros(4, bool), "selector of shape (4,), format has 3 bits"),
+    (TokenFormat("tile", 2, 2, 8, level_bits=2), Stop(4), "stop level 4 does not fit 2 level bits"),
+    (
+        TokenFormat("tile", 4, 2, 8, dynamic=True),
+        np.zeros((5, 2), int),
+        "tile of shape (5, 2), format is a dynamic tile of 0..4 rows x 2",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "token", "message"), PACKS, ids=["range", "shape", "selector", "level", "dynamic"]
+)
+def test_tokens_that_do_not_fit_their_format(fmt, token, message):
+    with expect(ValueError, message):
+        fmt.pack(token)
