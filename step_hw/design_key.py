@@ -1,0 +1,113 @@
+"""A key for the hardware a graph elaborates to, computed without elaborating it.
+
+Co-simulation caches a Verilator build per design. Converting a graph to Verilog only to hash the
+text costs 2 to 70 s per run; :func:`design_key` instead hashes what determines the Verilog: the
+lowered graph (every node's class, name, ports, types and parameters, the queue depths, the
+tensors), the :class:`~step_hw.config.HwConfig`, the top module's name, and the source code of
+``step_lang`` and ``step_hw`` (so any change to the generator invalidates every key).
+
+A key must never be shared by two different designs: functions are described by their code and
+the values they close over, dataclasses (the functions of ``step_lang.functions`` and
+``numerics``) field by field, arrays by their bytes; a value that cannot be described stably (an
+object whose ``repr`` shows a memory address or is elided) makes the graph uncacheable:
+:func:`design_key` returns ``None`` and the caller falls back to hashing the Verilog text. Pure
+Python, no Amaranth.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import types
+from dataclasses import asdict
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from step_lang.graph import Graph, Node, OffChipTensor, Stream
+from step_lang.passes import lower
+
+from .config import HwConfig
+
+__all__ = ["design_key", "source_version"]
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+class _Uncacheable(Exception):
+    pass
+
+
+@cache
+def source_version() -> str:
+    """SHA-256 (16 hex digits) of every ``.py`` file of ``step_lang`` and ``step_hw``."""
+    h = hashlib.sha256()
+    for package in ("step_lang", "step_hw"):
+        root = Path(__file__).resolve().parent.parent / package
+        for path in sorted(root.rglob("*.py")):
+            h.update(str(path.relative_to(root.parent)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _describe(value: Any) -> Any:
+    if isinstance(value, Stream):
+        return f"stream:{value.name}"
+    if isinstance(value, Node):
+        return f"node:{value.name}"
+    if isinstance(value, OffChipTensor):
+        return f"tensor:{value.name}:{list(value.shape)}:{value.dtype.name}"
+    if isinstance(value, np.ndarray):
+        return (
+            f"array:{value.dtype}:{list(value.shape)}:{hashlib.sha256(value.tobytes()).hexdigest()}"
+        )
+    if isinstance(value, (list, tuple)):
+        return [_describe(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _describe(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        # every field, the callables a repr leaves out included (a function's behaviour)
+        fields = {f.name: _describe(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return [f"{type(value).__module__}.{type(value).__qualname__}", fields]
+    if isinstance(value, types.FunctionType):
+        code = value.__code__
+        closure = [c.cell_contents for c in value.__closure__ or ()]
+        digest = hashlib.sha256(code.co_code + repr(code.co_consts).encode()).hexdigest()
+        return [f"function:{value.__module__}.{value.__qualname__}:{digest}", _describe(closure)]
+    text = repr(value)
+    if _ADDRESS.search(text) or "..." in text:
+        raise _Uncacheable(text)
+    return f"{type(value).__module__}.{type(value).__qualname__}:{text}"
+
+
+def design_key(graph: Graph, config: HwConfig, top: str) -> str | None:
+    """The key (32 hex digits) of the design ``graph`` elaborates to under ``config`` with top
+    module ``top``, or ``None`` if some node holds a value without a stable description."""
+    low = lower(graph)
+    nodes = []
+    try:
+        for node in low.nodes.values():
+            attrs = {k: v for k, v in vars(node).items() if k != "graph"}
+            nodes.append([type(node).__module__, type(node).__qualname__, _describe(attrs)])
+    except _Uncacheable:
+        return None
+    text = json.dumps(
+        {
+            "version": source_version(),
+            "top": top,
+            "config": asdict(config),
+            "graph": low.name,
+            "nodes": nodes,
+            "tensors": [_describe(t) for t in low.tensors.values()],
+            "queue_depths": sorted(low.queue_depths.items()),
+        },
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:32]

@@ -1,0 +1,73 @@
+"""step_hw.design_key: a cache key for the design a graph elaborates to, without elaborating."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+
+from examples import moe, swiglu
+from step_hw.config import HwConfig
+from step_hw.design_key import design_key
+from step_lang import Graph, Map, Sink, Source, StreamType, Tile
+from step_lang import functions as F
+from step_lang.types import int32
+
+TOP = "step_top"
+
+
+def test_equal_graphs_share_a_key_across_processes():
+    key = design_key(swiglu.hardware(), HwConfig(), TOP)
+    assert key == design_key(swiglu.hardware(), HwConfig(), TOP) and len(key) == 32
+    code = (
+        "from examples import swiglu; from step_hw.config import HwConfig; "
+        "from step_hw.design_key import design_key; "
+        "print(design_key(swiglu.hardware(), HwConfig(), 'step_top'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == key
+
+
+def test_whatever_changes_the_verilog_changes_the_key():
+    base = design_key(swiglu.hardware(), HwConfig(), TOP)
+    deeper = swiglu.hardware()
+    deeper.queue_depths["load_x.out"] = 5
+    keys = {
+        base,
+        design_key(deeper, HwConfig(), TOP),
+        design_key(swiglu.hardware(), HwConfig(queue_depth=4), TOP),
+        design_key(swiglu.hardware(), HwConfig(axi_ports=1), TOP),
+        design_key(swiglu.hardware(), HwConfig(), "other_top"),
+        design_key(swiglu.hardware(tile_b=2), HwConfig(), TOP),
+        design_key(moe.hardware(), HwConfig(), TOP),
+    }
+    assert len(keys) == 7 and None not in keys
+
+
+def _doubling(fn_apply) -> Graph:
+    g = Graph("g")
+    x = Source(g, StreamType(Tile(int32, 1, 1), (2,)), name="x")
+    fn = F.MapFn("twice", 1, lambda err, t: t, lambda t: 0, fn_apply)
+    Sink(Map(x.out, fn=fn, name="m").out)
+    return g
+
+
+def test_functions_are_described_by_their_code_and_closure():
+    def scaled(k):
+        return lambda out, t: np.asarray(t) * k
+
+    twice = design_key(_doubling(lambda out, t: np.asarray(t) * 2), HwConfig(), TOP)
+    thrice = design_key(_doubling(lambda out, t: np.asarray(t) * 3), HwConfig(), TOP)
+    assert None not in (twice, thrice) and twice != thrice
+    assert design_key(_doubling(scaled(2)), HwConfig(), TOP) != design_key(
+        _doubling(scaled(3)), HwConfig(), TOP
+    )
+
+
+def test_a_value_without_a_stable_description_is_not_cached():
+    class Opaque:  # its repr shows an address
+        pass
+
+    thing = Opaque()
+    assert design_key(_doubling(lambda out, t: (thing, t)[1]), HwConfig(), TOP) is None
