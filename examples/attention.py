@@ -97,12 +97,13 @@ import argparse
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import sympy as sp
 
+from examples.traces import load_kv_lengths, synthetic_kv_lengths  # absolute: also as a script
 from step_lang import (
     Accum,
     EagerMerge,
@@ -137,14 +138,14 @@ from step_lang.errors import StepRuntimeError
 from step_lang.metrics import NodeCost
 from step_lang.tokens import is_data
 
-from .traces import load_kv_lengths, synthetic_kv_lengths
-
 __all__ = [
+    "ARTIFACT_DEPTHS",
     "HW",
     "QWEN",
     "SCHEDULES",
     "SMALL",
     "AttentionConfig",
+    "artifact_b80_queue",
     "build",
     "evaluate",
     "hardware",
@@ -176,18 +177,23 @@ class AttentionConfig:
         max_len: cache rows per request (a multiple of ``kv_tile``); KV lengths must stay below it.
         dtype: element type of q, K, V and the output: a float type, or ``int8``/``int16``
             fixed point for the hardware-size graph (:data:`HW`, :func:`hardware`).
+        q_rows: query rows per request (1 by default; the artifact's 8 query heads per KV head,
+            or the decoder layer's block-diagonal heads, see ``examples.decoder``). ``q`` and
+            ``out`` are then ``[B * q_rows, head_dim]`` and read/written ``q_rows`` rows a tile.
     """
 
     head_dim: int
     kv_tile: int
     max_len: int
     dtype: str = "float32"
+    # repr=False: the printed configuration of the default (one query row) stays as it was.
+    q_rows: int = field(default=1, repr=False)
 
     def __post_init__(self):
-        for field in ("head_dim", "kv_tile", "max_len"):
-            v = getattr(self, field)
+        for name in ("head_dim", "kv_tile", "max_len", "q_rows"):
+            v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"AttentionConfig.{field} must be a positive integer, not {v!r}")
+                raise ValueError(f"AttentionConfig.{name} must be a positive integer, not {v!r}")
         if self.max_len % self.kv_tile:
             raise ValueError(
                 f"AttentionConfig.max_len ({self.max_len}) must be a multiple of kv_tile ({self.kv_tile})"
@@ -393,14 +399,15 @@ class _Tensors:
 
 def _declare(g: Graph, c: AttentionConfig, batch: int, fx: _Functions) -> _Tensors:
     rows = (batch, c.head_dim)
+    q_rows = (batch * c.q_rows, c.head_dim)
     meta = (batch, 1)
     return _Tensors(
-        q=g.tensor("q", rows, c.dtype),
+        q=g.tensor("q", q_rows, c.dtype),
         k_new=g.tensor("k_new", rows, c.dtype),
         v_new=g.tensor("v_new", rows, c.dtype),
         k_cache=g.tensor("k_cache", (batch * c.max_len, c.head_dim), c.dtype),
         v_cache=g.tensor("v_cache", (batch * c.max_len, c.head_dim), c.dtype),
-        out=g.tensor("out", rows, c.dtype),
+        out=g.tensor("out", q_rows, c.dtype),
         req_idx=g.tensor("req_idx", meta, fx.meta),
         n_tiles=g.tensor("n_tiles", meta, fx.meta),
         offset=g.tensor("offset", meta, fx.meta),
@@ -409,7 +416,9 @@ def _declare(g: Graph, c: AttentionConfig, batch: int, fx: _Functions) -> _Tenso
     )
 
 
-def _check_build_args(config: AttentionConfig, schedule: str, batch: int, regions: int) -> None:
+def _check_build_args(
+    config: AttentionConfig, schedule: str, batch: int, regions: int, blocks=None
+) -> None:
     if not isinstance(config, AttentionConfig):
         raise TypeError(f"config must be an AttentionConfig, not {config!r}")
     if schedule not in SCHEDULES:
@@ -423,12 +432,27 @@ def _check_build_args(config: AttentionConfig, schedule: str, batch: int, region
         raise ValueError(
             f"regions ({regions}) must not exceed batch ({batch}): a region would never get a request"
         )
-    if schedule == "coarse" and batch % regions:
+    if blocks is not None:
+        sizes = list(blocks)
+        if schedule != "coarse" or len(sizes) != regions or sum(sizes) != batch or min(sizes) < 1:
+            raise ValueError(
+                f"blocks must be {regions} positive sizes summing to batch {batch} (coarse only), not {blocks!r}"
+            )
+    elif schedule == "coarse" and batch % regions:
         raise ValueError(f"coarse schedule: regions ({regions}) must divide batch ({batch})")
 
 
 def build(
-    config: AttentionConfig, schedule: str, batch: int, regions: int = 4, *, fns: Any = None
+    config: AttentionConfig,
+    schedule: str,
+    batch: int,
+    regions: int = 4,
+    *,
+    fns: Any = None,
+    graph: Graph | None = None,
+    gate: Stream | None = None,
+    distributor: str = "own",
+    blocks: Sequence[int] | None = None,
 ) -> Graph:
     """Decode attention for ``batch`` requests over ``regions`` parallel regions.
 
@@ -436,10 +460,30 @@ def build(
     ``fns`` is internal: :func:`hardware` passes the fixed-point functions. Raises ``ValueError``
     for an unknown schedule, non-positive sizes, more regions than requests, or (coarse) regions
     that do not divide the batch.
+
+    Options for composing and for the artifact's baselines (the defaults build the graph above):
+
+    * ``graph``: add the nodes to this graph instead of a new one (``examples.decoder``);
+    * ``gate``: a one-element ``[1]`` stream; the request queue is read only once it arrives (a
+      data dependency on whatever wrote ``q``, ``k_new`` and ``v_new``);
+    * ``distributor="shared"`` (interleaved only): the artifact's ``static_parallel.py``: q, the
+      new key and value rows and the metadata are read once, centrally, and each is dealt
+      round-robin by its own Parallelize; metadata queues hold 16 tokens and the K/V write-back
+      queues 4 (:data:`ARTIFACT_DEPTHS`); the queues of q, k and v keep the profile's depth; each
+      region reads all of a request's K (V) tiles with one load and splits the loaded tiles;
+    * ``blocks`` (coarse only): the number of queue entries each region takes, in queue order
+      (default ``batch / regions`` each); with the queue of :func:`artifact_b80_queue` and
+      ``blocks=(32, 16, 16, 16)`` this is the artifact's B = 80 layout.
     """
-    _check_build_args(config, schedule, batch, regions)
+    _check_build_args(config, schedule, batch, regions, blocks)
+    if distributor not in ("own", "shared") or (
+        distributor == "shared" and schedule != "interleaved"
+    ):
+        raise ValueError(
+            f"distributor must be 'own' or (interleaved only) 'shared', not {distributor!r} for {schedule!r}"
+        )
     fx = fns or _FLOAT
-    g = Graph(f"attention_{schedule}")
+    g = graph if graph is not None else Graph(f"attention_{schedule}")
     t = _declare(g, config, batch, fx)
     # The request queue as [B, 1]: one single-element vector per request. Per-request FlatMaps
     # then keep a stop between requests (over a rank-0 [B] stream they would concatenate every
@@ -447,11 +491,17 @@ def build(
     if schedule == "coarse":
         # Each region reads its own block of request ids: no shared distributor, which with
         # shallow queues would hand a whole block to one region before the next could start.
-        block = batch // regions
+        sizes = list(blocks) if blocks is not None else [batch // regions] * regions
+        starts = [sum(sizes[:r]) for r in range(regions)]
         lanes = [
             Flatten(
                 LinearOffChipLoad(
-                    t.req_idx, tile=(1, 1), out_shape=(block, 1), base=r * block, name=f"queue{r}"
+                    t.req_idx,
+                    tile=(1, 1),
+                    out_shape=(sizes[r], 1),
+                    base=starts[r],
+                    ref=gate,
+                    name=f"queue{r}",
                 ).out,
                 1,
                 2,
@@ -462,8 +512,17 @@ def build(
         for r, lane in enumerate(lanes):
             _region(t, config, fx, r, lane, signal=False)
         return g
-    queue = LinearOffChipLoad(t.req_idx, tile=(1, 1), out_shape=(batch, 1), name="queue").out
+    queue = LinearOffChipLoad(
+        t.req_idx, tile=(1, 1), out_shape=(batch, 1), ref=gate, name="queue"
+    ).out
     queue = Flatten(queue, 1, 2, name="requests").out
+    if distributor == "shared":
+        lanes = Parallelize(queue, regions, rank=1, name="dispatch").outputs
+        dealt = _shared_distributor(g, t, config, batch, regions, gate)
+        for r, lane in enumerate(lanes):
+            g.set_queue_depth(lane, ARTIFACT_DEPTHS["metadata"])
+            _region(t, config, fx, r, lane, signal=False, given=dealt[r])
+        return g
     if schedule == "interleaved":
         lanes = Parallelize(queue, regions, rank=1, name="dispatch").outputs
     else:
@@ -480,6 +539,45 @@ def build(
         Sink(done.output("sel"), name="merge_done_sel")
         free.bind(done.output("data"))
     return g
+
+
+ARTIFACT_DEPTHS = {"metadata": 16, "write_back": 4}
+"""Queue depths of the artifact's baselines: metadata FIFOs and K/V write-back FIFOs."""
+
+
+def artifact_b80_queue(batch: int = 80) -> np.ndarray:
+    """The artifact's coarse B = 80 queue order (``run_static_coarse_par_b80``): region 0 takes
+    requests 0-15 and 64-79, regions 1-3 take 16-31, 32-47 and 48-63 (use ``blocks=(32, 16, 16,
+    16)``). Returns ``req_idx`` as ``[batch, 1]`` int64."""
+    if batch != 80:
+        raise ValueError(f"the artifact's coarse layout is for batch 80, not {batch!r}")
+    order = [*range(0, 16), *range(64, 80), *range(16, 64)]
+    return np.array(order, dtype=np.int64).reshape(batch, 1)
+
+
+def _shared_distributor(
+    g: Graph, t: _Tensors, c: AttentionConfig, batch: int, regions: int, gate: Stream | None
+) -> list[dict[str, Stream]]:
+    """The artifact's interleaved front end: every per-request input read once and dealt
+    round-robin by its own Parallelize (the request id is dealt by ``dispatch``)."""
+    dealt: list[dict[str, Stream]] = [{} for _ in range(regions)]
+    for key, tensor, tile in (
+        ("ntiles", t.n_tiles, (1, 1)),
+        ("offset", t.offset, (1, 1)),
+        ("q", t.q, (c.q_rows, c.head_dim)),
+        ("knew", t.k_new, (1, c.head_dim)),
+        ("vnew", t.v_new, (1, c.head_dim)),
+    ):
+        load = LinearOffChipLoad(
+            tensor, tile=tile, out_shape=(batch, 1), ref=gate, name=f"all_{key}"
+        ).out
+        flat = Flatten(load, 1, 2, name=f"all_{key}_flat").out
+        lanes = Parallelize(flat, regions, rank=1, name=f"deal_{key}").outputs
+        for r, lane in enumerate(lanes):
+            if key in ("ntiles", "offset"):
+                g.set_queue_depth(lane, ARTIFACT_DEPTHS["metadata"])
+            dealt[r][key] = lane
+    return dealt
 
 
 def _dynamic_dispatch(
@@ -500,17 +598,29 @@ def _dynamic_dispatch(
 
 
 def _region(
-    t: _Tensors, c: AttentionConfig, fx: _Functions, r: int, req: Stream, *, signal: bool
+    t: _Tensors,
+    c: AttentionConfig,
+    fx: _Functions,
+    r: int,
+    req: Stream,
+    *,
+    signal: bool,
+    given: dict[str, Stream] | None = None,
 ) -> Stream | None:
     """The per-request pipeline of region ``r``; ``req`` holds its request ids as ``[n, 1]``.
 
     Shapes in the comments: ``n`` requests, ``T`` = ``tiles{r}_n`` KV tiles per request (ragged).
     With ``signal`` set, returns one ``[1,1]`` region id per request whose K tiles were all read.
+    ``given`` (the shared distributor) supplies ``ntiles``, ``offset``, ``q``, ``knew`` and
+    ``vnew`` as ``[n, 1]`` streams dealt to this region instead of reading them by request id.
     """
     hd, tile = c.head_dim, (c.kv_tile, c.head_dim)
-    ntiles = RandomOffChipLoad(req, t.n_tiles, tile=(1, 1), name=f"ntiles{r}").out  # [n, 1]
-    offset = RandomOffChipLoad(req, t.offset, tile=(1, 1), name=f"offset{r}").out  # [n, 1]
-    q = RandomOffChipLoad(req, t.q, tile=(1, hd), name=f"qload{r}").out  # [n, 1]
+    if given is None:
+        ntiles = RandomOffChipLoad(req, t.n_tiles, tile=(1, 1), name=f"ntiles{r}").out  # [n, 1]
+        offset = RandomOffChipLoad(req, t.offset, tile=(1, 1), name=f"offset{r}").out  # [n, 1]
+        q = RandomOffChipLoad(req, t.q, tile=(c.q_rows, hd), name=f"qload{r}").out  # [n, 1]
+    else:
+        ntiles, offset, q = given["ntiles"], given["offset"], given["q"]
     ids = Flatten(req, 0, 1, name=f"ids{r}").out  # [n]
     offs = Flatten(offset, 0, 1, name=f"offs{r}").out  # [n]
 
@@ -519,13 +629,24 @@ def _region(
     addr = FlatMap(req, ntiles, fn=fx.addr(c.tiles_per_request), name=f"addr{r}").out  # [n, T]
     last = FlatMap(ntiles, fn=F.last_tile_flags, name=f"tiles{r}").out  # [n, T] of Sel<2>
     mid_addr, last_addr = Partition(addr, last, 0, name=f"split{r}").outputs
+    if given is not None:  # the artifact reads every tile through one load (cache() below)
+        Sink(mid_addr, name=f"midaddr{r}")
 
     def cache(x: str, cache_t: OffChipTensor, new_t: OffChipTensor) -> Stream:
         """Read one cache (K or V), append the new row, write the last tile back; [n, T] tiles."""
-        mid = RandomOffChipLoad(mid_addr, cache_t, tile=tile, name=f"{x}load{r}").out
-        lst = RandomOffChipLoad(last_addr, cache_t, tile=tile, name=f"{x}last{r}").out
-        row = RandomOffChipLoad(ids, new_t, tile=(1, hd), name=f"{x}new{r}").out
+        if given is None:
+            mid = RandomOffChipLoad(mid_addr, cache_t, tile=tile, name=f"{x}load{r}").out
+            lst = RandomOffChipLoad(last_addr, cache_t, tile=tile, name=f"{x}last{r}").out
+        else:  # the artifact: one load of every tile, the loaded tiles split by the flags
+            every = RandomOffChipLoad(addr, cache_t, tile=tile, name=f"{x}load{r}").out
+            mid, lst = Partition(every, last, 0, name=f"{x}split{r}").outputs
+        if given is None:
+            row = RandomOffChipLoad(ids, new_t, tile=(1, hd), name=f"{x}new{r}").out
+        else:
+            row = Flatten(given[f"{x}new"], 0, 1, name=f"{x}new{r}").out
         app = Map(lst, row, offs, fn=F.row_append, name=f"{x}append{r}").out
+        if given is not None:
+            t.q.graph.set_queue_depth(app, ARTIFACT_DEPTHS["write_back"])
         Sink(
             RandomOffChipStore(last_addr, app, cache_t, name=f"{x}store{r}").out, name=f"{x}ack{r}"
         )
@@ -607,7 +728,7 @@ def inputs(
         cache = np.where(valid, rng.standard_normal((b, ml, hd)), cache)
         caches[name] = cache.reshape(b * ml, hd).astype(dt)
     return {
-        "q": (rng.standard_normal((b, hd)) / math.sqrt(hd)).astype(dt),
+        "q": (rng.standard_normal((b * config.q_rows, hd)) / math.sqrt(hd)).astype(dt),
         "k_new": rng.standard_normal((b, hd)).astype(dt),
         "v_new": rng.standard_normal((b, hd)).astype(dt),
         **caches,
@@ -667,13 +788,15 @@ def reference(config: AttentionConfig, memory: Mapping[str, np.ndarray]) -> dict
     k_cache = np.array(memory["k_cache"], copy=True)
     v_cache = np.array(memory["v_cache"], copy=True)
     out = np.zeros_like(np.asarray(memory["q"]))
+    qr = config.q_rows
     for b, n in enumerate(kv):
         k_cache[b * ml + n] = memory["k_new"][b]
         v_cache[b * ml + n] = memory["v_new"][b]
         keys = k_cache[b * ml : b * ml + n + 1].astype(np.float64)
         vals = v_cache[b * ml : b * ml + n + 1].astype(np.float64)
-        w = np.exp(keys @ memory["q"][b].astype(np.float64))  # no max-subtraction, as the graph
-        out[b] = ((w @ vals) / w.sum()).astype(dt)
+        q = memory["q"][b * qr : (b + 1) * qr].astype(np.float64)
+        w = np.exp(q @ keys.T)  # no max-subtraction, as the graph
+        out[b * qr : (b + 1) * qr] = ((w @ vals) / w.sum(axis=1, keepdims=True)).astype(dt)
     return {"out": out, "k_cache": k_cache, "v_cache": v_cache}
 
 

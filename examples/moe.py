@@ -14,6 +14,13 @@
   and its selector drives both the weight addresses (``expert_addr`` + RandomOffChipLoad) and the
   Partition that returns results to their experts. Works with static or dynamic tiles.
 
+``MoESchedule(construction="artifact")`` builds the time-multiplexed layer as the authors'
+artifact does (``timeshare_mem_bound/``): dynamic tiles are packed by Reshape into chunks of one
+row (zero padding) + Flatten + Accum(retile_row) rather than Promote + Accum, and ``regions``
+equal to the number of experts (one expert per region, the "128(1)" point of their Fig. 12
+sweep) is the layer without multiplexing (their baseline graph), not one merge, address
+generator and partition per expert. The default, ``"ours"``, is the construction above.
+
 Routing choices and weights live in memory: a multi-hot ``[B, E]`` token selector, a one-hot
 ``[B*k, E]`` selector per (token, slot) and the ``[B*k, 1]`` routing weights.
 
@@ -31,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from examples.traces import routing_weights, synthetic_routing  # absolute: also as a script
 from step_lang import (
     Accum,
     EagerMerge,
@@ -52,9 +60,8 @@ from step_lang import (
 )
 from step_lang import functions as F
 
-from .traces import routing_weights, synthetic_routing
-
 __all__ = [
+    "CONSTRUCTIONS",
     "MIXTRAL",
     "QWEN",
     "SMALL",
@@ -89,13 +96,16 @@ class MoESchedule:
     """How the layer is tiled and mapped.
 
     ``tiling`` is ``"static"`` (token tile ``tile_n``) or ``"dynamic"``; ``tile_f`` tiles the
-    intermediate dim; ``regions`` (when set) time-multiplexes ``E / regions`` experts per region.
+    intermediate dim; ``regions`` (when set) time-multiplexes ``E / regions`` experts per region;
+    ``construction`` is ``"ours"`` or ``"artifact"`` (the authors' time-multiplexed graph: see
+    the module docstring).
     """
 
     tiling: str = "static"
     tile_n: int = 16
     tile_f: int = 64
     regions: int | None = None
+    construction: str = "ours"
 
     def check(self, config: MoEConfig) -> None:
         if self.tiling not in ("static", "dynamic"):
@@ -108,6 +118,21 @@ class MoESchedule:
             )
         if self.regions is not None and (self.regions < 1 or config.experts % self.regions):
             raise ValueError(f"regions {self.regions} must divide the {config.experts} experts")
+        if self.construction not in CONSTRUCTIONS:
+            raise ValueError(
+                f"construction must be one of {', '.join(CONSTRUCTIONS)}, not {self.construction!r}"
+            )
+
+    def multiplexed_regions(self, config: MoEConfig) -> int | None:
+        """The regions the graph multiplexes (None: one pipeline per expert); the artifact's
+        construction builds one expert per region without multiplexing."""
+        if self.construction == "artifact" and self.regions == config.experts:
+            return None
+        return self.regions
+
+
+CONSTRUCTIONS = ("ours", "artifact")
+"""How the time-multiplexed layer is built: ours, or as the authors' artifact builds it."""
 
 
 FLOAT_FNS = SimpleNamespace(
@@ -167,12 +192,16 @@ def build(
     *,
     elem_bytes: int | None = 2,
     fns: Any = None,
+    graph: Graph | None = None,
+    x_rows: Stream | None = None,
 ) -> Graph:
     """The MoE layer for ``batch`` tokens under ``schedule``.
 
     ``fns`` supplies ``matmul``, ``silu``, ``mul``, ``matmul_acc``, ``accum_add`` and optionally
     ``expert_addr`` (default: the float functions of ``step_lang.functions``; :func:`hardware`
-    uses the fixed-point ones).
+    uses the fixed-point ones). ``graph`` adds the layer to an existing graph and ``x_rows``
+    (a ``[batch]`` stream of ``[1, D]`` rows) replaces the read of the ``x`` tensor, which is then
+    not declared (``examples.decoder`` feeds the attention's output).
     """
     c, s = config, schedule
     s.check(c)
@@ -180,13 +209,16 @@ def build(
     D, Fdim, E, k, tf = c.hidden, c.intermediate, c.experts, c.top_k, s.tile_f
     nf = Fdim // tf
     dyn = s.tiling == "dynamic"
+    artifact = s.construction == "artifact"
+    regions = s.multiplexed_regions(c)
     name = (
         f"moe_{c.name}_{s.tiling}"
         + (f"{s.tile_n}" if not dyn else "")
         + (f"_tm{s.regions}" if s.regions else "")
+        + ("_artifact" if artifact else "")
     )
-    g = Graph(name)
-    x_t = g.tensor("x", (batch, D), c.dtype)
+    g = graph if graph is not None else Graph(name)
+    x_t = g.tensor("x", (batch, D), c.dtype) if x_rows is None else None
     sel_t = g.tensor("token_sel", (batch, E), "int32")
     slot_sel_t = g.tensor("slot_sel", (batch * k, E), "int32")
     w_t = g.tensor("route_w", (batch * k, 1), c.dtype)
@@ -195,7 +227,10 @@ def build(
     wd_t = g.tensor("w_down", (E, Fdim, D), c.dtype)
     out_t = g.tensor("out", (batch, D), c.dtype)
 
-    rows = _rows(LinearOffChipLoad(x_t, tile=(1, D), elem_bytes=elem_bytes, name="load_x").out)
+    if x_rows is None:
+        rows = _rows(LinearOffChipLoad(x_t, tile=(1, D), elem_bytes=elem_bytes, name="load_x").out)
+    else:
+        rows = x_rows
     # Routing and gathering read the token selector separately: gathering runs far behind routing
     # (an expert's tile closes only when its last token arrives), and one shared stream would make
     # routing wait for gathering.
@@ -214,6 +249,9 @@ def build(
     pad_masks: list[Stream | None] = []
     for e, xs in enumerate(per_expert):
         if dyn:
+            if artifact:  # rows rounded to chunks of one (no padding) and flattened back
+                one = Reshape(xs, 1, pad=np.zeros((1, D), np.dtype(c.dtype)), name=f"round{e}")
+                xs = Flatten(one.outputs[0], 0, 1, name=f"round_flat{e}").out
             grouped = Promote(xs, name=f"promote{e}").out
             pad_masks.append(None)
         else:
@@ -228,15 +266,15 @@ def build(
             pad_masks.append(Accum(r.outputs[1], fn=F.retile_row, rank=1, name=f"padmask{e}").out)
         packed.append(Accum(grouped, fn=F.retile_row, rank=1, name=f"pack{e}").out)
 
-    if s.regions is None:
+    if regions is None:
         outs = [
             _expert(g, e, packed[e], (wg_t, wu_t, wd_t), nf, tf, D, dyn, elem_bytes, fx)
             for e in range(E)
         ]
     else:
         outs = [None] * E
-        group = E // s.regions
-        for r in range(s.regions):
+        group = E // regions
+        for r in range(regions):
             experts = list(range(r * group, (r + 1) * group))
             ys = _region(
                 g,

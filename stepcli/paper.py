@@ -4,8 +4,15 @@
   tiling, Mixtral and Qwen at batch 64 and 1024, with the Pareto Improvement Distance (PID);
 * configuration time-multiplexing (Fig. 12 / 13): compute utilisation against regions, Qwen,
   batch 64, static tile 32 and dynamic tiling, ``tile_f`` 48, 1024 FLOPs/cycle per compute node;
+  the dynamic panel also with the authors' time-multiplexed graph
+  (``MoESchedule(construction="artifact")``), with 64 and 128 B/cycle memory units;
 * dynamic parallelization (Fig. 14 / 15 / 21): decode attention, dynamic against static
-  interleaved and static coarse (blocks of 16 requests), by KV-length spread and batch size.
+  interleaved and static coarse (blocks of 16 requests), by KV-length spread and batch size
+  (16, 64 and the "64 + 16" batches of 80), and against the two static baselines as the
+  artifact builds them (shared distributor with its queue depths; the B = 80 coarse layout);
+* the decoder layer (Fig. 17, ``examples.decoder``): QKV generation, attention and MoE as one
+  graph for Qwen3 and Mixtral, the STeP schedule against the memory- and performance-matched
+  static baselines, and every combination of the three optimizations.
 
 Traces come from ``--traces DIR`` (the layout of ``../shared/traces``) or synthetic generators.
 Outputs: CSVs, PNG and PDF plots and ``summary.json`` with every headline next to the paper's.
@@ -27,7 +34,7 @@ from examples import moe, traces
 
 from .registry import UsageError, moe_choices, run_point
 
-__all__ = ["pid", "run_paper"]
+__all__ = ["artifact_attention_point", "decoder_point", "pid", "run_paper", "timemux_point"]
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -41,10 +48,16 @@ def pid(point: tuple[float, float], others: list[tuple[float, float]]) -> float:
 
 
 def _run_all(jobs: list[tuple[str, dict]], workers: int) -> list[dict[str, Any]]:
+    # Identical points (Fig. 15's batch 64 is a Fig. 14 trace) are simulated once.
+    keys = [(name, tuple(sorted(p.items()))) for name, p in jobs]
+    unique = list(dict.fromkeys(keys))
     if workers <= 1:
-        return [run_point(name, p) for name, p in jobs]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(run_point, [n for n, _ in jobs], [p for _, p in jobs]))
+        rows = [run_point(name, dict(p)) for name, p in unique]
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            rows = list(pool.map(run_point, [n for n, _ in unique], [dict(p) for _, p in unique]))
+    done = dict(zip(unique, rows, strict=True))
+    return [dict(done[k]) for k in keys]
 
 
 def _write_csv(path: pathlib.Path, rows: list[dict[str, Any]]) -> None:
@@ -196,11 +209,24 @@ def time_multiplexing(root, out, workers, headlines, plt) -> None:
         gain = max(r["utilization"] for r in ok) / base_row["utilization"]
         headlines.append({"name": f"time-multiplexing utilisation gain, {name} tiling (<= {round((overhead - 1) * 100)}% cycles)",
                           "figure": fig_id, "paper": paper, "ours": round(gain, 3)})  # fmt: skip
+        # The artifact's generate_fig12.py compares both panels at 32 regions (4 experts per
+        # region), whatever that point's overhead; the paper calls it "<1%" and "~5%".
+        at32 = next(r for r in sel if r["regions"] == 32)
+        headlines.append({"name": f"time-multiplexing utilisation gain, {name} tiling, at 32 regions (the artifact's comparison point)",
+                          "figure": fig_id, "paper": paper, "ours": round(at32["utilization"] / base_row["utilization"], 3),
+                          "cycles_vs_baseline": round(at32["cycles"] / base_row["cycles"], 4)})  # fmt: skip
         ax.plot(
             [128 // r["regions"] for r in sel],
             [r["utilization"] for r in sel],
             "o-",
             label=f"{name} tiling",
+        )
+    for r in _artifact_timemux(base, choices, workers, headlines, out):
+        ax.plot(
+            [128 // x["regions"] for x in r],
+            [x["utilization"] for x in r],
+            "x--",
+            label=f"dynamic tiling, artifact's construction{_PMU_NOTE[r[0]['pmu_bw']]}",
         )
     ax.set(
         xscale="log",
@@ -210,6 +236,66 @@ def time_multiplexing(root, out, workers, headlines, plt) -> None:
     )
     ax.legend()
     _save(fig, out, "fig12_time_multiplexing")
+
+
+_PMU_NOTE = {64: "", 128: ", 2-byte memory-unit reads"}
+"""The variants of the artifact's construction: memory units at 64 B/cycle (the paper's
+setting: a ``[2048, 48]`` fp32 weight tile takes 6144 cycles to read) and at 128 B/cycle (the
+same tile read in the 2 bytes per element of the off-chip bf16 format, 3072 cycles)."""
+
+
+def timemux_point(params: dict, construction: str, pmu_bw: int = 64) -> dict[str, Any]:
+    """Simulate one Fig. 12 point (timing only) with the MoE built by ``construction``
+    (``examples.moe.CONSTRUCTIONS``) and memory units of ``pmu_bw`` bytes per cycle."""
+    from sim import PaperProfile, simulate
+
+    p = {"trace_fit": "exact", **params}
+    schedule = moe.MoESchedule(
+        p["tiling"], tile_n=p.get("tile_n", 16), tile_f=p["tile_f"], regions=p["regions"],
+        construction=construction,
+    )  # fmt: skip
+    g = moe.build(moe.QWEN, schedule, p["batch"])
+    mem = moe.routing_tensors(moe.QWEN, moe_choices(p))
+    prof = PaperProfile(compute_bw_default=p["compute_bw"], pmu_bw=pmu_bw)
+    t0 = time.perf_counter()
+    r = simulate(g, mem, profile=prof, functional=False)
+    return {**params, "construction": construction, "pmu_bw": pmu_bw, "cycles": r.cycles,
+            "offchip_bytes": r.offchip_bytes, "flops": r.flops,
+            "sim_wall_s": round(time.perf_counter() - t0, 3)}  # fmt: skip
+
+
+def _artifact_timemux(base, choices, workers, headlines, out) -> list[list[dict]]:
+    """Fig. 12b with the authors' time-multiplexed dynamic graph (``construction="artifact"``):
+    their baseline is the layer without multiplexing, and its allocated compute leaves out the
+    final accumulation (5 x 128 + 128 nodes). Returns the rows by memory-unit bandwidth."""
+    jobs = [({**base, "tiling": "dynamic", "regions": r}, "artifact", pmu)
+            for pmu in _PMU_NOTE for r in REGIONS]  # fmt: skip
+    if workers <= 1:
+        rows = [timemux_point(*j) for j in jobs]
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            rows = list(pool.map(timemux_point, *zip(*jobs, strict=True)))
+    E = moe.QWEN.experts
+    flops = _algorithmic_flops(choices, moe.QWEN, None)
+    for r in rows:
+        nodes = 5 * E + E if r["regions"] == E else 5 * r["regions"] + E + 1
+        r["algorithmic_flops"] = flops
+        r["utilization"] = flops / r["cycles"] / (1024 * nodes)
+    _write_csv(out / "timemux_artifact.csv", rows)
+    panels = []
+    for pmu, note in _PMU_NOTE.items():
+        sel = sorted((r for r in rows if r["pmu_bw"] == pmu), key=lambda r: -r["regions"])
+        base_row = sel[0]
+        ok = [r for r in sel if r["cycles"] <= 1.05 * base_row["cycles"]]
+        gain = max(r["utilization"] for r in ok) / base_row["utilization"]
+        at32 = next(r for r in sel if r["regions"] == 32)
+        headlines.append({"name": f"time-multiplexing utilisation gain, dynamic tiling, the artifact's construction{note} (<= 5% cycles)",
+                          "figure": "Fig. 12b", "paper": 2.51, "ours": round(gain, 3)})  # fmt: skip
+        headlines.append({"name": f"time-multiplexing utilisation gain, dynamic tiling, the artifact's construction{note}, at 32 regions",
+                          "figure": "Fig. 12b", "paper": 2.51, "ours": round(at32["utilization"] / base_row["utilization"], 3),
+                          "cycles_vs_baseline": round(at32["cycles"] / base_row["cycles"], 4)})  # fmt: skip
+        panels.append(sel)
+    return panels
 
 
 # -- Fig. 14 / 15 / 21 --------------------------------------------------------------------------
@@ -252,9 +338,16 @@ def dynamic_parallelization(root, out, workers, headlines, plt) -> None:
             _synthetic_kv(label, 16, i) for i in range(3)
         ]
         cases += [(label, 16, kv) for kv in kvs]
+    if root is not None:  # Fig. 21's "64 + 16" batches
+        for label, stdevs in B80.items():
+            cases += [(label, 80, {"trace": f, "batch": 80}) for f in _kv_traces(root, 80, stdevs)]
     fig15 = _kv_traces(root, 64, (996,))
     for b in (16, 32, 48, 64):
-        kv = {"trace": fig15[0], "batch": b} if fig15 else {**_synthetic_kv("med", b, 7)}
+        kv = (
+            {"trace": fig15[0], "batch": b, **({"trace_fit": "cut"} if b < 64 else {})}
+            if fig15
+            else {**_synthetic_kv("med", b, 7)}
+        )
         cases.append(("fig15", b, kv))
     jobs = [job for _, _, kv in cases for job in _attn_jobs(kv)]
     rows = _run_all(jobs, workers)
@@ -264,7 +357,6 @@ def dynamic_parallelization(root, out, workers, headlines, plt) -> None:
         table.append({"class": label, "batch": batch, "trace": kv.get("trace", ""), "dynamic": dyn["cycles"],
                       "interleaved": inter["cycles"], "coarse": coarse["cycles"],
                       "vs_interleaved": inter["cycles"] / dyn["cycles"], "vs_coarse": coarse["cycles"] / dyn["cycles"]})  # fmt: skip
-    _write_csv(out / "dynpar.csv", table)
     for label, paper_lo, paper_hi in (("low", 1.14, 1.26), ("high", 1.47, 1.57)):
         vals = [t["vs_interleaved"] for t in table if t["class"] == label and t["batch"] == 64]
         headlines.append(
@@ -293,7 +385,39 @@ def dynamic_parallelization(root, out, workers, headlines, plt) -> None:
                 "ours": round(v, 3),
             }
         )
-    fig21 = [t for t in table if t["class"] != "fig15"]
+    # The artifact's constructions of the two static baselines on the same traces.
+    art_cases = [(i, c) for i, c in enumerate(cases) if c[0] != "fig15" and c[2].get("trace")]
+    # Coarse differs from ours only at B = 80 (four regions, region 0 with two blocks); below,
+    # the artifact's blocks of 16 are ours.
+    art_jobs = [(kv["trace"], batch, v) for _, (_, batch, kv) in art_cases
+                for v in ("interleaved_shared", "coarse_artifact") if v != "coarse_artifact" or batch == 80]  # fmt: skip
+    art_rows = iter(_run_artifact(art_jobs, workers))
+    for i, (_, batch, _) in art_cases:
+        t = table[i]
+        t["interleaved_artifact"] = next(art_rows)["cycles"]
+        t["coarse_artifact"] = next(art_rows)["cycles"] if batch == 80 else t["coarse"]
+        t["vs_interleaved_artifact"] = t["interleaved_artifact"] / t["dynamic"]
+        t["vs_coarse_artifact"] = t["coarse_artifact"] / t["dynamic"]
+    _write_csv(out / "dynpar.csv", table)
+    art = [t for t in table if "interleaved_artifact" in t]
+    for label, paper_lo, paper_hi in (("low", 1.14, 1.26), ("high", 1.47, 1.57)):
+        vals = [
+            t["vs_interleaved_artifact"] for t in art if t["class"] == label and t["batch"] == 64
+        ]
+        if vals:
+            for which, v, paper in (("min", min(vals), paper_lo), ("max", max(vals), paper_hi)):
+                headlines.append({"name": f"dynamic vs interleaved as the artifact builds it, {label} KV variation, {which}",
+                                  "figure": "Fig. 14", "paper": paper, "ours": round(v, 3)})  # fmt: skip
+    for key, paper in (("vs_interleaved", 1.36), ("vs_coarse", 1.85)):
+        for batches, label in (((16, 64, 80), "batch 16, 64 and 80"),):
+            sel = [t for t in table if t["class"] != "fig15" and t["batch"] in batches]
+            for suffix, note in (("", ""), ("_artifact", ", baseline as the artifact builds it")):
+                vals = [t[key + suffix] for t in sel if key + suffix in t]
+                if vals and len(vals) == len(sel):
+                    gm = math.exp(sum(math.log(v) for v in vals) / len(vals))
+                    headlines.append({"name": f"dynamic {key.replace('_', ' ')}{note}, geomean ({label})",
+                                      "figure": "Fig. 21", "paper": paper, "ours": round(gm, 3)})  # fmt: skip
+    fig21 = [t for t in table if t["class"] != "fig15" and t["batch"] in (16, 64)]
     for key, paper in (("vs_interleaved", 1.36), ("vs_coarse", 1.85)):
         g = math.exp(sum(math.log(t[key]) for t in fig21) / len(fig21))
         headlines.append(
@@ -313,12 +437,253 @@ def dynamic_parallelization(root, out, workers, headlines, plt) -> None:
     a2.plot([t["batch"] for t in f15], [t["vs_coarse"] for t in f15], "o-")
     a2.set(title="dynamic vs coarse (blocks of 16)", xlabel="batch", ylabel="speed-up")
     _save(fig, out, "fig14_15_dynamic_parallelization")
+    _plot_fig21(table, out, plt)
+
+
+def _plot_fig21(table: list[dict], out: pathlib.Path, plt) -> None:
+    """Fig. 21: per batch and KV-variation class, the geomean of each static schedule's cycles
+    over dynamic's, ours and as the artifact builds it."""
+    keys = ("vs_interleaved", "vs_interleaved_artifact", "vs_coarse", "vs_coarse_artifact")
+    groups = [(b, c) for b in (16, 64, 80) for c in ("low", "med", "high")]
+    fig, ax = plt.subplots(figsize=(11, 4))
+    for k, key in enumerate(keys):
+        ys = []
+        for b, c in groups:
+            vals = [t[key] for t in table if t["batch"] == b and t["class"] == c and key in t]
+            ys.append(math.exp(sum(map(math.log, vals)) / len(vals)) if vals else float("nan"))
+        ax.bar([i + 0.2 * (k - 1.5) for i in range(len(groups))], ys, 0.2, label=key[3:])
+    ax.axhline(1, color="k", lw=0.8)
+    ax.set_xticks(range(len(groups)), [f"B={b}\n{c}" for b, c in groups])
+    ax.set(ylabel="cycles / dynamic (geomean)", title="Fig. 21: static schedules against dynamic")
+    ax.legend(fontsize=8)
+    _save(fig, out, "fig21_dynamic_parallelization")
+
+
+# -- the artifact's baselines as built (Fig. 14 / 21 with B = 16, 64, 80) ------------------------
+
+B80 = {"low": (529, 531, 562), "med": (986, 987), "high": (1310, 1334, 1413)}
+
+
+def artifact_attention_point(trace: str, batch: int, variant: str) -> dict[str, Any]:
+    """Simulate the artifact's construction of a static baseline (timing only):
+    ``interleaved_shared`` (shared distributor, metadata queues of 16, write-back queues of 4) or
+    ``coarse_artifact`` (blocks of 16 requests; at B = 80 four regions, region 0 taking requests
+    0-15 and 64-79)."""
+    from dataclasses import replace
+
+    from examples import attention
+    from sim import PaperProfile, simulate
+
+    kv = traces.load_kv_lengths(trace)[:batch]
+    cfg = attention.QWEN
+    need = int(kv.max()) + 1
+    cfg = replace(cfg, max_len=max(cfg.max_len, math.ceil(need / cfg.kv_tile) * cfg.kv_tile))
+    mem = attention.control_inputs(cfg, kv)
+    if variant == "interleaved_shared":
+        g = attention.build(cfg, "interleaved", batch, 4, distributor="shared")
+    elif variant == "coarse_artifact":
+        if batch == 80:
+            g = attention.build(cfg, "coarse", batch, 4, blocks=(32, 16, 16, 16))
+            mem["req_idx"] = attention.artifact_b80_queue(batch)
+        else:
+            g = attention.build(cfg, "coarse", batch, max(1, batch // 16))
+    else:
+        raise UsageError(
+            f"variant must be 'interleaved_shared' or 'coarse_artifact', not {variant!r}"
+        )
+    r = simulate(
+        g, mem, profile=PaperProfile(compute_bw_default=2048, channel_depth=1), functional=False
+    )
+    return {"trace": trace, "batch": batch, "variant": variant, "cycles": r.cycles}
+
+
+def _run_artifact(jobs: list[tuple], workers: int) -> list[dict[str, Any]]:
+    if workers <= 1:
+        return [artifact_attention_point(*j) for j in jobs]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(artifact_attention_point, *zip(*jobs, strict=True)))
+
+
+# -- Fig. 17 and the combination study: the decoder layer -----------------------------------------
+
+TM_REGIONS = {"qwen": 32, "mixtral": 4}
+"""Time-multiplexed regions of the MoE (Qwen: 4 experts per region, Fig. 13's point; Mixtral,
+which the paper does not multiplex, 2 experts per region for the combination study)."""
+FIG9_TILES = {
+    "qwen": {"memory": 8, "performance": 64},
+    "mixtral": {"memory": 16, "performance": 32},
+}
+"""Static token tiles of the baselines: memory-matched and performance-matched in Fig. 9."""
+PAPER_FIG17 = {
+    ("mixtral", "memory", "speedup"): 1.27,
+    ("qwen", "memory", "speedup"): 1.15,
+    ("qwen", "memory", "memory_saved"): 0.69,
+    ("qwen", "memory", "compute_saved"): 0.54,
+    ("mixtral", "performance", "speedup"): 1.05,
+    ("qwen", "performance", "speedup"): 1.14,
+    ("mixtral", "performance", "memory_saved"): 0.20,
+    ("qwen", "performance", "memory_saved"): 0.88,
+    # Implied: memory-matched means the same memory; Mixtral is not time-multiplexed.
+    ("mixtral", "memory", "memory_saved"): 0.0,
+    ("mixtral", "memory", "compute_saved"): 0.0,
+}
+
+
+def decoder_point(model: str, sched: dict, kv_trace: str, routing_trace: str) -> dict[str, Any]:
+    """Simulate one decoder layer (timing only); the row holds cycles, memory and compute."""
+    from examples import decoder
+    from sim import simulate
+    from step_lang import metrics
+
+    cfg = {"qwen": decoder.QWEN, "mixtral": decoder.MIXTRAL}[model]
+    if kv_trace:
+        kv = traces.load_kv_lengths(kv_trace)
+    else:
+        kv = traces.synthetic_kv_lengths(64, mean=900, sigma=0.8, high=7900, seed=11)
+    if routing_trace:
+        choices = traces.load_routing(routing_trace, cfg.moe.experts)[: len(kv)]
+    else:
+        choices = traces.synthetic_routing(
+            len(kv), cfg.moe.experts, cfg.moe.top_k, skew=1.2, seed=1
+        )
+    s = decoder.DecoderSchedule(**sched)
+    cfg = decoder.fit(cfg, kv)
+    g = decoder.build(cfg, s, len(kv))
+    prof = decoder.profile(g)
+    t0 = time.perf_counter()
+    r = simulate(g, decoder.control_inputs(cfg, kv, choices), profile=prof, functional=False)
+    wall = time.perf_counter() - t0
+    dims = decoder.dim_values(cfg, choices, s.moe_regions)
+    onchip = metrics(g, "artifact").evaluate(dims).onchip_bytes
+    return {"model": model, "schedule": s.label, **sched, "cycles": r.cycles, **decoder.stage_cycles(g, r),
+            "onchip_bytes": int(onchip) if isinstance(onchip, int) else float("nan"),
+            "allocated_flops_per_cycle": decoder.allocated_compute(g, prof),
+            "offchip_bytes": r.offchip_bytes, "sim_wall_s": round(wall, 3)}  # fmt: skip
+
+
+def _run_decoders(jobs: list[tuple], workers: int) -> list[dict[str, Any]]:
+    if workers <= 1:
+        return [decoder_point(*j) for j in jobs]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(decoder_point, *zip(*jobs, strict=True)))
+
+
+def _combo(model: str, dp: bool, dt: bool, tm: bool) -> dict:
+    return {
+        "attention": "dynamic" if dp else "interleaved",
+        "tiling": "dynamic" if dt else "static",
+        "tile_n": FIG9_TILES[model]["memory"],
+        "moe_regions": TM_REGIONS[model] if tm else None,
+    }
+
+
+COMBOS = [(dp, dt, tm) for dp in (False, True) for dt in (False, True) for tm in (False, True)]
+
+
+def decoder_layer(root, out, workers, headlines, plt) -> None:
+    """Fig. 17 (STeP schedule against the two static baselines) and every combination of the
+    three optimizations on both decoder layers."""
+    kv_files = _kv_traces(root, 64, (995,))
+    kv = kv_files[0] if kv_files else ""
+    jobs, keys = [], []
+    for model in ("qwen", "mixtral"):
+        routing = _routing_trace(root, model, 64)
+        for combo in COMBOS:
+            jobs.append((model, _combo(model, *combo), kv, routing))
+            keys.append((model, "combo", combo))
+        perf = {
+            "attention": "interleaved",
+            "tiling": "static",
+            "tile_n": FIG9_TILES[model]["performance"],
+        }
+        jobs.append((model, perf, kv, routing))
+        keys.append((model, "performance", None))
+    rows = _run_decoders(jobs, workers)
+    for (_, kind, combo), r in zip(keys, rows, strict=True):
+        r["dynamic_parallelization"], r["dynamic_tiling"], r["time_multiplexing"] = combo or (
+            False,
+            False,
+            False,
+        )
+        r["role"] = "combination" if kind == "combo" else "performance-matched baseline"
+    _write_csv(out / "decoder_layer.csv", rows)
+    table, interactions = [], []
+    for model in ("qwen", "mixtral"):
+        by = {k[2]: r for k, r in zip(keys, rows, strict=True) if k[0] == model and k[1] == "combo"}
+        base = by[(False, False, False)]
+        perf = next(
+            r for k, r in zip(keys, rows, strict=True) if k[0] == model and k[1] == "performance"
+        )
+        step = by[(True, True, model == "qwen")]
+        for kind, ref in (("memory", base), ("performance", perf)):
+            vals = {
+                "speedup": ref["cycles"] / step["cycles"],
+                "memory_saved": 1 - step["onchip_bytes"] / ref["onchip_bytes"],
+                "compute_saved": 1
+                - step["allocated_flops_per_cycle"] / ref["allocated_flops_per_cycle"],
+            }
+            for metric, v in vals.items():
+                paper = PAPER_FIG17.get((model, kind, metric))
+                if paper is None:
+                    continue
+                headlines.append({"name": f"decoder layer {model}, STeP vs {kind}-matched static (tile {ref['tile_n']}): {metric.replace('_', ' ')}",
+                                  "figure": "Fig. 17", "paper": paper, "ours": round(v, 3)})  # fmt: skip
+        for combo, r in by.items():
+            table.append({"model": model, "dynamic_parallelization": combo[0], "dynamic_tiling": combo[1],
+                          "time_multiplexing": combo[2], "cycles": r["cycles"], "speedup": base["cycles"] / r["cycles"],
+                          "onchip_bytes": r["onchip_bytes"], "memory_vs_base": r["onchip_bytes"] / base["onchip_bytes"],
+                          "allocated_flops_per_cycle": r["allocated_flops_per_cycle"],
+                          "compute_vs_base": r["allocated_flops_per_cycle"] / base["allocated_flops_per_cycle"]})  # fmt: skip
+        # Interactions: each pair's effect together over the product of its effects alone (1 when
+        # the two multiply; the paper never ran the pairs).
+        names = ("dynamic parallelization", "dynamic tiling", "time-multiplexing")
+        for i in range(3):
+            for j in range(i + 1, 3):
+                a = tuple(k == i for k in range(3))
+                b = tuple(k == j for k in range(3))
+                ab = tuple(k in (i, j) for k in range(3))
+                row = {"model": model, "pair": f"{names[i]} + {names[j]}"}
+                for metric, key, inv in (("speedup", "cycles", True), ("memory", "onchip_bytes", False),
+                                         ("compute", "allocated_flops_per_cycle", False)):  # fmt: skip
+                    f = {
+                        c: (base[key] / by[c][key]) if inv else (by[c][key] / base[key])
+                        for c in (a, b, ab)
+                    }
+                    row[f"{metric}_first"], row[f"{metric}_second"] = round(f[a], 4), round(f[b], 4)
+                    row[f"{metric}_together"] = round(f[ab], 4)
+                    row[f"{metric}_interaction"] = round(f[ab] / (f[a] * f[b]), 4)
+                row["multiplicative"] = all(
+                    abs(row[f"{m}_interaction"] - 1) <= 0.05
+                    for m in ("speedup", "memory", "compute")
+                )
+                interactions.append(row)
+    _write_csv(out / "decoder_combinations.csv", table)
+    _write_csv(out / "decoder_interactions.csv", interactions)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, model in zip(axes, ("qwen", "mixtral"), strict=True):
+        sel = [t for t in table if t["model"] == model]
+        labels = ["".join(c for c, on in zip("PTM", (t["dynamic_parallelization"], t["dynamic_tiling"], t["time_multiplexing"]), strict=True) if on) or "-" for t in sel]  # fmt: skip
+        xs = range(len(sel))
+        ax.bar([x - 0.2 for x in xs], [t["speedup"] for t in sel], 0.4, label="speed-up")
+        ax.bar(
+            [x + 0.2 for x in xs], [t["memory_vs_base"] for t in sel], 0.4, label="on-chip memory"
+        )
+        ax.plot(list(xs), [t["compute_vs_base"] for t in sel], "k^", label="allocated compute")
+        ax.set_xticks(list(xs), labels)
+        ax.set(
+            title=f"{model} decoder layer, batch 64 (vs none: P=dyn. par., T=dyn. tiling, M=time-mux)",
+            ylabel="relative to no optimization",
+        )
+        ax.title.set_fontsize(8)
+        ax.legend(fontsize=7)
+    _save(fig, out, "fig17_decoder_combinations")
 
 
 EXPERIMENTS: dict[str, Callable] = {
     "dynamic_tiling": dynamic_tiling,
     "time_multiplexing": time_multiplexing,
     "dynamic_parallelization": dynamic_parallelization,
+    "decoder_layer": decoder_layer,
 }
 
 
@@ -343,14 +708,18 @@ def run_paper(
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     headlines: list[dict[str, Any]] = []
+    walls: dict[str, float] = {}
     t0 = time.perf_counter()
     for name, fn in EXPERIMENTS.items():
         if only and name not in only:
             continue
+        t1 = time.perf_counter()
         fn(root, out, workers, headlines, plt)
         plt.close("all")
+        walls[name] = round(time.perf_counter() - t1, 1)
     summary = {
         "wall_s": round(time.perf_counter() - t0, 1),
+        "experiment_wall_s": walls,
         "traces": str(root) if root else "synthetic",
         "headlines": headlines,
     }

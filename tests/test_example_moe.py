@@ -95,6 +95,26 @@ def test_bad_schedules_are_rejected():
         moe.build(SMALL, moe.MoESchedule("adaptive"), BATCH)
     with pytest.raises(ValueError, match=r"^tile_f 24 must divide the intermediate size 64$"):
         moe.build(SMALL, moe.MoESchedule("static", 2, 24), BATCH)
+    with pytest.raises(ValueError, match=r"^construction must be one of ours, artifact, not 'x'$"):
+        moe.build(SMALL, moe.MoESchedule("dynamic", tile_f=16, construction="x"), BATCH)
+
+
+@pytest.mark.parametrize("tiling", ["dynamic", "static"])
+@pytest.mark.parametrize("regions", [SMALL.experts, 2, 1])
+def test_artifact_construction(tiling, regions, skewed):
+    """The authors' time-multiplexed graph computes the same layer; one expert per region is
+    their baseline, the layer without multiplexing."""
+    _, mem, want = skewed
+    s = moe.MoESchedule(tiling, tile_n=2, tile_f=16, regions=regions, construction="artifact")
+    g = moe.build(SMALL, s, BATCH)
+    assert g.name.endswith("_artifact")
+    base = interpret(moe.build(SMALL, moe.MoESchedule(tiling, 2, 16), BATCH), mem).memory["out"]
+    out = interpret(g, mem).memory["out"]
+    assert np.array_equal(out, base) and np.allclose(out, want, rtol=1e-4, atol=1e-5)
+    merges = [n for n in g.nodes.values() if n.kind == "EagerMerge"]
+    assert len(merges) == (0 if regions == SMALL.experts else regions)
+    assert any(n.startswith("round") for n in g.nodes) == (tiling == "dynamic")
+    assert s.multiplexed_regions(SMALL) == (None if regions == SMALL.experts else regions)
 
 
 # -- the paper's memory figures -----------------------------------------------------------------
