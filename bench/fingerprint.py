@@ -43,7 +43,7 @@ def _hash_arrays(arrays: dict[str, np.ndarray], names: list[str]) -> str:
 
 
 def _outputs(graph) -> list[str]:
-    """Tensors some store writes (as ``rtl_tests.cosim.output_tensors``, without Verilator)."""
+    """Tensors some store writes (as ``step_hw.cosim.output_tensors``, without Verilator)."""
     from step_lang.ops import LinearOffChipStore, RandomOffChipStore
 
     stores = (LinearOffChipStore, RandomOffChipStore)

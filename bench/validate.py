@@ -1,7 +1,7 @@
 """Simulator-vs-RTL validation (``make validate``).
 
 Every point runs the graph three ways: the interpreter (reference outputs), the Verilated RTL
-(``rtl_tests.cosim``: cycles from ``start`` to ``done``, outputs read back from memory) and the
+(``step_hw.cosim``: cycles from ``start`` to ``done``, outputs read back from memory) and the
 simulator with :class:`sim.profiles.RtlProfile`. Sweeps:
 
 * SwiGLU: 15 ``tile_b x tile_i`` points (as the paper's Fig. 8) of a ``16 x 4 x 32`` layer
@@ -186,7 +186,7 @@ def _key(p: Point) -> str:
 
 
 def run_point(p: Point, *, fresh: bool, trace: bool) -> dict[str, Any]:
-    from rtl_tests import cosim
+    from step_hw import cosim
 
     cache = OUT / "points" / f"{p.workload}_{_key(p)}.json"
     want = interpret(p.make(), p.memory).memory

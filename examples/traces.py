@@ -13,11 +13,14 @@ The synthetic generators are the defaults; they are seeded and so repeat exactly
 from __future__ import annotations
 
 import pathlib
+import pickle
 import re
+import zipfile
 
 import numpy as np
 
 __all__ = [
+    "MAX_KV_LENGTH",
     "TraceError",
     "kv_length_files",
     "load_kv_lengths",
@@ -28,28 +31,68 @@ __all__ = [
 ]
 
 
+# The longest KV-cache length a trace may hold (tokens): a request of 1e9 would build a cache of
+# that many tiles and run without bound. The recorded traces stay below 8000.
+MAX_KV_LENGTH = 1 << 16
+
+# What numpy raises for a file that is not a (complete) .npy/.npz: a truncated zip is a
+# BadZipFile, a truncated .npy an EOFError or ValueError, an object array an UnpicklingError.
+_UNREADABLE = (OSError, ValueError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError)
+
+
 class TraceError(ValueError):
     """A trace file is missing, unreadable or malformed."""
+
+
+_ZIP, _NPY = b"PK\x03\x04", b"\x93NUMPY"
+
+
+def _magic(fh, what: str, magic: bytes, expected: str) -> None:
+    """Refuse an empty file or one of another format before numpy guesses (e.g. as a pickle)."""
+    head = fh.read(6)
+    fh.seek(0)
+    if not head:
+        raise TraceError(f"{what}: cannot read (empty file, expected {expected})")
+    if not head.startswith(magic):
+        kinds = ((_ZIP, "an .npz archive"), (_NPY, "an .npy array"))
+        got = next((k for m, k in kinds if head.startswith(m)), f"a file starting with {head!r}")
+        raise TraceError(f"{what}: cannot read (expected {expected}, got {got})")
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def load_routing(path: str | pathlib.Path, num_experts: int | None = None) -> np.ndarray:
     """Load a routing trace (``.npz`` with ``data`` of shape ``[B, top_k]``) and check it."""
     path = pathlib.Path(path)
     try:
-        with np.load(path) as f:
-            if "data" not in f.files:
-                raise TraceError(f"routing trace {path}: no array 'data' (has {f.files})")
-            data = np.asarray(f["data"])
-    except (OSError, ValueError) as exc:
-        if isinstance(exc, TraceError):
-            raise
-        raise TraceError(f"routing trace {path}: cannot read ({exc})") from exc
+        # Our own handle: np.load leaves its file open when a damaged archive fails to parse.
+        with path.open("rb") as fh:
+            _magic(fh, f"routing trace {path}", _ZIP, "an .npz archive")
+            with np.load(fh) as f:
+                if "data" not in f.files:
+                    raise TraceError(f"routing trace {path}: no array 'data' (has {f.files})")
+                data = np.asarray(f["data"])
+    except TraceError:
+        raise
+    except _UNREADABLE as exc:
+        raise TraceError(f"routing trace {path}: cannot read ({_reason(exc)})") from None
     if data.ndim != 2 or not np.issubdtype(data.dtype, np.integer):
         raise TraceError(
             f"routing trace {path}: expected an integer [B, top_k] array, got {data.dtype} {data.shape}"
         )
-    if (data < 0).any() or (num_experts is not None and (data >= num_experts).any()):
-        raise TraceError(f"routing trace {path}: expert ids outside [0, {num_experts})")
+    if data.shape[0] == 0 or data.shape[1] == 0:
+        raise TraceError(f"routing trace {path}: empty ({data.shape[0]} tokens x {data.shape[1]})")
+    high = num_experts if num_experts is not None else np.iinfo(np.int64).max
+    bad = np.argwhere((data < 0) | (data >= high))
+    if bad.size:
+        row, col = (int(v) for v in bad[0])
+        raise TraceError(
+            f"routing trace {path}: token {row} selects expert {int(data[row, col])}, "
+            f"outside [0, {num_experts if num_experts is not None else 'inf'})"
+        )
     for row, ids in enumerate(data):
         if len(set(ids.tolist())) != len(ids):
             raise TraceError(
@@ -62,12 +105,24 @@ def load_kv_lengths(path: str | pathlib.Path) -> np.ndarray:
     """Load a KV-length trace (``.npy``, 1-D non-negative ints)."""
     path = pathlib.Path(path)
     try:
-        data = np.load(path)
-    except (OSError, ValueError) as exc:
-        raise TraceError(f"KV-length trace {path}: cannot read ({exc})") from exc
+        with path.open("rb") as fh:
+            _magic(fh, f"KV-length trace {path}", _NPY, "an .npy array")
+            data = np.load(fh)
+    except TraceError:
+        raise
+    except _UNREADABLE as exc:
+        raise TraceError(f"KV-length trace {path}: cannot read ({_reason(exc)})") from None
     if data.ndim != 1 or not np.issubdtype(data.dtype, np.integer) or (data < 0).any():
         raise TraceError(
             f"KV-length trace {path}: expected 1-D non-negative ints, got {data.dtype} {data.shape}"
+        )
+    if data.size == 0:
+        raise TraceError(f"KV-length trace {path}: empty (no requests)")
+    if data.max() > MAX_KV_LENGTH:
+        i = int(np.argmax(data))
+        raise TraceError(
+            f"KV-length trace {path}: length {int(data[i])} of request {i} exceeds the limit "
+            f"{MAX_KV_LENGTH}"
         )
     return data.astype(np.int64)
 

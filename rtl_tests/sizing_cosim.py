@@ -16,7 +16,7 @@ design is built and run again.
 
 Used by ``rtl_tests/test_sizing_verilator.py`` (the acceptance test) and by
 ``python -m bench.queue_sizing --cosim``. Both size with :func:`stepcli.sizing.size_hardware` over :data:`stepcli.sizing.IMAGES` images, so
-their designs share Verilator builds (``rtl_tests.cosim`` caches them by Verilog text).
+their designs share Verilator builds (``step_hw.cosim`` caches them by Verilog text).
 """
 
 from __future__ import annotations
@@ -27,10 +27,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from sim.sizing import DEEP
+from step_hw import cosim
 from step_lang import interpret
 from stepcli.sizing import hardware_case
-
-from . import cosim
 
 __all__ = ["CosimSizing", "SizedRun", "confirm_in_cosim", "cosim_sized", "fell_behind"]
 

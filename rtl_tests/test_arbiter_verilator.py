@@ -4,8 +4,8 @@
   ``AxiWriteArbiter``) lints clean and runs ``cocotb_arbiter.py`` against cocotbext-axi's
   ``AxiRamRead``/``AxiRamWrite`` with random pauses on every channel: one Verilator build.
 * The hardware-size SwiGLU elaborated with ``HwConfig(axi_ports=1)`` (four loads behind one read
-  port, the store on one write port) lints clean, and co-simulates (``rtl_tests.cosim``, the
-  unchanged ``cocotb_graph.py`` bench) to the interpreter's output, bit for bit.
+  port, the store on one write port) lints clean, and co-simulates (``step_hw.cosim``, the
+  unchanged whole-graph bench, ``step_hw/cosim/bench.py``) to the interpreter's output, bit for bit.
 
 Generated files live in ``build/rtl_tests/arbiter/`` and ``build/cosim/``.
 """
@@ -24,8 +24,9 @@ from amaranth.lib.wiring import In, Out
 from cocotb_tools.check_results import get_results
 
 from examples import swiglu
-from rtl_tests import cosim, verilator
+from step_hw import cosim
 from step_hw.config import HwConfig
+from step_hw.cosim import verilator
 from step_hw.elaborate import convert
 from step_hw.memory import AxiReadArbiter, AxiWriteArbiter
 from step_lang import interpret

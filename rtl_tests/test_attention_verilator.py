@@ -1,7 +1,7 @@
 """Whole-graph co-simulation of decode attention on Verilator, every schedule: the hardware-size
 graph (``examples.attention.hardware``: 4 requests over 2 regions, int16 Q8, ``[4, 4]`` KV
 tiles) runs against cocotbext-axi RAMs that answer at once and with random latency and
-back-pressure (``rtl_tests.cosim``); the ``out`` tensor and the appended K and V caches must equal
+back-pressure (``step_hw.cosim``); the ``out`` tensor and the appended K and V caches must equal
 the interpreter's bit for bit.
 
 Each schedule is verilated once and its build reused for both traffic patterns. A build is about
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from examples import attention
-from rtl_tests import cosim
+from step_hw import cosim
 from step_lang import interpret
 
 #: KV lengths per request: a single-row request, a full last tile (15 = 3 * 4 + 3, the last row of

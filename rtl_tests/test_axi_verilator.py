@@ -15,8 +15,8 @@ import pytest
 from amaranth.back import verilog
 from cocotb_tools.check_results import get_results
 
-from rtl_tests import verilator
 from rtl_tests.cocotb_axi_cases import CASES, AxiCase
+from step_hw.cosim import verilator
 from step_hw.memory import axi_ports
 
 BUILD = Path(__file__).resolve().parents[1] / "build" / "rtl_tests"

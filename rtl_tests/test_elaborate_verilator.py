@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from examples import attention, moe, swiglu
-from rtl_tests.verilator import lint
+from step_hw.cosim.verilator import lint
 from step_hw.elaborate import convert
 
 BUILD = Path(__file__).resolve().parent.parent / "build" / "rtl_tests" / "elaborate"

@@ -1,5 +1,5 @@
 """Whole-graph co-simulation on Verilator: the hardware-size SwiGLU and MoE layers, each built
-once (``rtl_tests.cosim`` caches builds by Verilog hash), run with AXI memories that answer at
+once (``step_hw.cosim`` caches builds by Verilog hash), run with AXI memories that answer at
 once and with random latency and back-pressure; every output tensor must equal the
 interpreter's bit for bit (hardware-exact fixed-point numerics)."""
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from examples import moe, swiglu, traces
-from rtl_tests import cosim
+from step_hw import cosim
 from step_lang import interpret
 
 

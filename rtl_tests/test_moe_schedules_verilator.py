@@ -1,13 +1,13 @@
 """Whole-graph co-simulation on Verilator of the MoE layer's other two schedules at hardware
 size: dynamic tiling (``MoESchedule("dynamic")``: one ``[n_e, 4]`` tile per expert) and
 configuration time-multiplexing (two regions of two experts: EagerMerge, ``expert_addr``,
-RandomOffChipLoad, Partition). Each design is built once (``rtl_tests.cosim`` caches builds by
+RandomOffChipLoad, Partition). Each design is built once (``step_hw.cosim`` caches builds by
 Verilog hash) and run on several routings, an expert without tokens and one expert receiving
 every token among them, with AXI memories that answer at once and with random latency and
 back-pressure; the output tensor must equal the interpreter's bit for bit.
 
 The cycle counts are written to ``build/rtl_tests/moe_schedules_cycles.json``. Each design is
-also linted (``verilator --lint-only -Wall`` with ``rtl_tests/waivers.vlt``), as ``make rtl``
+also linted (``verilator --lint-only -Wall`` with ``step_hw/cosim/waivers.vlt``), as ``make rtl``
 writes it (``moe_dynamic``, ``moe_timemux``). Verilator builds (unoptimised C++, see below)
 took 3.8 min (dynamic) and 2.7 min (time-multiplexed) on the shared 2-core machine.
 """
@@ -22,8 +22,8 @@ import pytest
 
 import step_hw.elaborate
 from examples import moe, traces
-from rtl_tests import cosim
-from rtl_tests.verilator import lint
+from step_hw import cosim
+from step_hw.cosim.verilator import lint
 from step_lang import interpret
 
 BATCH = 8

@@ -7,7 +7,7 @@ import pytest
 from amaranth.back import verilog
 from cocotb_tools.check_results import get_results
 
-from rtl_tests import verilator
+from step_hw.cosim import verilator
 from step_hw.queue import Queue
 
 WIDTH = 32

@@ -1,7 +1,7 @@
 """Simulator (``rtl`` profile) against the RTL on one small point per workload.
 
 Reuses the builds of ``test_graph_verilator.py``, ``test_attention_verilator.py`` and
-``test_arbiter_verilator.py`` (the same designs: ``rtl_tests.cosim`` caches them by Verilog hash;
+``test_arbiter_verilator.py`` (the same designs: ``step_hw.cosim`` caches them by Verilog hash;
 SwiGLU on one shared read port is the latter's), so it adds only the cocotb runs. ``make
 validate`` runs the full sweeps (``bench/validate.py``, ``docs/validation.md``).
 """
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from examples import attention, moe, swiglu
-from rtl_tests import cosim
 from sim import simulate
 from sim.profiles import RtlProfile
+from step_hw import cosim
 from step_hw.config import HwConfig
 from step_lang import interpret
 

@@ -59,7 +59,8 @@ def simulate(
             on to the Broadcast outputs inserted for it) or of its lowered form
             (``<producer>_<port>_bc.out<k>``, as queue sizing reports them); any other name is a
             :class:`~step_lang.errors.StepValueError`. The graph itself is not changed.
-        trace: record busy/stall spans for :func:`write_trace`.
+        trace: record busy/stall spans for :func:`write_trace`, and the cycle each token entered
+            each queue (``SimResult.sends``).
     """
     if profile is not None and not isinstance(profile, TimingProfile):
         raise TypeError(

@@ -58,6 +58,7 @@ class _Chan:
         "recv_waiter",
         "release",
         "send_waiter",
+        "sends",
     )
 
     def __init__(self, name: str, cap: int, latency: int, record: bool):
@@ -70,6 +71,7 @@ class _Chan:
         self.release = 0  # cycles from a token leaving to its slot accepting another
         self.frees: list[float] = []  # when slots of tokens that left free up (a heap)
         self.history: list[Token] | None = [] if record else None
+        self.sends: list[float] | None = None  # with trace=True: the cycle each token entered
         # the production/consumption curve of counted tokens (queue sizing), and producer stalls
         self.n_in = 0
         self.first_in: float | None = None
@@ -221,6 +223,8 @@ class SimIO:
             self._sent(j, token)
         if ch.history is not None:
             ch.history.append(token)
+        if ch.sends is not None:
+            ch.sends.append(eng.now)
         if ch.recv_waiter is not None:
             proc, ep = ch.recv_waiter
             ch.recv_waiter = None
@@ -333,6 +337,8 @@ class Engine:
                     record=functional,
                 )
                 self.chans[s].release = getattr(profile, "slot_release", 0)
+                if trace:
+                    self.chans[s].sends = []
         self.chan_by_name = {ch.name: ch for ch in self.chans.values()}
         resident = self._residency(order)
         self.procs: list[_Proc] = []
@@ -573,4 +579,5 @@ class Engine:
             events=self.events,
             spans=self.spans,
             profile=self.profile.name,
+            sends={ch.name: ch.sends for ch in self.chans.values() if ch.sends is not None},
         )

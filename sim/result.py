@@ -64,6 +64,9 @@ class SimResult:
         streams: tokens of every stream (functional mode only).
         events: number of engine events processed.
         profile: the name of the timing profile that ran (``"paper"``, ``"rtl"``).
+        sends: with ``trace=True``, the cycle each token (stop and done tokens included) entered
+            each stream's queue, by stream name (the simulator's side of the RTL's per-queue
+            handshake trace, ``step_hw.cosim.run(..., trace=True)``); empty otherwise.
 
     FLOPs are the functions' FLOPs on the tiles each compute node (Map, Accum, Scan) actually
     received, under every profile. On-chip footprints (``peak_onchip_bytes``) are a paper-profile
@@ -83,6 +86,7 @@ class SimResult:
     queue_curves: dict[str, QueueCurve] = field(default_factory=dict, repr=False)
     spans: list[tuple[str, str, int, int]] = field(default_factory=list, repr=False)
     profile: str = ""
+    sends: dict[str, list[float]] = field(default_factory=dict, repr=False)
 
     @property
     def offchip_bytes(self) -> int:

@@ -85,5 +85,30 @@ def main(argv: list[str] | None = None, out: str = "build/rtl") -> int:
     return 0 if written else 1
 
 
+def _cli(argv: list[str] | None = None) -> int:
+    """``python -m step_hw.rtl [-o DIR] [EXAMPLE ...]``: parse the arguments, then :func:`main`."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m step_hw.rtl",
+        description="Write Verilog and a JSON description of the examples at hardware size.",
+    )
+    parser.add_argument(
+        "examples",
+        nargs="*",
+        metavar="EXAMPLE",
+        help=f"examples to write (default: all): {', '.join(EXAMPLES)}",
+    )
+    parser.add_argument(
+        "-o", "--output", default="build/rtl", help="output folder (default build/rtl)"
+    )
+    args = parser.parse_args(argv)
+    unknown = [n for n in args.examples if n not in EXAMPLES]
+    if unknown:
+        parser.error(f"no hardware-size example {', '.join(map(repr, unknown))}; "
+                     f"available: {', '.join(EXAMPLES)}")  # fmt: skip
+    return main(args.examples, out=args.output)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(_cli())

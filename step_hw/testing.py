@@ -1,9 +1,9 @@
 """Helpers for testing stream blocks: traffic patterns, and Amaranth-simulator stream drivers.
 
-The traffic patterns are plain Python and shared with the cocotb harness (`rtl_tests.harness`),
-so the Amaranth-simulator tier and the Verilator tier exercise blocks the same way. Payloads are
-handled as raw bits (``Value.cast(port.payload)``), so one driver works for any payload shape,
-including ``data.Layout`` payloads (STeP tokens).
+The traffic patterns are plain Python and shared with the cocotb stream drivers
+(`step_hw.cosim.streams`), so the Amaranth-simulator tier and the Verilator tier exercise blocks
+the same way. Payloads are handled as raw bits (``Value.cast(port.payload)``), so one driver works
+for any payload shape, including ``data.Layout`` payloads (STeP tokens).
 """
 
 import itertools

@@ -60,9 +60,26 @@ ErrorFn = Callable[[str, str], StepTypeError]
 
 
 def checked_cast(value: Any, dt: DType, fn: str) -> np.ndarray:
-    """Cast a numpy result to ``dt``, refusing integer overflow (no silent wrap)."""
+    """Cast a numpy result to ``dt``, refusing integer overflow (no silent wrap).
+
+    Into an integer dtype, a floating-point result must be finite and integral: NaN, infinities
+    and fractions raise ``StepRuntimeError`` instead of being truncated or turned into garbage.
+    """
     arr = np.asarray(value)
     if dt.is_integer:
+        if arr.size and arr.dtype.kind in "fc":
+            finite = np.isfinite(arr)
+            if not finite.all():
+                bad = arr[~finite].flat[0]
+                raise StepRuntimeError(
+                    f"function '{fn}': result {bad} is not a finite number; it cannot be cast to {dt}"
+                )
+            fraction = arr != np.trunc(arr)
+            if fraction.any():
+                bad = arr[fraction].flat[0]
+                raise StepRuntimeError(
+                    f"function '{fn}': result {bad} is not an integer; casting it to {dt} would round"
+                )
         info = np.iinfo(dt.numpy)
         if arr.size and (arr.min() < info.min or arr.max() > info.max):
             bad = arr.max() if arr.max() > info.max else arr.min()
@@ -253,8 +270,17 @@ def matmul(transpose_b: bool = False, out_dtype: DType | str | None = None) -> M
     )
 
 
+def _check_int(fn: str, what: str, value: Any, low: int) -> None:
+    """A parameter of a function: an integer (not a bool, not a float) of at least ``low``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"function '{fn}': {what} must be an integer, not {value!r}")
+    if value < low:
+        raise ValueError(f"function '{fn}': {what} must be at least {low}, not {value!r}")
+
+
 def to_selector(n: int) -> MapFn:
     """A ``[1, n]`` tile to an ``n``-way multi-hot selector (non-zero entries are set)."""
+    _check_int("to_selector", "n", n, 1)
 
     def type_rule(err: ErrorFn, a: ElemType) -> ElemType:
         t = _tile(a, err, "in0", "to_selector")
@@ -294,6 +320,11 @@ def scalar_op(op: str, const: int) -> MapFn:
         raise ValueError(f"scalar_op must be one of {sorted(_SCALAR_OPS)}, not {op!r}")
     f = _SCALAR_OPS[op]
     name = f"scalar_{op}"
+    # An integer constant: a float would be truncated (``mul`` by 2.5 multiplying by 2).
+    if isinstance(const, (bool, np.bool_)) or not isinstance(const, (int, np.integer)):
+        raise TypeError(f"function '{name}': constant must be an integer, not {const!r}")
+    if op in ("mod", "ceil_div") and const == 0:
+        raise ValueError(f"function '{name}': constant must be non-zero (it divides), not 0")
 
     def type_rule(err: ErrorFn, a: ElemType) -> ElemType:
         return _scalar_tile(err, a, "in0", name)
@@ -306,6 +337,7 @@ def scalar_op(op: str, const: int) -> MapFn:
 
 def cache_write_addr(row_offset: int) -> MapFn:
     """KV-cache write address: ``idx * row_offset + tiles - 1`` from ``[1,1]`` idx and tile count."""
+    _check_int("cache_write_addr", "row_offset", row_offset, 1)
 
     def type_rule(err: ErrorFn, idx: ElemType, tiles: ElemType) -> ElemType:
         _scalar_tile(err, tiles, "in1", "cache_write_addr")
@@ -626,6 +658,7 @@ def expert_addr(
     address that does not fit ``out_dtype`` is an error.
     """
     tiles_per_expert = as_dim(tiles_per_expert, what="tiles_per_expert")
+    _check_int("expert_addr", "base", base, 0)
     dt = dtype(out_dtype)
     lo, hi = (int(v) for v in (np.iinfo(dt.numpy).min, np.iinfo(dt.numpy).max))
 
@@ -656,6 +689,7 @@ def expert_addr(
 
 def cache_read_addr(row_offset: int) -> FlatMapFn:
     """KV-cache tile addresses ``idx * row_offset + j`` for ``j < tiles`` (``[1,1]`` idx and tile count)."""
+    _check_int("cache_read_addr", "row_offset", row_offset, 1)
 
     def type_rule(
         err: ErrorFn, idx: ElemType, tiles: ElemType

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import pathlib
 import sys
 from collections.abc import Sequence
@@ -11,17 +12,48 @@ from collections.abc import Sequence
 from step_lang.errors import StepError
 
 from .registry import EXAMPLES, UsageError, example, parse_params
+from .userfile import is_graph_file
 
 __all__ = ["main"]
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are the command's one line, ``step: error: ...``."""
+
+    def error(self, message: str):
+        self.exit(2, f"step: error: {message}\n")
+
+
+def _number(kind: type, low: float, high: float | None = None, note: str = ""):
+    """An argparse ``type`` that refuses values of the wrong type or outside ``[low, high]``."""
+    what = "an integer" if kind is int else "a number"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what}, not {text!r}") from None
+        if not math.isfinite(value) or value < low or (high is not None and value > high):
+            bound = f"at least {low}" if high is None else f"in [{low}, {high}]"
+            raise argparse.ArgumentTypeError(f"must be {what} {bound}{note}, not {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+_WORKERS = _number(int, 1, 1024)
+
+
 def _add_example(p: argparse.ArgumentParser) -> None:
-    p.add_argument("example", help=f"one of: {', '.join(EXAMPLES)}")
+    p.add_argument("example", help=f"one of: {', '.join(EXAMPLES)}; or path/to/file.py:function")
     p.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
                    help="set a parameter of the example (repeatable); see `step list`")  # fmt: skip
 
 
 def _load(args) -> tuple:
+    if is_graph_file(args.example) and args.param:
+        raise UsageError(f"{args.example}: a graph file takes no -p parameters")
     ex = example(args.example)
     params = ex.params(parse_params(args.param))
     return ex, params, ex.build(params)
@@ -60,7 +92,8 @@ def cmd_sim(args) -> None:
             raise UsageError("--schedule picks a hardware-size schedule; use -p without --hardware")
         ex, params, graph = _load(args)
         result = simulate(graph, ex.memory(params, args.functional), profile=ex.profile(params),
-                          functional=args.functional, trace=bool(args.trace))  # fmt: skip
+                          functional=args.functional, trace=bool(args.trace),
+                          inputs=ex.inputs)  # fmt: skip
     print(result.summary())
     if args.trace:
         print(f"trace: {write_trace(result, args.trace)}")
@@ -71,13 +104,13 @@ def cmd_sim(args) -> None:
 
 
 def cmd_graph(args) -> None:
-    from step_lang.passes import insert_broadcasts
+    from step_lang.passes import lower
 
     from .svg import to_svg
 
     _, _, graph = _load(args)
 
-    insert_broadcasts(graph)
+    graph = lower(graph)  # the graph the readers run: fan-out as explicit Broadcast nodes
     out = pathlib.Path(args.output or f"build/graphs/{graph.name}.dot")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(graph.to_dot())
@@ -89,12 +122,42 @@ def cmd_graph(args) -> None:
 def cmd_rtl(args) -> None:
     from step_hw import rtl
 
+    if is_graph_file(args.example):  # one's own graph, at the size it was written
+        from step_hw.config import HwConfig
+        from step_hw.elaborate import write
+
+        _, _, graph = _load(args)
+        stem = pathlib.Path(args.output) / graph.name
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        write(graph, str(stem), HwConfig())
+        print(f"wrote {stem}.v and {stem}.json")
+        return
     if args.param:
         raise UsageError(
             "step rtl builds each example at its fixed hardware size; it takes no -p parameters"
         )
     if rtl.main([args.example], out=args.output) != 0:
         raise UsageError(f"no Verilog written for {args.example}")
+
+
+def cmd_validate(args) -> int:
+    from step_hw.config import HwConfig
+    from step_hw.cosim import validate
+
+    if is_graph_file(args.example):
+        if args.schedule:
+            raise UsageError("--schedule picks a hardware-size example's schedule, not a file's")
+        ex = example(args.example)
+        graph, memory, inputs = ex.build({}), ex.memory({}, True), ex.inputs
+    else:
+        from .sizing import hardware_case
+
+        graph, (memory,) = hardware_case(args.example, args.schedule)
+        inputs = None
+    report = validate(graph, memory, inputs=inputs, config=HwConfig(), pattern=args.pattern,
+                      seed=args.seed, waves=args.waves, watchdog=args.watchdog)  # fmt: skip
+    print(report)
+    return 0 if report.ok else 1
 
 
 def cmd_sweep(args) -> None:
@@ -151,14 +214,14 @@ def cmd_paper(args) -> None:
 
     summary = run_paper(args.traces, args.output, workers=args.workers, only=args.only or None)
     for h in summary["headlines"]:
-        print(f"{h['figure']:<9} {h['name']:<95} paper {h['paper']:>6}  ours {h['ours']:>7}")
+        # A headline without a paper figure (None) prints "-" rather than failing to format.
+        paper, ours = ("-" if h[k] is None else h[k] for k in ("paper", "ours"))
+        print(f"{h['figure']:<9} {h['name']:<95} paper {paper:>6}  ours {ours:>7}")
     print(f"wrote {args.output}/summary.json ({summary['wall_s']} s)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="step", description="Streaming Tensor Programs: cost, simulate, explore."
-    )
+    parser = _Parser(prog="step", description="Streaming Tensor Programs: cost, simulate, explore.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("list", help="list the examples and their parameters")
@@ -202,13 +265,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default="build/rtl", help="output folder (default build/rtl)")
     p.set_defaults(fn=cmd_rtl)
 
+    p = sub.add_parser(
+        "validate",
+        help="interpret, simulate (paper and rtl profiles), co-simulate on Verilator and compare",
+    )
+    p.add_argument(
+        "example",
+        help="path/to/file.py:function (one's own graph), or a hardware-size example: "
+        "swiglu, moe, attention",
+    )
+    p.add_argument("--schedule", help="a hardware-size example's schedule (see docs/simulator.md)")
+    p.add_argument("--pattern", choices=("always", "periodic", "random"), default="always",
+                   help="AXI memories' back-pressure in co-simulation (default always)")  # fmt: skip
+    p.add_argument("--seed", type=_number(int, 0, 2**32 - 1), default=0, help="pause seed")
+    p.add_argument("--waves", action="store_true", help="also write a waveform (dump.fst)")
+    p.add_argument("--watchdog", type=_number(int, 1), default=20000, metavar="CYCLES",
+                   help="fail after this many cycles without progress (default 20000)")  # fmt: skip
+    p.set_defaults(fn=cmd_validate)
+
     p = sub.add_parser("sweep", help="run a design-space sweep from a TOML spec")
     p.add_argument("spec", help="sweep spec (TOML); see stepcli/sweep.py")
     p.add_argument(
         "-o", "--output", help="CSV file (default: the spec's, or build/sweeps/<spec>.csv)"
     )
     p.add_argument(
-        "-j", "--workers", type=int, default=2, help="local processes or Dask workers (default 2)"
+        "-j",
+        "--workers",
+        type=_WORKERS,
+        default=2,
+        help="local processes or Dask workers (default 2)",
     )
     where = p.add_mutually_exclusive_group()
     where.add_argument(
@@ -231,20 +316,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--schedule", help="with --hardware: the schedule (see docs/simulator.md)")
     p.add_argument(
         "--images",
-        type=int,
+        type=_number(int, 1, 1024),
         default=1,
         metavar="N",
         help="representative memory images (seeds seed..seed+N-1; e.g. routings)",
     )
     p.add_argument(
         "--margin",
-        type=float,
+        type=_number(float, 1, note=" (1: no margin)"),
         default=1.25,
         help="extra depth factor for data-dependent rates (default 1.25)",
     )
     p.add_argument(
         "--tolerance",
-        type=float,
+        type=_number(float, 0),
         default=0.01,
         help="allowed slowdown against depth-1024 queues (default 0.01)",
     )
@@ -263,8 +348,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="trace folder (layout of ../shared/traces); default synthetic",
     )
     p.add_argument("-o", "--output", default="build/experiments", help="output folder")
-    p.add_argument("-j", "--workers", type=int, default=2, help="parallel processes (default 2)")
-    p.add_argument("--only", action="append", choices=("dynamic_tiling", "time_multiplexing", "dynamic_parallelization"),
+    p.add_argument(
+        "-j", "--workers", type=_WORKERS, default=2, help="parallel processes (default 2)"
+    )
+    from .paper import EXPERIMENTS
+
+    p.add_argument("--only", action="append", choices=tuple(EXPERIMENTS),
                    help="run only this experiment (repeatable)")  # fmt: skip
     p.set_defaults(fn=cmd_paper)
     return parser
@@ -272,13 +361,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
-        args.fn(args)
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2), already printed
+        return int(exc.code or 0)
+    try:
+        rc = args.fn(args)  # None, or a command's own status (`validate`: 1 when not OK)
     except (UsageError, StepError, ValueError, OSError) as exc:
         print(f"step: error: {exc}", file=sys.stderr)
         return 2
-    return 0
+    return rc or 0
 
 
 if __name__ == "__main__":

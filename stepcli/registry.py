@@ -11,16 +11,19 @@ import math
 import pathlib
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from examples import attention, moe, swiglu, traces
+from examples import attention, decoder, moe, swiglu, traces
 from sim import PaperProfile, simulate
 from step_lang import Graph, metrics
 
-__all__ = ["EXAMPLES", "Example", "UsageError", "parse_params", "run_point"]
+from .params import MAX_SEED, MAX_SIZE, Param, ParamError
+from .userfile import is_graph_file, load_graph_file
+
+__all__ = ["EXAMPLES", "TRACE_FITS", "Example", "UsageError", "parse_params", "run_point"]
 
 
 class UsageError(ValueError):
@@ -58,14 +61,26 @@ class Example:
     _memory: Callable[[dict, bool], dict[str, np.ndarray]]
     _dims: Callable[[dict], dict[str, int]]
     _profile: Callable[[dict], PaperProfile] = lambda p: PaperProfile()
+    # How each parameter is checked (type and range); parameters without an entry pass unchecked.
+    spec: Mapping[str, Param] = field(default_factory=dict)
+    # Tokens of the graph's Source nodes (a graph file's third value; the examples have none).
+    inputs: Mapping[str, Any] | None = None
 
     def params(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """The full parameter set: ``given`` over the defaults, each value checked by ``spec``."""
         unknown = sorted(set(given) - set(self.defaults))
         if unknown:
             raise UsageError(
                 f"example '{self.name}' has no parameter {', '.join(unknown)}; it takes {', '.join(self.defaults)}"
             )
-        return {**self.defaults, **given}
+        checked = dict(given)
+        for key, value in given.items():
+            if key in self.spec:
+                try:
+                    checked[key] = self.spec[key].check(self.name, key, value)
+                except ParamError as exc:
+                    raise UsageError(str(exc)) from None
+        return {**self.defaults, **checked}
 
     def build(self, params: dict) -> Graph:
         return self._build(params)
@@ -95,6 +110,14 @@ SWIGLU = Example(
     lambda p, functional: swiglu.inputs(_swiglu_config(p), seed=p["seed"]) if functional else {},
     lambda p: {},
     lambda p: PaperProfile.hdl_validation(),
+    {
+        "batch": Param("int", 1, MAX_SIZE),
+        "hidden": Param("int", 1, MAX_SIZE),
+        "intermediate": Param("int", 1, MAX_SIZE),
+        "tile_b": Param("int", 1, MAX_SIZE),
+        "tile_i": Param("int", 1, MAX_SIZE),
+        "seed": Param("int", 0, MAX_SEED),
+    },
 )
 
 # -- MoE ----------------------------------------------------------------------------------------
@@ -108,11 +131,42 @@ def _moe_config(p: dict) -> moe.MoEConfig:
     return _MODELS[p["model"]]
 
 
+# How a trace of another length than the batch is used (``-p trace_fit=...``): ``exact`` (the
+# default) refuses it; ``cut`` keeps its first ``batch`` entries (it must have that many);
+# ``repeat`` repeats it cyclically to ``batch`` entries (cutting a longer one).
+TRACE_FITS = ("exact", "cut", "repeat")
+
+
+def fit_trace(data: np.ndarray, batch: int, fit: str, what: str) -> np.ndarray:
+    """``data`` (one entry per request or token) fitted to ``batch`` entries as ``fit`` says."""
+    n = len(data)
+    if n == batch:
+        return data
+    if fit == "cut" and n > batch:
+        return data[:batch]
+    if fit == "repeat" and n > 0:
+        return np.resize(data, (batch, *data.shape[1:]))
+    if fit == "exact":
+        hint = "; set trace_fit=cut or trace_fit=repeat to use it anyway"
+    elif fit == "cut":
+        hint = ", too few to cut (trace_fit=cut); set trace_fit=repeat to repeat it"
+    else:
+        hint = ""
+    raise UsageError(f"{what} has {n} entries, batch is {batch}{hint}")
+
+
 def moe_choices(p: dict) -> np.ndarray:
     """Routing choices: a trace file (``trace=path.npz``) or the synthetic generator."""
     cfg = _moe_config(p)
     if p["trace"]:
-        return traces.load_routing(pathlib.Path(p["trace"]), cfg.experts)[: p["batch"]]
+        choices = traces.load_routing(pathlib.Path(p["trace"]), cfg.experts)
+        if choices.shape[1] != cfg.top_k:
+            raise UsageError(
+                f"routing trace {p['trace']}: {choices.shape[1]} experts per token, model "
+                f"'{p['model']}' routes each token to {cfg.top_k} (top_k)"
+            )
+        fit = p.get("trace_fit", "exact")
+        return fit_trace(choices, p["batch"], fit, f"routing trace {p['trace']}")
     return traces.synthetic_routing(
         p["batch"], cfg.experts, cfg.top_k, skew=float(p["skew"]), seed=p["seed"]
     )
@@ -144,6 +198,7 @@ MOE = Example(
         "tile_f": 64,
         "regions": 0,
         "trace": "",
+        "trace_fit": "exact",
         "skew": 1.0,
         "seed": 0,
         "compute_bw": 4096,
@@ -153,6 +208,19 @@ MOE = Example(
     _moe_memory,
     lambda p: moe.dim_values(moe_choices(p), _moe_config(p).experts),
     lambda p: PaperProfile(compute_bw_default=int(p["compute_bw"])),
+    {
+        "model": Param("choice", choices=tuple(_MODELS)),
+        "batch": Param("int", 1, MAX_SIZE),
+        "tiling": Param("choice", choices=("static", "dynamic")),
+        "tile_n": Param("int", 1, MAX_SIZE),
+        "tile_f": Param("int", 1, MAX_SIZE),
+        "regions": Param("int", 0, MAX_SIZE),
+        "trace": Param("str"),
+        "trace_fit": Param("choice", choices=TRACE_FITS),
+        "skew": Param("float"),
+        "seed": Param("int", 0, MAX_SEED),
+        "compute_bw": Param("int", 1),
+    },
 )
 
 # -- attention ----------------------------------------------------------------------------------
@@ -164,7 +232,8 @@ def kv_lengths(p: dict) -> np.ndarray:
     """KV lengths: a trace file (``trace=path.npy``) or log-normal synthetic ones."""
     if p["trace"]:
         lengths = traces.load_kv_lengths(pathlib.Path(p["trace"]))
-        return np.resize(lengths, p["batch"]) if len(lengths) != p["batch"] else lengths
+        fit = p.get("trace_fit", "exact")
+        return fit_trace(lengths, p["batch"], fit, f"KV-length trace {p['trace']}")
     return traces.synthetic_kv_lengths(
         p["batch"], mean=float(p["mean"]), sigma=float(p["sigma"]), high=7900, seed=p["seed"]
     )
@@ -187,6 +256,7 @@ ATTENTION = Example(
         "schedule": "dynamic",
         "regions": 4,
         "trace": "",
+        "trace_fit": "exact",
         "mean": 1000,
         "sigma": 0.8,
         "seed": 0,
@@ -198,14 +268,113 @@ ATTENTION = Example(
     ),
     lambda p: {},
     lambda p: PaperProfile(compute_bw_default=2048, channel_depth=1),
+    {
+        "config": Param("choice", choices=tuple(_ATTN)),
+        "batch": Param("int", 1, MAX_SIZE),
+        "schedule": Param("choice", choices=attention.SCHEDULES),
+        "regions": Param("int", 1, MAX_SIZE),
+        "trace": Param("str"),
+        "trace_fit": Param("choice", choices=TRACE_FITS),
+        "mean": Param("float", 0, traces.MAX_KV_LENGTH, low_open=True),
+        "sigma": Param("float", 0, 16),
+        "seed": Param("int", 0, MAX_SEED),
+    },
 )
 
-EXAMPLES = {e.name: e for e in (SWIGLU, MOE, ATTENTION)}
+# -- decoder layer ------------------------------------------------------------------------------
+
+_DECODERS = {"qwen": decoder.QWEN, "mixtral": decoder.MIXTRAL, "small": decoder.SMALL}
+
+
+def _decoder_parts(p: dict) -> tuple:
+    """The decoder config, schedule, KV lengths and routing choices of a parameter set."""
+    kv = kv_lengths({**p, "trace": p["kv_trace"]})
+    cfg = decoder.fit(_DECODERS[p["model"]], kv)
+    choices = moe_choices({**p, "model": p["model"], "trace": p["routing_trace"]})
+    sched = decoder.DecoderSchedule(
+        p["attention"], p["tiling"], tile_n=p["tile_n"], moe_regions=p["moe_regions"] or None
+    )
+    return cfg, sched, kv, choices
+
+
+def _decoder_memory(p: dict, functional: bool) -> dict[str, np.ndarray]:
+    cfg, _, kv, choices = _decoder_parts(p)
+    return (decoder.inputs if functional else decoder.control_inputs)(cfg, kv, choices)
+
+
+DECODER = Example(
+    "decoder",
+    {
+        "model": "qwen",
+        "batch": 64,
+        "attention": "dynamic",
+        "tiling": "dynamic",
+        "tile_n": 16,
+        "moe_regions": 0,
+        "kv_trace": "",
+        "routing_trace": "",
+        "trace_fit": "exact",
+        "mean": 1000,
+        "sigma": 0.8,
+        "skew": 1.0,
+        "seed": 0,
+    },
+    "decoder layer (QKV, attention, MoE) as one graph: the three optimizations and baselines",
+    lambda p: decoder.build(*_decoder_parts(p)[:2], p["batch"]),
+    _decoder_memory,
+    lambda p: decoder.dim_values(
+        _DECODERS[p["model"]], _decoder_parts(p)[3], p["moe_regions"] or None
+    ),
+    lambda p: decoder.profile(decoder.build(*_decoder_parts(p)[:2], p["batch"])),
+    {
+        "model": Param("choice", choices=tuple(_DECODERS)),
+        "batch": Param("int", 4, MAX_SIZE),
+        "attention": Param("choice", choices=attention.SCHEDULES),
+        "tiling": Param("choice", choices=("static", "dynamic")),
+        "tile_n": Param("int", 1, MAX_SIZE),
+        "moe_regions": Param("int", 0, MAX_SIZE),
+        "kv_trace": Param("str"),
+        "routing_trace": Param("str"),
+        "trace_fit": Param("choice", choices=TRACE_FITS),
+        "mean": Param("float", 0, traces.MAX_KV_LENGTH, low_open=True),
+        "sigma": Param("float", 0, 16),
+        "skew": Param("float"),
+        "seed": Param("int", 0, MAX_SEED),
+    },
+)
+
+EXAMPLES = {e.name: e for e in (SWIGLU, MOE, ATTENTION, DECODER)}
+
+
+def file_example(target: str) -> Example:
+    """A ``path/to/file.py:function`` target as an :class:`Example` without parameters
+    (:mod:`stepcli.userfile`); its dims are the values the interpreter binds."""
+    user = load_graph_file(target, UsageError)
+
+    def dims(p: dict) -> dict:
+        from step_lang import interpret
+
+        return interpret(user.graph, user.memory, inputs=user.inputs).bindings.regular
+
+    return Example(
+        target,
+        {},
+        f"the graph of {target}",
+        lambda p: user.graph,
+        lambda p, functional: user.memory,
+        dims,
+        inputs=user.inputs,
+    )
 
 
 def example(name: str) -> Example:
+    if is_graph_file(name):
+        return file_example(name)
     if name not in EXAMPLES:
-        raise UsageError(f"unknown example {name!r}; examples: {', '.join(EXAMPLES)}")
+        raise UsageError(
+            f"unknown example {name!r}; examples: {', '.join(EXAMPLES)}, "
+            "or a graph file path/to/file.py:function"
+        )
     return EXAMPLES[name]
 
 

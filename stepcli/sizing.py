@@ -11,6 +11,7 @@ widths. Data-dependent examples are sized over several memory images (``images``
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,15 +43,38 @@ SCHEDULES: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
+def _check_images(images: Any) -> int:
+    if isinstance(images, bool) or not isinstance(images, int) or images < 1:
+        raise UsageError(f"images must be a positive integer, not {images!r}")
+    return images
+
+
+def _check_options(options: Mapping[str, Any]) -> None:
+    """``margin`` >= 1 (1: none) and ``tolerance`` >= 0, finite: never clamped silently."""
+    for key, low in (("margin", 1), ("tolerance", 0)):
+        if key not in options:
+            continue
+        v = options[key]
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (int, float))
+            or not math.isfinite(v)
+            or v < low
+        ):
+            raise UsageError(f"{key} must be a finite number of at least {low}, not {v!r}")
+
+
 def size_example(
     name: str, given: Mapping[str, Any], *, images: int = 1, **options: Any
 ) -> SizingReport:
     """Size example ``name`` with parameters ``given`` over ``images`` memory images."""
+    _check_options(options)
+    _check_images(images)
     ex = example(name)
     params = ex.params(dict(given))
     graph = ex.build(params)
     memories, dims = [], {}
-    for i in range(max(1, images)):
+    for i in range(_check_images(images)):
         p = {**params, "seed": params["seed"] + i}
         memories.append(ex.memory(p, False))
         for k, v in ex.dims(p).items():
@@ -117,7 +141,7 @@ def hardware_case(name: str, schedule: str | None = None, images: int = 1):
         raise UsageError(
             f"hardware-size {name} has no schedule {schedule!r}; it has {', '.join(schedules)}"
         )
-    return schedules[schedule](schedule, max(1, images))
+    return schedules[schedule](schedule, _check_images(images))
 
 
 def size_hardware(
@@ -126,5 +150,6 @@ def size_hardware(
     """Size the hardware-size graph of ``name`` with the ``rtl`` profile of ``HwConfig()``."""
     from step_hw.config import HwConfig
 
+    _check_options(options)
     graph, memories = hardware_case(name, schedule, images)
     return plan_queue_sizes(graph, memories, hw_config=HwConfig(), functional=True, **options)

@@ -61,9 +61,21 @@ def load_spec(path: str | pathlib.Path) -> SweepSpec:
         raise UsageError(f"sweep spec {path}: unknown key(s) {', '.join(unknown)}")
     if "example" not in raw:
         raise UsageError(f"sweep spec {path}: missing 'example'")
+    for key, kind, what in (
+        ("example", str, "a string"),
+        ("functional", bool, "true or false"),
+        ("output", str, "a string (a CSV path)"),
+        ("fixed", dict, "a table ([fixed])"),
+        ("grid", dict, "a table ([grid])"),
+    ):
+        if key in raw and not isinstance(raw[key], kind):
+            raise UsageError(f"sweep spec {path}: '{key}' must be {what}, not {raw[key]!r}")
     ex = example(raw["example"])
     fixed = raw.get("fixed", {})
     grid = raw.get("grid", {})
+    both = sorted(set(fixed) & set(grid))
+    if both:
+        raise UsageError(f"sweep spec {path}: {', '.join(both)} both fixed and in the grid")
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise UsageError(f"sweep spec {path}: grid.{key} must be a non-empty list")
@@ -73,7 +85,10 @@ def load_spec(path: str | pathlib.Path) -> SweepSpec:
         for combo in itertools.product(*(grid[k] for k in keys))
     ]
     for p in points:
-        ex.params(p)  # unknown parameters fail here, before anything runs
+        try:
+            ex.params(p)  # unknown parameters and bad values fail here, before anything runs
+        except UsageError as exc:
+            raise UsageError(f"sweep spec {path}: {exc}") from None
     output = pathlib.Path(raw.get("output", f"build/sweeps/{path.stem}.csv"))
     return SweepSpec(raw["example"], points, bool(raw.get("functional", False)), output)
 

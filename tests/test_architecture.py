@@ -44,3 +44,10 @@ def test_no_reader_looks_operators_up_by_kind_string():
     ]
     assert all("__all__" in h or h.split(": ", 1)[1].startswith('"') for h in hits), hits
     assert len(hits) <= 10, hits
+
+
+def test_the_cosimulation_package_loads_cocotb_and_the_simulator_only_when_used():
+    """``step_hw.cosim`` (installed, public) imports cocotb, the simulator and Amaranth inside
+    the functions that need them, so importing it is cheap and works without a simulator."""
+    mods = _loaded_after("import step_hw.cosim")
+    assert not [m for m in mods if m.split(".")[0] in ("cocotb", "cocotb_tools", "sim", "amaranth")]

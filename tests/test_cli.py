@@ -64,7 +64,7 @@ def test_graph_writes_dot_and_svg(capsys, tmp_path):
     [
         (
             ["metrics", "nope"],
-            "step: error: unknown example 'nope'; examples: swiglu, moe, attention",
+            "step: error: unknown example 'nope'; examples: swiglu, moe, attention, decoder, or a graph file path/to/file.py:function",
         ),
         (
             ["metrics", "moe", "-p", "flavour=x"],
@@ -175,12 +175,32 @@ def test_paper_writes_summary(capsys, tmp_path):
     names = [h["name"] for h in summary["headlines"]]
     assert names == [
         "time-multiplexing utilisation gain, static tiling (<= 1% cycles)",
+        "time-multiplexing utilisation gain, static tiling, at 32 regions (the artifact's comparison point)",
         "time-multiplexing utilisation gain, dynamic tiling (<= 5% cycles)",
+        "time-multiplexing utilisation gain, dynamic tiling, at 32 regions (the artifact's comparison point)",
+        "time-multiplexing utilisation gain, dynamic tiling, the artifact's construction (<= 5% cycles)",
+        "time-multiplexing utilisation gain, dynamic tiling, the artifact's construction, at 32 regions",
+        "time-multiplexing utilisation gain, dynamic tiling, the artifact's construction, 2-byte memory-unit reads (<= 5% cycles)",
+        "time-multiplexing utilisation gain, dynamic tiling, the artifact's construction, 2-byte memory-unit reads, at 32 regions",
     ]
     assert all(h["ours"] >= 1.0 for h in summary["headlines"])
     assert (tmp_path / "timemux.csv").exists() and (
         tmp_path / "fig12_time_multiplexing.png"
     ).exists()
+    assert (tmp_path / "timemux_artifact.csv").exists()
+
+
+def test_paper_only_takes_every_experiment(capsys):
+    from stepcli.main import build_parser
+    from stepcli.paper import EXPERIMENTS
+
+    parser = build_parser()
+    for name in EXPERIMENTS:  # decoder_layer among them
+        assert parser.parse_args(["paper", "--only", name]).only == [name]
+    rc, _, err = run(capsys, "paper", "--only", "nope")
+    assert rc == 2 and err.count("\n") == 1
+    assert err.startswith("step: error: argument --only: invalid choice: 'nope'")
+    assert all(repr(name) in err for name in EXPERIMENTS)
 
 
 def test_size_queues_reports_storage_and_cycles(capsys, tmp_path):

@@ -206,8 +206,10 @@ def test_name_scope_prefixes_given_names():
         s = Sink(src.out)  # a generated name is not prefixed
     assert t.name == "attn_q" and src.name == "attn_r0_x" and s.name == "sink0"
     assert list(g.tensors) == ["attn_q"]
-    with pytest.raises(
-        StepGraphError, match=r"^name_scope prefix must be an identifier, not 'a b'$"
+    with (
+        pytest.raises(
+            StepGraphError, match=r"^name_scope prefix must be an identifier, not 'a b'$"
+        ),
+        g.name_scope("a b"),
     ):
-        with g.name_scope("a b"):
-            pass
+        pass

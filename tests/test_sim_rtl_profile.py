@@ -3,7 +3,7 @@
 The cycle numbers are those of the generated RTL (``step_hw.queue.Queue``, the MAC array, the
 AXI load controller against cocotbext-axi's AxiRam), as measured in ``docs/validation.md``.
 
-A run ends when the bench (``rtl_tests/cocotb_graph.py``) sees ``done``: a Sink's done token taken
+A run ends when the bench (``step_hw/cosim/bench.py``) sees ``done``: a Sink's done token taken
 in cycle *t* sets its "done seen" register at the edge that ends *t*, ``done`` (the AND of those
 registers, the stores' ``done`` and ``running``: ``step_hw.elaborate``) is high in *t + 1*, and
 the bench, which reads ``done`` after each edge with the value of the cycle that edge ends,

@@ -3,7 +3,7 @@
 Derived from :class:`step_hw.config.HwConfig` and the documented latency and initiation interval
 of every hardware block (their docstrings; ``docs/hardware.md``), it predicts the cycles from
 ``start`` to ``done`` of an elaborated graph run against cocotbext-axi RAMs
-(``rtl_tests/cosim.py``). What it models:
+(``step_hw/cosim/harness.py``). What it models:
 
 * **Streams.** Every token, stop and done tokens included, is one beat on a ready/valid stream
   and takes a queue slot. A queue has the graph's depth (``Graph.set_queue_depth``, else
@@ -42,7 +42,7 @@ of every hardware block (their docstrings; ``docs/hardware.md``), it predicts th
 * **The end of the run.** The graph's ``done`` (``step_hw.elaborate``) is the AND of ``running``,
   every LinearStore's sticky ``done`` and, per Sink, a "done token seen" register set at the
   clock edge that ends the cycle the Sink takes its done token. The bench
-  (``rtl_tests/cocotb_graph.py``) counts clock edges, the first being the one that ends cycle 0
+  (``step_hw/cosim/bench.py``) counts clock edges, the first being the one that ends cycle 0
   (``start`` high), and reads ``done`` after each; cocotb's Verilator loop runs ``RisingEdge``
   callbacks before it evaluates the design on the edge, so it reads the value of the cycle the
   edge ends: the count is the first cycle ``done`` is high, plus one. A Sink that takes its done
@@ -199,7 +199,7 @@ class RtlProfile(TimingProfile):
 
     def axi_trace(self) -> dict[str, list[int]]:
         """Handshake cycles on the shared AXI ports of the last run, keyed as
-        ``rtl_tests.cosim.run(..., trace=True)`` keys its AXI channels (``"m_axi_rd0.ar"``,
+        ``step_hw.cosim.run(..., trace=True)`` keys its AXI channels (``"m_axi_rd0.ar"``,
         ``"m_axi_rd0.r"``, ``"m_axi_wr0.aw"``, ``"m_axi_wr0.w"``, ``"m_axi_wr0.b"``), for
         comparison with the RTL. Ports of one operator are not listed."""
         out: dict[str, list[int]] = {}
@@ -218,16 +218,25 @@ class RtlProfile(TimingProfile):
 class _Source(NodeTiming):
     """A Source (a top-level ``src_<node>`` stream, offered every cycle by the bench): its
     ``ready`` is low in the ``start`` cycle (``step_hw.elaborate``), so its first token enters
-    its queue in cycle 1."""
+    its queue in cycle 1; then one token per cycle, as its queue takes them (one every other
+    cycle for a queue of depth 1 or 2)."""
 
-    def __init__(self):
-        self.started = False
+    io: Any = None
+
+    def __init__(self, profile: RtlProfile, node: Node):
+        self.interval = contract.queue_interval(profile._depth(node, 0))
+        self.last = -math.inf
+
+    def attach(self, io: Any) -> None:
+        self.io = io
 
     def on_send(self, port: int, token: Any) -> int:
-        if self.started:
-            return 0
-        self.started = True
-        return contract.SOURCE_START
+        now = self.io.engine.now
+        t = max(contract.SOURCE_START, self.last + self.interval)
+        return max(0, math.ceil(t - now)) if t > now else 0
+
+    def sent(self, port: int, token: Any) -> None:
+        self.last = self.io.engine.now
 
 
 class _Sink(NodeTiming):
@@ -984,7 +993,7 @@ def _store(profile: RtlProfile, node: Node) -> NodeTiming:
 RTL_TIMING.add(_load, ops.LinearOffChipLoad, ops.RandomOffChipLoad)
 RTL_TIMING.add(_store, ops.LinearOffChipStore, ops.RandomOffChipStore)
 RTL_TIMING.add(lambda profile, node: _Sink(profile), ops.Sink)
-RTL_TIMING.add(lambda profile, node: _Source(), ops.Source)
+RTL_TIMING.add(_Source, ops.Source)
 RTL_TIMING.add(lambda profile, node: NodeTiming(), ops.Feedback)  # a wire: no timing of its own
 # Every other operator is timed as the block its hardware-contract entry describes
 # (``step_hw.contract.BLOCKS``; ``_Block``): a new operator needs no entry here.

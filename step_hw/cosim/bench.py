@@ -1,17 +1,25 @@
-"""cocotb testbench of a whole elaborated graph (driven by :mod:`rtl_tests.cosim`).
+"""cocotb testbench of a whole elaborated graph (driven by :func:`step_hw.cosim.run`).
+
+cocotb imports this module by name (``step_hw.cosim.bench``) inside the simulator; nothing else
+imports it.
 
 Every ``m_axi_<node>`` port gets a cocotbext-axi RAM front end (read or write half) over one
 shared memory, loaded with the input tensors at the addresses of the graph's memory map. The bench
 pulses ``start``, waits for ``done``, records the cycles from ``start`` to ``done`` and writes the
 output tensors (read back from the memory) and the cycle count to ``GRAPH_RESULT`` (an ``.npz``).
 
-Environment (set by :func:`rtl_tests.cosim.run`):
+Environment (set by :func:`step_hw.cosim.run`):
 
 * ``GRAPH_DESC``: the design's description JSON (memory map, AXI ports, queue instances);
 * ``GRAPH_DATA``: ``.npz`` of input tensors; ``GRAPH_OUTPUTS``: comma-separated tensors to read;
 * ``GRAPH_PAUSES`` (``always``/``periodic``/``random``) and ``GRAPH_SEED``: AXI back-pressure;
 * ``GRAPH_WATCHDOG``: fail after this many cycles without a handshake on any queue (the failure
   lists the full and the empty queues: where a deadlock or a lost token sits);
+* ``GRAPH_SOURCES``: JSON of each ``src_<node>`` port's payloads (hex strings), offered in order
+  with the pause pattern; ``GRAPH_SINKS``: where the payloads each ``snk_<node>`` port took are
+  written (JSON, hex strings);
+* ``GRAPH_REPORT``: where the bench writes what went wrong (JSON: the watchdog's queue levels,
+  the raised flags), for :func:`step_hw.cosim.run` to turn into the :class:`CosimError` message;
 * ``GRAPH_TRACE`` (optional): write every queue's input handshake cycles there (JSON), to compare
   the simulator's timing with the RTL's stream by stream. Slow: it samples every queue each cycle.
 """
@@ -29,7 +37,7 @@ from cocotb.triggers import ReadOnly, RisingEdge
 from cocotbext.axi import AxiRamRead, AxiRamWrite, AxiReadBus, AxiWriteBus
 from cocotbext.axi.sparse_memory import SparseMemory
 
-from rtl_tests.harness import StreamMonitor, StreamSink, reset
+from step_hw.cosim.streams import StreamMonitor, StreamSink, StreamSource, reset
 from step_hw.testing import pauses
 
 #: Queue state is compared every this many cycles (reading every queue each cycle is slow).
@@ -67,26 +75,28 @@ class _QueueWatch:
             out.extend(int(p.value) for p in ptrs)
         return tuple(out)
 
-    def report(self) -> str:
-        full, empty, other = [], [], []
-        for name, hs in zip(self.names, self.handles, strict=True):
-            level = int(hs[4].value)
-            depth = self.info[name]["depth"]
-            what = f"{self.info[name]['stream']} -> {self.info[name]['consumer']}"
-            if level >= depth:
-                full.append(f"  {what} ({level}/{depth}; output valid {int(hs[2].value)})")
-            elif level == 0:
-                empty.append(f"  {what}")
-            else:
-                other.append(f"  {what} ({level}/{depth})")
-        return (
-            f"full queues ({len(full)}):\n"
-            + "\n".join(full)
-            + f"\npartly filled queues ({len(other)}):\n"
-            + "\n".join(other)
-            + f"\nempty queues ({len(empty)}):\n"
-            + "\n".join(empty)
-        )
+    def levels(self) -> dict:
+        """Each queue's stream, consumer, depth, level and output valid (for the report)."""
+        return {
+            name: {**self.info[name], "level": int(hs[4].value), "out_valid": int(hs[2].value)}
+            for name, hs in zip(self.names, self.handles, strict=True)
+        }
+
+
+def _raised_flags(dut, desc: dict) -> list[dict]:
+    """The (node, flag) of every bit of the ``flags`` port that is set."""
+    bits = desc.get("flag_bits", [])
+    if not bits or not hasattr(dut, "flags"):
+        return []
+    value = int(dut.flags.value)
+    return [b for i, b in enumerate(bits) if value >> i & 1]
+
+
+def _write_report(report: dict) -> None:
+    path = os.environ.get("GRAPH_REPORT")
+    if path:
+        with open(path, "w") as f:
+            json.dump(report, f)
 
 
 _AXI_CHANNELS = ("ar", "r", "aw", "w", "b")
@@ -123,10 +133,14 @@ async def run_graph(dut) -> None:
     pattern = os.environ.get("GRAPH_PAUSES", "always")
     rng = random.Random(int(os.environ.get("GRAPH_SEED", "0")))
     watchdog = int(os.environ.get("GRAPH_WATCHDOG", "20000"))
+    sources: dict = {}
+    if os.environ.get("GRAPH_SOURCES"):
+        with open(os.environ["GRAPH_SOURCES"]) as f:
+            sources = json.load(f)
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
     layout = desc["memory_map"]
     end = max((info["addr"] + info["bytes"] for info in layout.values()), default=0)
-    memory = SparseMemory(max(2**20, 1 << (end - 1).bit_length()))
+    memory = SparseMemory(max(2**20, 1 << max(end - 1, 1).bit_length()))
     for port in desc["axi_ports"]:
         if hasattr(dut, f"{port}_arvalid"):
             ram = AxiRamRead(AxiReadBus.from_prefix(dut, port), dut.clk, dut.rst, mem=memory)
@@ -138,12 +152,22 @@ async def run_graph(dut) -> None:
             for channel in channels:
                 channel.set_pause_generator(pauses(pattern, rng=random.Random(rng.getrandbits(32))))
     # Sink nodes are top-level `snk_<node>` streams (e.g. a random store's acks): drain them,
-    # pausing by the same pattern, under a protocol monitor; `done` waits for their done tokens.
+    # pausing by the same pattern, under a protocol monitor that records their tokens; `done`
+    # waits for their done tokens.
+    monitors = {}
     for port in desc.get("streams", {}):
         if port.startswith("snk_"):
             pause = pauses(pattern, rng=random.Random(rng.getrandbits(32)))
             cocotb.start_soon(StreamSink(dut, port, dut.clk, pause).run())
-            cocotb.start_soon(StreamMonitor(dut, port, dut.clk).run())
+            monitors[port] = StreamMonitor(dut, port, dut.clk)
+            cocotb.start_soon(monitors[port].run())
+    drivers = {
+        port: StreamSource(
+            dut, port, dut.clk, pauses(pattern, rng=random.Random(rng.getrandbits(32)))
+        )
+        for port in desc.get("streams", {})
+        if port.startswith("src_")
+    }
     for name, info in layout.items():
         if f"in_{name}" in data.files:
             array = data[f"in_{name}"].astype(np.dtype(info["dtype"]).newbyteorder("<"))
@@ -152,6 +176,8 @@ async def run_graph(dut) -> None:
     dut.start.value = 0
     await reset(dut.clk, dut.rst)
     dut.start.value = 1
+    for port, driver in drivers.items():
+        cocotb.start_soon(driver.send(int(p, 16) for p in sources.get(port, [])))
     trace_path = os.environ.get("GRAPH_TRACE")
     events: dict = {name: [] for name in watch.names}
     if trace_path:
@@ -169,12 +195,23 @@ async def run_graph(dut) -> None:
             if print_ != last_print:
                 last_print, last_change = print_, cycles
             elif cycles - last_change >= watchdog:
+                _write_report({
+                    "watchdog": {"from": last_change, "to": cycles, "cycles": watchdog},
+                    "queues": watch.levels(),
+                    "flags": _raised_flags(dut, desc),
+                })  # fmt: skip
                 raise AssertionError(
                     f"no progress: no queue handshake from cycle {last_change} to {cycles} "
-                    f"(GRAPH_WATCHDOG={watchdog}); a deadlock or a lost token.\n" + watch.report()
+                    f"(GRAPH_WATCHDOG={watchdog}); a deadlock or a lost token"
                 )
-    assert not dut.error.value, "a block raised its error flag"
-    result = {"cycles": np.array(cycles)}
+    flags = _raised_flags(dut, desc)
+    if os.environ.get("GRAPH_SINKS"):
+        with open(os.environ["GRAPH_SINKS"], "w") as f:
+            json.dump({p: [hex(t.payload) for t in m.transfers] for p, m in monitors.items()}, f)
+    if dut.error.value:
+        _write_report({"error": True, "flags": flags})
+        raise AssertionError("a block raised its error flag")
+    result = {"cycles": np.array(cycles), "flags": np.array(json.dumps(flags))}
     for name in outputs:
         info = layout[name]
         dt = np.dtype(info["dtype"]).newbyteorder("<")

