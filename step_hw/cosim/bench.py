@@ -13,6 +13,8 @@ Environment (set by :func:`step_hw.cosim.run`):
 * ``GRAPH_DESC``: the design's description JSON (memory map, AXI ports, queue instances);
 * ``GRAPH_DATA``: ``.npz`` of input tensors; ``GRAPH_OUTPUTS``: comma-separated tensors to read;
 * ``GRAPH_PAUSES`` (``always``/``periodic``/``random``) and ``GRAPH_SEED``: AXI back-pressure;
+* ``GRAPH_AXI_ERRORS``: comma-separated tensors whose reads and writes the memory answers with
+  ``SLVERR`` (to test that the error is reported by node);
 * ``GRAPH_WATCHDOG``: fail after this many cycles without a handshake on any queue (the failure
   lists the full and the empty queues: where a deadlock or a lost token sits);
 * ``GRAPH_SOURCES``: JSON of each ``src_<node>`` port's payloads (hex strings), offered in order
@@ -102,6 +104,23 @@ def _write_report(report: dict) -> None:
 _AXI_CHANNELS = ("ar", "r", "aw", "w", "b")
 
 
+def _fail_accesses(ram, ranges: list[tuple[int, int]]) -> None:
+    """Make ``ram`` answer SLVERR to every beat inside ``ranges`` (cocotbext-axi's RAM does when
+    its memory access raises)."""
+    write = isinstance(ram, AxiRamWrite)
+    access = ram._write if write else ram._read
+
+    async def failing(address: int, data_or_length):
+        if any(lo <= address < hi for lo, hi in ranges):
+            raise OSError(f"injected SLVERR at {address:#x}")
+        return await access(address, data_or_length)
+
+    if write:
+        ram._write = failing
+    else:
+        ram._read = failing
+
+
 async def _trace(dut, watch: _QueueWatch, ports: list[str], events: dict) -> None:
     """Record each queue's input handshakes and each AXI channel's (cycles after ``start``)."""
     axi = []
@@ -141,6 +160,11 @@ async def run_graph(dut) -> None:
     layout = desc["memory_map"]
     end = max((info["addr"] + info["bytes"] for info in layout.values()), default=0)
     memory = SparseMemory(max(2**20, 1 << max(end - 1, 1).bit_length()))
+    failing = [
+        (layout[name]["addr"], layout[name]["addr"] + layout[name]["bytes"])
+        for name in os.environ.get("GRAPH_AXI_ERRORS", "").split(",")
+        if name
+    ]
     for port in desc["axi_ports"]:
         if hasattr(dut, f"{port}_arvalid"):
             ram = AxiRamRead(AxiReadBus.from_prefix(dut, port), dut.clk, dut.rst, mem=memory)
@@ -148,6 +172,8 @@ async def run_graph(dut) -> None:
         else:
             ram = AxiRamWrite(AxiWriteBus.from_prefix(dut, port), dut.clk, dut.rst, mem=memory)
             channels = (ram.aw_channel, ram.w_channel, ram.b_channel)
+        if failing:
+            _fail_accesses(ram, failing)
         if pattern != "always":
             for channel in channels:
                 channel.set_pause_generator(pauses(pattern, rng=random.Random(rng.getrandbits(32))))

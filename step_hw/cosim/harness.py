@@ -280,6 +280,7 @@ def run(
     trace: bool = False,
     tag: str = "run",
     quiet: bool = False,
+    axi_errors: tuple[str, ...] = (),
 ) -> CosimResult:
     """Co-simulate ``graph`` on ``memory`` (input tensors by name) and ``inputs`` (tokens of its
     Source nodes, as for ``interpret``); see the module docstring.
@@ -290,9 +291,17 @@ def run(
     :class:`CosimError` leads with the full and the empty queues and the blocked nodes.
     ``trace=True`` records every queue's input handshake cycles (slow; for comparing with the
     simulator). ``tag`` names the run's folder under the design's folder. ``quiet=True`` prints
-    nothing (by default one line per build and per run, on standard error).
+    nothing (by default one line per build and per run, on standard error). ``axi_errors``
+    names tensors whose reads and writes the memory answers with ``SLVERR`` (the memory
+    controller's sticky error flag rises; the :class:`CosimError` names the node).
     """
     from cocotb_tools.check_results import get_results
+
+    unknown = sorted(set(axi_errors) - set(graph.tensors))
+    if unknown:
+        raise ValueError(
+            f"axi_errors names {', '.join(unknown)}, which graph '{graph.name}' does not declare"
+        )
 
     from . import verilator
 
@@ -322,6 +331,7 @@ def run(
         "GRAPH_PAUSES": pattern,
         "GRAPH_SEED": str(seed),
         "GRAPH_WATCHDOG": str(watchdog),
+        "GRAPH_AXI_ERRORS": ",".join(axi_errors),
         "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
         # cocotb's own deprecations would lead every failure's log
         "PYTHONWARNINGS": "ignore::DeprecationWarning",
