@@ -24,7 +24,7 @@ from cocotb.triggers import ReadOnly, RisingEdge
 from cocotbext.axi import AxiRamRead, AxiRamWrite, AxiReadBus, AxiWriteBus
 from cocotbext.axi.sparse_memory import SparseMemory
 
-from rtl_tests.harness import PATTERNS, pauses, reset
+from step_hw.cosim.streams import PATTERNS, pauses, reset
 
 READS = int(os.environ.get("ARB_READS", "3"))
 WRITES = int(os.environ.get("ARB_WRITES", "2"))

@@ -22,7 +22,7 @@ from cocotb.triggers import ReadOnly, RisingEdge
 from cocotbext.axi import AxiRamRead, AxiRamWrite, AxiReadBus, AxiWriteBus
 
 from rtl_tests.cocotb_axi_cases import CASES, Stimulus
-from rtl_tests.harness import PATTERNS, StreamMonitor, StreamSink, StreamSource, pauses, reset
+from step_hw.cosim.streams import PATTERNS, StreamMonitor, StreamSink, StreamSource, pauses, reset
 from step_lang import DONE
 from step_lang.tokens import Stop
 

@@ -13,7 +13,7 @@ from cocotb.clock import Clock
 from cocotb.handle import SimHandleBase
 from cocotb.triggers import RisingEdge
 
-from rtl_tests.harness import PATTERNS, StreamMonitor, StreamSink, StreamSource, pauses, reset
+from step_hw.cosim.streams import PATTERNS, StreamMonitor, StreamSink, StreamSource, pauses, reset
 
 # Set by the pytest side from the Queue it converted.
 WIDTH = int(os.environ["QUEUE_WIDTH"])
