@@ -80,10 +80,12 @@ def _points(out: dict[str, Any], verilog: bool) -> None:
 
 
 def _verilog_hash(make, config) -> str:
+    from step_hw.config import config_for
     from step_hw.elaborate import convert
 
     try:
-        text, desc = convert(make(), config)
+        graph = make()
+        text, desc = convert(graph, config or config_for(graph))
     except Exception as exc:
         return f"error {type(exc).__name__}: {str(exc)[:200]}"
     h = hashlib.sha256(text.encode())
@@ -92,10 +94,9 @@ def _verilog_hash(make, config) -> str:
 
 
 def _rtl_examples(out: dict[str, Any]) -> None:
-    from step_hw.config import HwConfig
     from step_hw.rtl import EXAMPLES
 
-    out["rtl_examples"] = {name: _verilog_hash(make, HwConfig()) for name, make in EXAMPLES.items()}
+    out["rtl_examples"] = {name: _verilog_hash(make, None) for name, make in EXAMPLES.items()}
 
 
 def _sizing(out: dict[str, Any]) -> None:

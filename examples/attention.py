@@ -756,16 +756,19 @@ def hardware_inputs(
 ) -> dict[str, np.ndarray]:
     """The memory image of :func:`hardware`'s graphs: :func:`inputs` of :data:`HW` with every
     float tensor rounded to fixed point (``hw.frac_bits`` fraction bits, saturated to
-    ``hw.elem_dtype``) and the metadata as int32 (``dispatch_keep`` as 0/1)."""
+    ``hw.elem_dtype``), or to BF16 under a BF16 ``hw``, and the metadata as int32
+    (``dispatch_keep`` as 0/1)."""
     from step_hw.config import HwConfig
 
     hw = hw or HwConfig()
     config = replace(HW, dtype=hw.elem_dtype)
     mem = inputs(replace(config, dtype="float32"), kv_lengths, seed)
-    info = np.iinfo(np.dtype(hw.elem_dtype))
     out = {}
     for name, x in mem.items():
-        if x.dtype.kind == "f":
+        if x.dtype.kind == "f" and hw.is_float:
+            out[name] = x.astype(dtype(hw.elem_dtype).numpy)
+        elif x.dtype.kind == "f":
+            info = np.iinfo(np.dtype(hw.elem_dtype))
             q = np.round(x.astype(np.float64) * 2**hw.frac_bits)
             out[name] = np.clip(q, info.min, info.max).astype(hw.elem_dtype)
         else:

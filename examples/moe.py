@@ -150,7 +150,8 @@ HW = MoEConfig("hw", 4, 8, 4, 2, dtype="int16")
 
 
 def hardware(batch: int = 8, schedule: MoESchedule | None = None, hw: Any = None) -> Graph:
-    """The layer at hardware size with the hardware's fixed-point arithmetic.
+    """The layer at hardware size with the hardware's arithmetic (``numerics.functions(hw)``:
+    fixed point, or BF16 with ``HwConfig(elem_dtype="bfloat16")``).
 
     ``schedule`` defaults to static tiling with ``tile_n = tile_f = 4``; a ``tile_f`` larger than
     the hardware tile's columns (``MoESchedule("dynamic")``'s default 64) is reduced to them, so
@@ -177,7 +178,7 @@ def hardware(batch: int = 8, schedule: MoESchedule | None = None, hw: Any = None
     schedule = schedule or MoESchedule("static", tile_n=4, tile_f=4)
     if schedule.tile_f > hw.tile_cols:
         schedule = replace(schedule, tile_f=hw.tile_cols)
-    return build(HW, schedule, batch, elem_bytes=None, fns=fns)
+    return build(replace(HW, dtype=hw.elem_dtype), schedule, batch, elem_bytes=None, fns=fns)
 
 
 def _rows(load: Stream) -> Stream:

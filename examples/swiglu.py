@@ -14,7 +14,7 @@ Run ``python -m examples.swiglu`` to print the symbolic metrics of the sweep.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -108,7 +108,7 @@ def hardware(
         mul=fx.mul,
         matmul_acc=fx.matmul_acc_out(hw.elem_dtype),
     )
-    return build(size or HW_CONFIG, tile_b, tile_i, fns=fns)
+    return build(size or replace(HW_CONFIG, dtype=hw.elem_dtype), tile_b, tile_i, fns=fns)
 
 
 def inputs(config: SwiGLUConfig = SwiGLUConfig(), seed: int = 0) -> dict[str, np.ndarray]:

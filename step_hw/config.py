@@ -3,13 +3,17 @@ profile read."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from step_lang.types import DTYPES, DType
 
-__all__ = ["HwConfig"]
+__all__ = ["BF16_CONFIG", "HwConfig", "config_for"]
 
-_HW_DTYPES = ("int8", "int16", "int32")
+_FIXED_DTYPES = ("int8", "int16", "int32")
+_FLOAT_DTYPES = ("bfloat16", "float32")  # elements, accumulators
+_HW_DTYPES = _FIXED_DTYPES + _FLOAT_DTYPES
+_DEFAULT_FRAC_BITS = 8
 # Every dynamic tile carries dyn_tile_rows rows in its payload and in every register it passes;
 # beyond a few hundred rows a tile is a buffer, not a register (use Bufferize).
 _MAX_DYN_ROWS = 256
@@ -26,9 +30,12 @@ class HwConfig:
 
     Attributes:
         elem_dtype: element type of tiles on the datapath: ``int8``, ``int16`` or ``int32``
-            (signed; fixed-point with ``frac_bits`` fractional bits).
-        acc_dtype: accumulator type of MAC arrays and Accum units (``int32``).
-        frac_bits: fractional bits of the fixed-point format (0: plain integers).
+            (signed; fixed-point with ``frac_bits`` fractional bits), or ``bfloat16``
+            (floating point, :mod:`step_lang.float_numerics`).
+        acc_dtype: accumulator type of MAC arrays and Accum units: ``int32`` for fixed point,
+            ``float32`` for ``bfloat16`` elements.
+        frac_bits: fractional bits of the fixed-point format (0: plain integers; default 8).
+            Floating point has none (``None`` or 0).
         tile_rows, tile_cols: the largest tile a stream may carry; every tile on a stream fits it.
         lanes: multiply-accumulate lanes per matmul unit (initiation interval
             ``ceil(M*K*N / lanes)``).
@@ -50,7 +57,7 @@ class HwConfig:
 
     elem_dtype: str = "int16"
     acc_dtype: str = "int32"
-    frac_bits: int = 8
+    frac_bits: int | None = None
     tile_rows: int = 4
     tile_cols: int = 4
     lanes: int = 16
@@ -71,6 +78,21 @@ class HwConfig:
                 raise ValueError(
                     f"HwConfig.{name} must be one of {', '.join(_HW_DTYPES)}, not {value!r}"
                 )
+        floating = (self.elem_dtype in _FLOAT_DTYPES, self.acc_dtype in _FLOAT_DTYPES)
+        if any(floating) and (self.elem_dtype, self.acc_dtype) != ("bfloat16", "float32"):
+            raise ValueError(
+                f"HwConfig: floating point is elem_dtype 'bfloat16' with acc_dtype 'float32', "
+                f"not {self.elem_dtype!r} with {self.acc_dtype!r}"
+            )
+        if any(floating):
+            if self.frac_bits not in (None, 0) or isinstance(self.frac_bits, bool):
+                raise ValueError(
+                    f"HwConfig.frac_bits applies to fixed point; bfloat16 has none, "
+                    f"not {self.frac_bits!r}"
+                )
+            object.__setattr__(self, "frac_bits", 0)
+        elif self.frac_bits is None:
+            object.__setattr__(self, "frac_bits", _DEFAULT_FRAC_BITS)
         if DTYPES[self.acc_dtype].nbytes < DTYPES[self.elem_dtype].nbytes:
             raise ValueError(
                 f"HwConfig.acc_dtype {self.acc_dtype} is narrower than elem_dtype {self.elem_dtype}"
@@ -98,6 +120,11 @@ class HwConfig:
             )
 
     @property
+    def is_float(self) -> bool:
+        """Whether the datapath computes in BF16/FP32 floating point."""
+        return self.elem_dtype in _FLOAT_DTYPES
+
+    @property
     def elem(self) -> DType:
         return DTYPES[self.elem_dtype]
 
@@ -115,3 +142,34 @@ class HwConfig:
         from .payload import max_level
 
         return max_level(self.level_bits)
+
+
+#: The BF16 hardware: BF16 tiles, FP32 accumulators, otherwise the defaults.
+BF16_CONFIG = HwConfig(elem_dtype="bfloat16", acc_dtype="float32")
+
+
+def config_for(graph: Any, base: HwConfig | None = None) -> HwConfig:
+    """``base`` (default ``HwConfig()``) with the number format of ``graph``'s hardware
+    functions (``step_lang.numerics.functions(...)``): their element and accumulator dtypes
+    and fraction bits. A graph without such functions gets ``base``; functions of two
+    different formats raise ``ValueError`` naming a node of each."""
+    base = base or HwConfig()
+    seen: dict[tuple, str] = {}
+    for name, node in graph.nodes.items():
+        nm = getattr(getattr(node, "fn", None), "numerics", None)
+        if nm is not None:
+            seen.setdefault((nm.elem_dtype, nm.acc_dtype, nm.frac_bits), name)
+    if len(seen) > 1:
+        (a, na), (b, nb) = list(seen.items())[:2]
+        raise ValueError(
+            f"graph '{graph.name}' mixes number formats: node '{na}' computes in {a[0]} "
+            f"(acc {a[1]}, {a[2]} fraction bits), node '{nb}' in {b[0]} (acc {b[1]}, "
+            f"{b[2]} fraction bits); build every function from one numerics.functions(config)"
+        )
+    if not seen:
+        return base
+    ((elem, acc, frac),) = seen
+    if (elem, acc) == (base.elem_dtype, base.acc_dtype) and frac == base.frac_bits:
+        return base
+    floating = elem in _FLOAT_DTYPES
+    return replace(base, elem_dtype=elem, acc_dtype=acc, frac_bits=None if floating else frac)

@@ -150,7 +150,7 @@ class ElaboratedGraph(wiring.Component):
         _check_stop_levels(graph, config)
         check_dynamic_tiles(graph, config)  # every dynamic tile fits HwConfig.dyn_tile_rows
         self.graph, self.config = graph, config
-        self.memory_map = self._allocate(graph)
+        self.memory_map = self._allocate(graph, config)
         order = graph.topo_order()
         self.blocks: dict[str, Any] = {}
         members: dict[str, Any] = {
@@ -201,11 +201,20 @@ class ElaboratedGraph(wiring.Component):
         super().__init__(members)
 
     @staticmethod
-    def _allocate(graph: Graph) -> dict[str, dict[str, Any]]:
+    def _allocate(graph: Graph, config: HwConfig) -> dict[str, dict[str, Any]]:
         out, addr = {}, _ALIGN
+        floats = ("bfloat16", "float32") if config.is_float else ()
         for name, t in graph.tensors.items():
-            if t.dtype.kind not in ("int", "uint", "bool"):
-                raise StepTypeError(f"tensor '{name}': dtype {t.dtype} has no hardware encoding")
+            if t.dtype.kind not in ("int", "uint", "bool") and t.dtype.name not in floats:
+                hint = (
+                    ""
+                    if config.is_float
+                    else " (floating point needs HwConfig(elem_dtype='bfloat16'))"
+                )
+                raise StepTypeError(
+                    f"tensor '{name}': dtype {t.dtype} has no hardware encoding under "
+                    f"{config.elem_dtype}{hint}"
+                )
             out[name] = {
                 "addr": addr,
                 "shape": list(t.shape),

@@ -75,6 +75,12 @@ def unpack_fields(level_bits: int, bits: int) -> tuple[int, int, int]:
     )
 
 
+def _float_numpy(name: str) -> np.dtype:
+    from step_lang.types import dtype
+
+    return dtype(name).numpy
+
+
 class Kind(enum.IntEnum):
     """What a beat carries."""
 
@@ -97,6 +103,9 @@ class TokenFormat:
     n: int = 0
     level_bits: int = 3
     dynamic: bool = False  # a tile with a row count field (module docstring)
+    #: ``"bfloat16"`` or ``"float32"``: the elements are IEEE bit patterns of that type (packed
+    #: and unpacked as such); ``None``: signed integers.
+    float_dtype: str | None = None
 
     @classmethod
     def for_elem(cls, elem: ElemType, config: HwConfig, *, where: str = "stream") -> TokenFormat:
@@ -118,7 +127,8 @@ class TokenFormat:
                 raise StepTypeError(
                     f"{where}: tile {elem} does not fit the configured {config.tile_rows}x{config.tile_cols} tile"
                 )
-            if (
+            floating = elem.dtype.name in ("bfloat16", "float32") and config.is_float
+            if not floating and (
                 elem.dtype.kind not in ("int", "uint", "bool")
                 or elem.dtype.nbytes * 8 > config.acc.nbytes * 8
             ):
@@ -127,7 +137,8 @@ class TokenFormat:
                 )
             return cls("tile", rows=config.dyn_tile_rows if dynamic else elem.rows, cols=elem.cols,
                        elem_bits=elem.dtype.nbytes * 8 if elem.dtype.kind != "bool" else 1,
-                       level_bits=config.level_bits, dynamic=dynamic)  # fmt: skip
+                       level_bits=config.level_bits, dynamic=dynamic,
+                       float_dtype=elem.dtype.name if floating else None)  # fmt: skip
         raise StepTypeError(f"{where}: element {elem} has no hardware encoding")
 
     # -- Amaranth ---------------------------------------------------------------------------------
@@ -221,7 +232,11 @@ class TokenFormat:
         elif arr.shape != (self.rows, self.cols):
             raise ValueError(f"tile of shape {arr.shape}, format is {self.rows}x{self.cols}")
         w = self.elem_bits
+        if self.float_dtype is not None:  # IEEE bit patterns of the declared type
+            arr = np.asarray(arr, dtype=_float_numpy(self.float_dtype)).view(f"uint{w}")
         lo, hi = (0, 1) if w == 1 else (-(2 ** (w - 1)), 2 ** (w - 1) - 1)
+        if self.float_dtype is not None:
+            lo, hi = 0, 2**w - 1
         out = 0
         for i, v in enumerate(arr.reshape(-1).tolist()):
             v = int(v)
@@ -239,10 +254,14 @@ class TokenFormat:
         vals = []
         for i in range(self.rows * self.cols):
             v = (bits >> (i * w)) & (2**w - 1)
-            if w > 1 and v >= 2 ** (w - 1):
+            if w > 1 and v >= 2 ** (w - 1) and self.float_dtype is None:
                 v -= 2**w
             vals.append(v)
-        tile = np.array(vals, dtype=np.int64).reshape(self.rows, self.cols)
+        if self.float_dtype is not None:
+            tile = np.array(vals, dtype=f"uint{w}").view(_float_numpy(self.float_dtype))
+            tile = tile.reshape(self.rows, self.cols)
+        else:
+            tile = np.array(vals, dtype=np.int64).reshape(self.rows, self.cols)
         if not self.dynamic:
             return tile
         n = bits >> (self.rows * self.cols * w)

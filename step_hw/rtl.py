@@ -2,6 +2,8 @@
 
 Attention is written with its ``"interleaved"`` schedule (``examples.attention.hardware()``); the
 other schedules elaborate the same way (``step_hw.elaborate.write(attention.hardware(s), ...)``).
+Every example is written twice: in int16 fixed point (``HwConfig()``) and, as ``<name>_bf16``,
+on BF16 tiles with FP32 accumulation (``config.BF16_CONFIG``).
 
 Writes ``build/rtl/<example>.v`` and ``build/rtl/<example>.json`` (ports, parameters, memory
 map). An example whose graph still uses an operator without hardware is reported, with the
@@ -13,43 +15,54 @@ from __future__ import annotations
 import pathlib
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 from step_lang.errors import StepTypeError
 
-from .config import HwConfig
+from .config import BF16_CONFIG, HwConfig, config_for
 from .elaborate import write
 
-__all__ = ["EXAMPLES", "main"]
+__all__ = ["EXAMPLES", "example_config", "main"]
 
 
-def _swiglu():
+def _swiglu(hw: HwConfig | None = None):
     from examples import swiglu
 
-    return swiglu.hardware()
+    return swiglu.hardware(hw=hw)
 
 
-def _moe():
+def _moe(hw: HwConfig | None = None):
     from examples import moe
 
-    return moe.hardware()
+    return moe.hardware(hw=hw)
 
 
-def _moe_dynamic():
+def _moe_dynamic(hw: HwConfig | None = None):
     from examples import moe
 
-    return moe.hardware(schedule=moe.MoESchedule("dynamic"))
+    return moe.hardware(schedule=moe.MoESchedule("dynamic"), hw=hw)
 
 
-def _moe_timemux():
+def _moe_timemux(hw: HwConfig | None = None):
     from examples import moe
 
-    return moe.hardware(schedule=moe.MoESchedule("static", tile_n=4, tile_f=4, regions=2))
+    return moe.hardware(schedule=moe.MoESchedule("static", tile_n=4, tile_f=4, regions=2), hw=hw)
 
 
-def _attention():
+def _attention(hw: HwConfig | None = None):
     from examples import attention
 
-    return attention.hardware("interleaved")
+    return attention.hardware("interleaved", hw=hw)
+
+
+def _bf16(make: Callable[..., Any]) -> Callable[[], Any]:
+    """The example built with the BF16 hardware's functions (``BF16_CONFIG``)."""
+
+    def build() -> Any:
+        return make(hw=BF16_CONFIG)
+
+    return build
 
 
 EXAMPLES = {
@@ -59,7 +72,19 @@ EXAMPLES = {
     "moe_dynamic": _moe_dynamic,
     "moe_timemux": _moe_timemux,
     "attention": _attention,
+    # The same graphs on BF16 tiles with FP32 accumulation (step_lang.float_numerics).
+    "swiglu_bf16": _bf16(_swiglu),
+    "moe_bf16": _bf16(_moe),
+    "moe_dynamic_bf16": _bf16(_moe_dynamic),
+    "moe_timemux_bf16": _bf16(_moe_timemux),
+    "attention_bf16": _bf16(_attention),
 }
+
+
+def example_config(graph: Any) -> HwConfig:
+    """The configuration an example's graph is written for: ``HwConfig()``, or
+    ``BF16_CONFIG`` for the ``*_bf16`` examples (``config.config_for``)."""
+    return config_for(graph)
 
 
 def main(argv: list[str] | None = None, out: str = "build/rtl") -> int:
@@ -76,7 +101,8 @@ def main(argv: list[str] | None = None, out: str = "build/rtl") -> int:
         make = EXAMPLES[name]
         t0 = time.perf_counter()
         try:
-            write(make(), str(out / name), HwConfig())
+            graph = make()
+            write(graph, str(out / name), example_config(graph))
         except StepTypeError as exc:
             print(f"{name}: skipped: {exc}")
             continue

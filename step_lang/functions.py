@@ -388,6 +388,11 @@ class AccumFn:
 
     ``out_type(err, in_types, reduced)`` receives the dims folded into one accumulator (innermost
     last), which sizes higher-order accumulators such as :data:`retile_row`.
+
+    The accumulator may be held in a wider type than the output (the BF16 functions of
+    :mod:`step_lang.float_numerics` accumulate in FP32): then ``_emit`` makes the emitted value
+    of an accumulator (``emit(out_type, acc)``; Accum calls it once per group, Scan once per
+    element). Without it the accumulator is emitted as it is.
     """
 
     name: str
@@ -398,6 +403,7 @@ class AccumFn:
     _flops: Callable[..., Dim] = field(repr=False)
     params: tuple = ()
     meta: str | None = None  # shape rule of an update with MetaTile inputs
+    _emit: Callable[[ElemType, Any], Any] | None = field(default=None, repr=False, kw_only=True)
 
     def out_type(
         self, err: ErrorFn, in_types: tuple[ElemType, ...], reduced: tuple[Dim, ...]
@@ -426,6 +432,14 @@ class AccumFn:
                 return meta_apply("concat_rows", out_type.dtype.numpy, acc, *values)
             return _meta(self.name, self.meta, out_type, *values)
         return self._update(out_type, acc, *values)
+
+    def emit(self, out_type: ElemType, acc: Any) -> Any:
+        """The value Accum and Scan emit for the accumulator ``acc``."""
+        if self._emit is None:
+            return acc
+        if is_meta(acc):
+            return MetaTile(acc.shape, out_type.dtype.numpy)
+        return self._emit(out_type, acc)
 
     def flops(self, *in_types: ElemType) -> Dim:
         return self._flops(*in_types)

@@ -83,6 +83,7 @@ from .types import DType, ElemType, Tile, dtype
 
 __all__ = [
     "EXP2_TABLE",
+    "FLOAT_DTYPES",
     "HW_DTYPES",
     "INTERP_BITS",
     "LOG2E",
@@ -102,14 +103,17 @@ __all__ = [
     "expert_addr",
     "functions",
     "is_fixed_point",
+    "is_hardware_function",
     "recip_table",
     "round_shift",
 ]
 
 ErrorFn = Callable[[str, str], StepTypeError]
 
-#: The tile dtypes the hardware computes with.
+#: The fixed-point tile dtypes the hardware computes with.
 HW_DTYPES = ("int8", "int16", "int32")
+#: The floating-point element dtype and its accumulator (``step_lang.float_numerics``).
+FLOAT_DTYPES = ("bfloat16", "float32")
 #: The values of ``overflow=``.
 OVERFLOW_POLICIES = ("wrap", "raise")
 
@@ -214,11 +218,15 @@ class Numerics:
         for name in ("elem_dtype", "acc_dtype"):
             value = getattr(self, name)
             value = value.name if isinstance(value, DType) else value
-            if value not in HW_DTYPES:
+            if value not in HW_DTYPES + FLOAT_DTYPES:
                 raise ValueError(
-                    f"Numerics.{name} must be one of {', '.join(HW_DTYPES)}, not {value!r}"
+                    f"Numerics.{name} must be one of {', '.join(HW_DTYPES + FLOAT_DTYPES)}, "
+                    f"not {value!r}"
                 )
             object.__setattr__(self, name, value)
+        if self.elem_dtype in FLOAT_DTYPES or self.acc_dtype in FLOAT_DTYPES:
+            self._check_float()
+            return
         if dtype(self.acc_dtype).nbytes < dtype(self.elem_dtype).nbytes:
             raise ValueError(
                 f"Numerics.acc_dtype {self.acc_dtype} is narrower than elem_dtype {self.elem_dtype}"
@@ -233,6 +241,28 @@ class Numerics:
             raise ValueError(
                 f"Numerics.overflow must be one of {', '.join(OVERFLOW_POLICIES)}, not {self.overflow!r}"
             )
+
+    def _check_float(self) -> None:
+        if (self.elem_dtype, self.acc_dtype) != FLOAT_DTYPES:
+            raise ValueError(
+                f"Numerics: floating point is elem_dtype bfloat16 with acc_dtype float32, "
+                f"not {self.elem_dtype} with {self.acc_dtype}"
+            )
+        if self.frac_bits != 0:
+            raise ValueError(
+                f"Numerics.frac_bits applies to fixed point; {self.elem_dtype} has none "
+                f"(0, not {self.frac_bits!r})"
+            )
+        if self.overflow != "wrap":
+            raise ValueError(
+                "Numerics.overflow='raise' applies to fixed point; the floating-point units "
+                "round an overflow to infinity (IEEE 754)"
+            )
+
+    @property
+    def is_float(self) -> bool:
+        """Whether these are the BF16/FP32 numerics (:mod:`step_lang.float_numerics`)."""
+        return self.elem_dtype in FLOAT_DTYPES
 
     @classmethod
     def of(cls, config: Any, *, overflow: str | None = None) -> Numerics:
@@ -641,19 +671,34 @@ def _functions(nm: Numerics) -> FixedPointFunctions:
     )
 
 
-def functions(config: Any, *, overflow: str | None = None) -> FixedPointFunctions:
+def functions(config: Any, *, overflow: str | None = None) -> Any:
     """The hardware-exact functions for ``config`` (a :class:`Numerics` or a config with
     ``elem_dtype``, ``acc_dtype`` and ``frac_bits``, e.g. ``step_hw.config.HwConfig``).
 
-    ``overflow`` is ``"wrap"`` (the hardware; default) or ``"raise"``. The same arguments give
-    the same (identical) objects.
+    Fixed point gives a :class:`FixedPointFunctions`; ``bfloat16`` elements give the
+    :class:`step_lang.float_numerics.FloatFunctions` of the same names.
+    ``overflow`` is ``"wrap"`` (the hardware; default) or ``"raise"`` (fixed point only). The
+    same arguments give the same (identical) objects.
     """
-    return _functions(Numerics.of(config, overflow=overflow))
+    nm = Numerics.of(config, overflow=overflow)
+    if nm.is_float:
+        from . import float_numerics
+
+        return float_numerics.functions(nm)
+    return _functions(nm)
 
 
 def is_fixed_point(fn: Any) -> bool:
-    """True for the function objects made by :func:`functions` (and ``retile_row``)."""
+    """True for the function objects made by :func:`functions` for fixed point (and
+    ``retile_row``)."""
     return isinstance(fn, (FixedMapFn, FixedAccumFn)) or fn is retile_row
+
+
+def is_hardware_function(fn: Any) -> bool:
+    """True for every function object :func:`functions` makes (fixed or floating point)."""
+    from .float_numerics import FloatAccumFn, FloatMapFn
+
+    return is_fixed_point(fn) or isinstance(fn, (FloatMapFn, FloatAccumFn))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 
 from .dims import Dim, as_dim, product, shape_str
@@ -24,6 +25,7 @@ __all__ = [
     "StreamType",
     "Tile",
     "TupleType",
+    "bfloat16",
     "bool_",
     "dtype",
     "float16",
@@ -50,6 +52,8 @@ class DType:
     @property
     def numpy(self) -> np.dtype:
         """The numpy dtype used to hold values of this type."""
+        if self.name == "bfloat16":
+            return np.dtype(ml_dtypes.bfloat16)
         return np.dtype(self.name if self.name != "bool" else np.bool_)
 
     @property
@@ -72,14 +76,13 @@ uint8 = DType("uint8", 1, "uint")
 uint32 = DType("uint32", 4, "uint")
 uint64 = DType("uint64", 8, "uint")
 float16 = DType("float16", 2, "float")
+bfloat16 = DType("bfloat16", 2, "float")  # numpy: ml_dtypes.bfloat16
 float32 = DType("float32", 4, "float")
 float64 = DType("float64", 8, "float")
 bool_ = DType("bool", 1, "bool")
 
-DTYPES: dict[str, DType] = {
-    t.name: t
-    for t in (int8, int16, int32, int64, uint8, uint32, uint64, float16, float32, float64, bool_)
-}
+_ALL = (int8, int16, int32, int64, uint8, uint32, uint64, float16, bfloat16, float32, float64)
+DTYPES: dict[str, DType] = {t.name: t for t in (*_ALL, bool_)}
 
 
 def dtype(value: DType | str | np.dtype) -> DType:

@@ -123,13 +123,12 @@ def cmd_rtl(args) -> None:
     from step_hw import rtl
 
     if is_graph_file(args.example):  # one's own graph, at the size it was written
-        from step_hw.config import HwConfig
         from step_hw.elaborate import write
 
         _, _, graph = _load(args)
         stem = pathlib.Path(args.output) / graph.name
         stem.parent.mkdir(parents=True, exist_ok=True)
-        write(graph, str(stem), HwConfig())
+        write(graph, str(stem), _hw_config(graph))
         print(f"wrote {stem}.v and {stem}.json")
         return
     if args.param:
@@ -140,8 +139,18 @@ def cmd_rtl(args) -> None:
         raise UsageError(f"no Verilog written for {args.example}")
 
 
+def _hw_config(graph):
+    """The hardware configuration of a graph's number format (``HwConfig()``, or BF16 for a
+    graph built with ``numerics.functions(BF16_CONFIG)``)."""
+    from step_hw.config import config_for
+
+    try:
+        return config_for(graph)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def cmd_validate(args) -> int:
-    from step_hw.config import HwConfig
     from step_hw.cosim import validate
 
     if is_graph_file(args.example):
@@ -154,7 +163,7 @@ def cmd_validate(args) -> int:
 
         graph, (memory,) = hardware_case(args.example, args.schedule)
         inputs = None
-    report = validate(graph, memory, inputs=inputs, config=HwConfig(), pattern=args.pattern,
+    report = validate(graph, memory, inputs=inputs, config=_hw_config(graph), pattern=args.pattern,
                       seed=args.seed, waves=args.waves, watchdog=args.watchdog)  # fmt: skip
     print(report)
     return 0 if report.ok else 1
@@ -197,7 +206,6 @@ def cmd_size_queues(args) -> None:
 
 def _write_sized_verilog(example: str, schedule: str | None, depths, stem: pathlib.Path) -> None:
     """Write ``<stem>.v`` and ``<stem>.json`` of the hardware-size graph with queue ``depths``."""
-    from step_hw.config import HwConfig
     from step_hw.elaborate import write
 
     from .sizing import hardware_case
@@ -205,7 +213,7 @@ def _write_sized_verilog(example: str, schedule: str | None, depths, stem: pathl
     graph, _ = hardware_case(example, schedule)
     graph.queue_depths.update(depths)
     stem.parent.mkdir(parents=True, exist_ok=True)
-    write(graph, str(stem), HwConfig())
+    write(graph, str(stem), _hw_config(graph))
     print(f"wrote {stem.with_suffix('.v')} and {stem.with_suffix('.json')} (sized queues)")
 
 

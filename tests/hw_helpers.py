@@ -11,9 +11,20 @@ def assert_same_tokens(got: list, want: list) -> None:
     for i, (a, b) in enumerate(zip(got, want, strict=True)):
         if isinstance(b, np.ndarray):
             assert isinstance(a, np.ndarray), f"token #{i}: {a!r}, want a tile"
+            if _is_float(b):  # bit patterns (NaN payloads, signed zeros)
+                assert a.dtype == b.dtype, f"token #{i}: dtype {a.dtype}, want {b.dtype}"
+                a, b = _bits(a), _bits(b)
             b = b if b.dtype == bool else b.astype(np.int64)
             assert a.shape == b.shape and np.array_equal(a, b), (
                 f"token #{i}: {a.tolist()} {a.shape}, want {b.tolist()} {b.shape}"
             )
         else:
             assert a == b, f"token #{i}: {a!r}, want {b!r}"
+
+
+def _is_float(x: np.ndarray) -> bool:
+    return x.dtype.kind == "f" or x.dtype.name == "bfloat16"
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    return x.view(f"uint{x.dtype.itemsize * 8}").astype(np.int64)

@@ -38,7 +38,9 @@ def expect(exc: type[BaseException], message: str):
 
 
 CONFIGS = [
-    ({"elem_dtype": "float32"}, "HwConfig.elem_dtype must be one of int8, int16, int32, not 'float32'"),
+    ({"elem_dtype": "float64"}, "HwConfig.elem_dtype must be one of int8, int16, int32, bfloat16, float32, not 'float64'"),
+    ({"elem_dtype": "float32"}, "HwConfig: floating point is elem_dtype 'bfloat16' with acc_dtype 'float32', not 'float32' with 'int32'"),
+    ({"elem_dtype": "bfloat16", "acc_dtype": "float32", "frac_bits": 8}, "HwConfig.frac_bits applies to fixed point; bfloat16 has none, not 8"),
     ({"acc_dtype": "int8"}, "HwConfig.acc_dtype int8 is narrower than elem_dtype int16"),
     ({"elem_dtype": "int32", "acc_dtype": "int16"}, "HwConfig.acc_dtype int16 is narrower than elem_dtype int32"),
     ({"frac_bits": 16}, "HwConfig.frac_bits must be an integer in [0, 16), not 16"),
@@ -94,7 +96,10 @@ GRAPHS = [
         lambda: _source_sink(Tile(float32, 4, 4), lambda s: Map(s, fn=F.exp, name="m").out),
         "Source 'x': dtype float32 is not supported by the hardware (int16/int32)",
     ),
-    (lambda: _load_store("float32"), "tensor 't': dtype float32 has no hardware encoding"),
+    (
+        lambda: _load_store("float32"),
+        "tensor 't': dtype float32 has no hardware encoding under int16 (floating point needs HwConfig(elem_dtype='bfloat16'))",
+    ),
     (
         lambda: _source_sink(T, lambda s: Accum(s, fn=F.accum_add, rank=1, name="a").out, (2, 2)),
         "Accum 'a': function 'accum_add' has no hardware arithmetic; build the graph with "

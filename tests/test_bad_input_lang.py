@@ -555,7 +555,7 @@ for v in ["float7", "int128", ""]:
         f"matmul-out-dtype-{v!r}",
         lambda g, v=v: F.matmul(out_dtype=v),
         f"unknown dtype {v!r}; known: int8, int16, int32, int64, uint8, uint32, uint64, float16, "
-        "float32, float64, bool",
+        "bfloat16, float32, float64, bool",
         ValueError,
     )
 
@@ -653,12 +653,12 @@ case(
 
 # -- dtypes, tiles, selectors, stream shapes, tensors -------------------------------------------
 
-for v in ["float7", "int4", "bfloat16", ""]:
+for v in ["float7", "int4", "bf16", ""]:
     case(
         f"dtype-{v!r}",
         lambda g, v=v: Tile(v, 2, 2),
         f"unknown dtype {v!r}; known: int8, int16, int32, int64, uint8, uint32, uint64, float16, "
-        "float32, float64, bool",
+        "bfloat16, float32, float64, bool",
         ValueError,
     )
 for what, make in (
@@ -724,7 +724,7 @@ case(
     "tensor-dtype",
     lambda g: g.tensor("w", (4, 4), "float7"),
     "unknown dtype 'float7'; known: int8, int16, int32, int64, uint8, uint32, uint64, float16, "
-    "float32, float64, bool",
+    "bfloat16, float32, float64, bool",
     ValueError,
 )
 

@@ -488,12 +488,24 @@ NUMERICS = [
         {"frac_bits": 8, "elem_dtype": "int8"},
         "Numerics.frac_bits must be an integer in [0, 8) for int8, not 8",
     ),
-    ({"elem_dtype": "int4"}, "Numerics.elem_dtype must be one of int8, int16, int32, not 'int4'"),
+    (
+        {"elem_dtype": "int4"},
+        "Numerics.elem_dtype must be one of int8, int16, int32, bfloat16, float32, not 'int4'",
+    ),
     (
         {"elem_dtype": "float32"},
-        "Numerics.elem_dtype must be one of int8, int16, int32, not 'float32'",
+        "Numerics: floating point is elem_dtype bfloat16 with acc_dtype float32, "
+        "not float32 with int32",
     ),
-    ({"acc_dtype": "int64"}, "Numerics.acc_dtype must be one of int8, int16, int32, not 'int64'"),
+    (
+        {"elem_dtype": "bfloat16", "acc_dtype": "float32", "overflow": "raise"},
+        "Numerics.overflow='raise' applies to fixed point; the floating-point units round an "
+        "overflow to infinity (IEEE 754)",
+    ),
+    (
+        {"acc_dtype": "int64"},
+        "Numerics.acc_dtype must be one of int8, int16, int32, bfloat16, float32, not 'int64'",
+    ),
     ({"acc_dtype": "int8"}, "Numerics.acc_dtype int8 is narrower than elem_dtype int16"),
 ]
 

@@ -81,7 +81,9 @@ def test_float_tensors_are_rejected():
     t = g.tensor("t", (4, 4), "float32")
     LinearOffChipStore(LinearOffChipLoad(t, tile=(4, 4)).out, t)
     with pytest.raises(
-        StepTypeError, match=r"^tensor 't': dtype float32 has no hardware encoding$"
+        StepTypeError,
+        match=r"^tensor 't': dtype float32 has no hardware encoding under int16 \(floating point "
+        r"needs HwConfig\(elem_dtype='bfloat16'\)\)$",
     ):
         ElaboratedGraph(g, HwConfig())
 

@@ -87,7 +87,7 @@ def test_values_that_do_not_fit_are_rejected():
     [
         (
             {"elem_dtype": "float32"},
-            r"^HwConfig.elem_dtype must be one of int8, int16, int32, not 'float32'$",
+            r"^HwConfig: floating point is elem_dtype 'bfloat16' with acc_dtype 'float32', not 'float32' with 'int32'$",
         ),
         ({"tile_rows": 0}, r"^HwConfig.tile_rows must be a positive integer, not 0$"),
         ({"acc_dtype": "int8"}, r"^HwConfig.acc_dtype int8 is narrower than elem_dtype int16$"),

@@ -1132,7 +1132,7 @@ def test_converter_error(call: Callable[[], object], message: str):
             lambda: Tile("float8", 2, 2),
             ValueError,
             "unknown dtype 'float8'; known: int8, int16, int32, int64, uint8, uint32, uint64, "
-            "float16, float32, float64, bool",
+            "float16, bfloat16, float32, float64, bool",
             id="unknown-dtype",
         ),
         pytest.param(

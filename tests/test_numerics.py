@@ -392,9 +392,21 @@ def test_type_errors_name_the_node(types, fn, message):
     ("kwargs", "error", "message"),
     [
         (
+            {"elem_dtype": "float64"},
+            ValueError,
+            r"^Numerics.elem_dtype must be one of int8, int16, int32, bfloat16, float32, "
+            r"not 'float64'$",
+        ),
+        (
             {"elem_dtype": "float32"},
             ValueError,
-            r"^Numerics.elem_dtype must be one of int8, int16, int32, not 'float32'$",
+            r"^Numerics: floating point is elem_dtype bfloat16 with acc_dtype float32, "
+            r"not float32 with int32$",
+        ),
+        (
+            {"elem_dtype": "bfloat16", "acc_dtype": "float32", "frac_bits": 8},
+            ValueError,
+            r"^Numerics.frac_bits applies to fixed point; bfloat16 has none \(0, not 8\)$",
         ),
         (
             {"frac_bits": 8, "elem_dtype": "int8"},

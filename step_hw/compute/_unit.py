@@ -5,6 +5,7 @@ generic checks are in :mod:`step_hw.checks`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from amaranth.hdl import Const, Module, Mux, Signal, Value
@@ -78,7 +79,7 @@ def node_formats(node: Any, config: HwConfig) -> tuple[list[TokenFormat], TokenF
 def node_fn(node: Any, config: HwConfig, ops: Sequence[str], unit: str) -> Any:
     """The node's fixed-point function, checked against the unit's operations and ``config``."""
     fn = node.fn
-    if not numerics.is_fixed_point(fn):
+    if not numerics.is_hardware_function(fn):
         raise node.error(
             None,
             f"function '{fn.name}' has no hardware arithmetic; build the graph with "
@@ -88,6 +89,13 @@ def node_fn(node: Any, config: HwConfig, ops: Sequence[str], unit: str) -> Any:
     if op not in ops:
         raise node.error(
             None, f"function '{fn.name}' is not one of {unit}'s operations ({', '.join(ops)})"
+        )
+    if fn is not numerics.retile_row and fn.numerics.is_float != config.is_float:
+        raise node.error(
+            None,
+            f"function '{fn.name}' computes in {fn.numerics.elem_dtype}, "
+            f"the hardware in {config.elem_dtype}; build the graph with "
+            "step_lang.numerics.functions(config)",
         )
     if op == "matmul" and fn.numerics.acc_dtype != config.acc_dtype:
         raise node.error(
@@ -223,6 +231,13 @@ class Datapath:
     #: ``overflow_rows`` in :meth:`build`: per result row, high when an element of it does.
     may_overflow = False
     overflow_rows: list[Any] | None = None
+    #: Element width of the accumulator register when it differs from the output's (the FP32
+    #: accumulator of a BF16 Accum); :meth:`emit` converts it to the output.
+    acc_bits: int | None = None
+
+    def emit(self, m: Module, value: Any) -> Any:
+        """The output elements of accumulator elements ``value`` (Accum and Scan)."""
+        return value
 
     def build(
         self,
@@ -307,24 +322,27 @@ class FoldUnit(StreamUnit):
                 m.d.sync += step.eq(step + 1)
             with m.If(finish):
                 m.d.sync += step.eq(0)
-        layout = self._out_format.data_shape
+        out_fmt = self._out_format
+        acc_fmt = out_fmt
+        if dp.acc_bits is not None and dp.acc_bits != out_fmt.elem_bits:
+            acc_fmt = replace(out_fmt, elem_bits=dp.acc_bits, float_dtype="float32")
+        layout = acc_fmt.data_shape
         acc = None
         if mode != "map":
-            fmt = self._out_format
+            fmt = acc_fmt
             init: Any = [[dp.init] * fmt.cols for _ in range(fmt.rows)]
             if fmt.dynamic:  # an empty group: a tile of 0 rows
                 init = {"elems": init, "rows": 0}
             acc = Signal(layout, init=init, name="acc")
             with m.If(clear):
                 m.d.sync += acc.eq(layout.const(init))
-        out_fmt = self._out_format
         result = dp.build(
             m,
             xs=[
                 elems(p.payload.data, f)
                 for p, f in zip(self.in_ports, self._in_formats, strict=True)
             ],
-            acc=None if acc is None else elems(acc, out_fmt),
+            acc=None if acc is None else elems(acc, acc_fmt),
             step=step,
             advance=advance,
             finish=finish,
@@ -332,7 +350,20 @@ class FoldUnit(StreamUnit):
         )
         rows = dp.out_rows(m, in_rows) if out_fmt.dynamic else None
         if out_fmt.dynamic:
-            result = with_rows(m, out_fmt, result, rows)
+            result = with_rows(m, out_fmt if mode == "map" else acc_fmt, result, rows)
+
+        def emitted(value: Any) -> Any:  # accumulator to output (identity but for FP32 -> BF16)
+            if acc_fmt is out_fmt:
+                return value
+            if not out_fmt.dynamic:
+                return dp.emit(m, value)
+            out_value = Signal(out_fmt.data_shape, name="emitted_rows")
+            m.d.comb += [out_value.rows.eq(value.rows), out_value.elems.eq(dp.emit(m, value.elems))]
+            return out_value
+
+        emitted_result = emitted(result) if mode == "scan" else None
+        emitted_acc = emitted(acc) if mode == "accum" else None
+
         if dp.may_overflow:  # sticky: a data token whose result wrapped or saturated
             over = Const(0)
             for r, flag in enumerate(dp.overflow_rows):
@@ -361,7 +392,7 @@ class FoldUnit(StreamUnit):
                     with m.Elif(free):
                         m.d.comb += [take.eq(1), finish.eq(1)]
                         m.d.sync += acc.eq(result)
-                        self._emit(m, Kind.DATA, 0, result)
+                        self._emit(m, Kind.DATA, 0, emitted_result)
                 with m.Elif(free):
                     m.d.comb += take.eq(1)
                     self._emit(m, kind, level)
@@ -387,7 +418,7 @@ class FoldUnit(StreamUnit):
                 with m.Elif(free):
                     m.d.comb += [take.eq(1), clear.eq(1)]
                     with m.If(is_stop):
-                        self._emit(m, Kind.DATA, 0, acc)
+                        self._emit(m, Kind.DATA, 0, emitted_acc)
                         with m.Switch(level):
                             for lv in range(rank, max_level(len(level)) + 1):
                                 outer = accum_stop(lv, rank)

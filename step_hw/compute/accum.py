@@ -22,7 +22,14 @@ from ._unit import (
     shapes_kwargs,
     static_only,
 )
-from .matmul import MacArrayDatapath, check_matmul_bits, matmul_dims
+from .float_datapaths import FLOAT_DTYPES, FloatElementFold, FloatMacArrayDatapath, float_bits
+from .matmul import (
+    MacArrayDatapath,
+    check_float_matmul,
+    check_matmul_bits,
+    float_result,
+    matmul_dims,
+)
 
 __all__ = ["ACCUM_OPS", "SCAN_OPS", "AccumUnit", "ScanUnit"]
 
@@ -139,9 +146,18 @@ def _reduce_unit(
     out_bits,
     out_rows,
     max_rows=None,
+    float_dtype=None,
 ):
     """Validate the parameters of an Accum or Scan unit: (input formats, output format, datapath)."""
     check_choice(owner, "op", op, ops)
+    if float_dtype is not None:
+        check_choice(owner, "float_dtype", float_dtype, tuple(FLOAT_DTYPES))
+        if elem_bits != float_bits(float_dtype):
+            raise ValueError(
+                f"{owner} elem_bits of {float_dtype} is {float_bits(float_dtype)}, not {elem_bits!r}"
+            )
+        if op == "matmul":
+            check_float_matmul(owner, float_dtype, elem_bits, acc_bits)
     dyn: tuple[bool, ...] = ()
     if op == "matmul":
         in_shapes, dyn = dynamic_shapes(owner, in_shapes, max_rows)
@@ -174,8 +190,12 @@ def _reduce_unit(
     if op != "retile_row" and out_rows is not None:
         raise ValueError(f"{owner} out_rows applies to op='retile_row' only")
 
-    def fmt(rows: int, cols: int, bits: int = elem_bits, dynamic: bool = False) -> TokenFormat:
-        return TokenFormat("tile", rows, cols, bits, level_bits=level_bits, dynamic=dynamic)
+    def fmt(
+        rows: int, cols: int, bits: int = elem_bits, dynamic: bool = False, dt=float_dtype
+    ) -> TokenFormat:
+        return TokenFormat(
+            "tile", rows, cols, bits, level_bits=level_bits, dynamic=dynamic, float_dtype=dt
+        )
 
     if op == "matmul":
         transpose_b = (
@@ -186,19 +206,34 @@ def _reduce_unit(
             owner, elem_bits, frac_bits, 32 if acc_bits is None else acc_bits, out_bits
         )
         lanes = check_int(owner, "lanes", 1 if lanes is None else lanes)
-        datapath = MacArrayDatapath(
-            dims=dims,
-            lanes=lanes,
-            transpose_b=transpose_b,
-            bits=elem_bits,
-            frac_bits=frac_bits,
-            acc_bits=acc_bits,
-            out_bits=out_bits,
-            accumulate=True,
-            dynamic=any(dyn),
-        )
+        if float_dtype is not None:
+            if out_bits not in (16, 32):
+                raise ValueError(
+                    f"{owner} out_bits of a BF16 MAC array is 16 or 32, not {out_bits}"
+                )
+            datapath: Datapath = FloatMacArrayDatapath(
+                dims=dims,
+                lanes=lanes,
+                transpose_b=transpose_b,
+                out_bits=out_bits,
+                accumulate=True,
+                dynamic=any(dyn),
+            )
+        else:
+            datapath = MacArrayDatapath(
+                dims=dims,
+                lanes=lanes,
+                transpose_b=transpose_b,
+                bits=elem_bits,
+                frac_bits=frac_bits,
+                acc_bits=acc_bits,
+                out_bits=out_bits,
+                accumulate=True,
+                dynamic=any(dyn),
+            )
         ins = [fmt(*s, dynamic=d) for s, d in zip(shapes, dyn, strict=True)]
-        return ins, fmt(dims[0], dims[2], out_bits, any(dyn)), datapath
+        out_dt = float_result(float_dtype, out_bits)
+        return ins, fmt(dims[0], dims[2], out_bits, any(dyn), out_dt), datapath
     (shape,) = check_shapes(owner, in_shapes, 1, f"op {op!r}")
     if op == "retile_row" and max_rows is not None:
         if shape[0] > max_rows:
@@ -217,6 +252,8 @@ def _reduce_unit(
             )
         datapath = _RowConcat(shape[0], out_rows, shape[1], elem_bits)
         return [fmt(*shape)], fmt(out_rows, shape[1]), datapath
+    if float_dtype is not None:
+        return [fmt(*shape)], fmt(*shape), FloatElementFold(op, shape, elem_bits)
     return [fmt(*shape)], fmt(*shape), _ElementFold(op, shape, elem_bits)
 
 
@@ -234,6 +271,8 @@ def _reduce_kwargs(node: Any, config: HwConfig, ops, owner: str) -> dict[str, An
         "frac_bits": config.frac_bits,
         "level_bits": config.level_bits,
     }
+    if ins[0].float_dtype is not None:
+        kw["float_dtype"] = ins[0].float_dtype
     if op == "matmul":
         kw.update(
             lanes=config.lanes,
@@ -271,6 +310,12 @@ class AccumUnit(FoldUnit):
         ``matmul`` only; as :class:`~step_hw.compute.MatmulUnit`.
     out_rows : int
         ``retile_row`` only: rows of the output tile (a multiple of the input's rows).
+    float_dtype : str
+        ``"bfloat16"`` or ``"float32"``: floating-point tiles (``elem_bits`` 16 or 32), with
+        the arithmetic of :mod:`step_lang.float_numerics`: ``add`` into an FP32 accumulator
+        register (emitted rounded to the input's dtype), ``max``, and ``matmul`` of BF16 tiles
+        into an FP32 accumulator (emitted as ``out_bits``: 32 FP32, 16 BF16). ``None``: fixed
+        point.
     max_rows : int
         Dynamic tiles (``step_hw.payload``), bounded by ``max_rows`` (``HwConfig.dyn_tile_rows``):
         for ``matmul``, with ``in_shapes`` ``((None, K), (K, N))``, ``a`` and the accumulator are
@@ -319,6 +364,7 @@ class AccumUnit(FoldUnit):
         out_bits: int | None = None,
         out_rows: int | None = None,
         max_rows: int | None = None,
+        float_dtype: str | None = None,
     ):
         ins, out, datapath = _reduce_unit(
             "AccumUnit",
@@ -335,6 +381,7 @@ class AccumUnit(FoldUnit):
             out_bits=out_bits,
             out_rows=out_rows,
             max_rows=max_rows,
+            float_dtype=float_dtype,
         )
         self._op = op
         super().__init__(ins, out, datapath, mode="accum", rank=rank)
@@ -385,6 +432,7 @@ class ScanUnit(FoldUnit):
         transpose_b: bool | None = None,
         acc_bits: int | None = None,
         out_bits: int | None = None,
+        float_dtype: str | None = None,
     ):
         ins, out, datapath = _reduce_unit(
             "ScanUnit",
@@ -400,6 +448,7 @@ class ScanUnit(FoldUnit):
             acc_bits=acc_bits,
             out_bits=out_bits,
             out_rows=None,
+            float_dtype=float_dtype,
         )
         self._op = op
         super().__init__(ins, out, datapath, mode="scan", rank=rank)

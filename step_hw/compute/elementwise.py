@@ -22,12 +22,14 @@ from ._unit import (
     node_formats,
     shapes_kwargs,
 )
+from .float_datapaths import FLOAT_DTYPES, FLOAT_MAP_OPS, FloatElementwiseDatapath, float_bits
 
 __all__ = ["BINARY_OPS", "MAP_OPS", "UNARY_OPS", "MapUnit"]
 
 #: Operations of two zipped tiles (size-1 rows or columns broadcast, as in step_lang).
 BINARY_OPS = ("add", "sub", "mul", "div", "max")
-#: Operations of one tile (``row_sum`` makes an ``[R, 1]`` tile).
+#: Operations of one tile (``row_sum`` makes an ``[R, 1]`` tile). Floating-point tiles also
+#: convert (``to_bf16``, ``to_f32``: ``float_datapaths.FLOAT_MAP_OPS``).
 UNARY_OPS = ("exp", "silu", "recip", "row_sum")
 MAP_OPS = BINARY_OPS + UNARY_OPS
 
@@ -125,6 +127,11 @@ class MapUnit(FoldUnit):
         Fraction bits of the fixed-point format, in ``[0, elem_bits)``.
     level_bits : int
         Width of the stop-level field.
+    float_dtype : str
+        ``"bfloat16"`` or ``"float32"``: the inputs are floating-point tiles and the operation
+        is one of ``float_datapaths.FLOAT_MAP_OPS``, computed as
+        :mod:`step_lang.float_numerics` (``frac_bits`` unused; ``elem_bits`` 16 or 32 to
+        match). ``None`` (default): fixed point.
 
     Ports
     -----
@@ -159,9 +166,24 @@ class MapUnit(FoldUnit):
         frac_bits: int = 0,
         level_bits: int = 3,
         max_rows: int | None = None,
+        float_dtype: str | None = None,
     ):
         owner = "MapUnit"
-        check_choice(owner, "op", op, MAP_OPS)
+        if float_dtype is not None:
+            check_choice(owner, "float_dtype", float_dtype, tuple(FLOAT_DTYPES))
+            check_choice(owner, "op", op, FLOAT_MAP_OPS)
+            if elem_bits != float_bits(float_dtype):
+                raise ValueError(
+                    f"{owner} elem_bits of {float_dtype} is {float_bits(float_dtype)}, "
+                    f"not {elem_bits!r}"
+                )
+            need = "float32" if op == "to_bf16" else "bfloat16"
+            if op in ("mul", "div", "exp", "silu", "recip", "to_f32", "to_bf16") and (
+                float_dtype != need
+            ):
+                raise ValueError(f"{owner} op {op!r} takes {need} tiles, not {float_dtype}")
+        else:
+            check_choice(owner, "op", op, MAP_OPS)
         arity = 2 if op in BINARY_OPS else 1
         in_shapes, dyn = dynamic_shapes(owner, in_shapes, max_rows)
         shapes = check_shapes(owner, in_shapes, arity, f"op {op!r}")
@@ -182,14 +204,24 @@ class MapUnit(FoldUnit):
             out_shape = (shapes[0][0], 1) if op == "row_sum" else shapes[0]
         self._op = op
 
-        def fmt(shape: tuple[int, int], dynamic: bool = False) -> TokenFormat:
-            return TokenFormat(
-                "tile", shape[0], shape[1], elem_bits, level_bits=level_bits, dynamic=dynamic
-            )
+        out_dtype = {"to_bf16": "bfloat16", "to_f32": "float32"}.get(op, float_dtype)
+        out_bits = elem_bits if out_dtype is None else float_bits(out_dtype)
 
-        datapath = _ElementwiseDatapath(op, shapes, out_shape, elem_bits, frac_bits)
-        ins = [fmt(s, d) for s, d in zip(shapes, dyn, strict=True)]
-        super().__init__(ins, fmt(out_shape, any(dyn)), datapath, mode="map")
+        def fmt(shape: tuple[int, int], dynamic: bool, bits: int, dt: str | None) -> TokenFormat:
+            return TokenFormat(
+                "tile", shape[0], shape[1], bits, level_bits=level_bits, dynamic=dynamic,
+                float_dtype=dt,
+            )  # fmt: skip
+
+        if float_dtype is not None:
+            datapath: Datapath = FloatElementwiseDatapath(
+                op, shapes, out_shape, elem_bits, out_bits
+            )
+        else:
+            datapath = _ElementwiseDatapath(op, shapes, out_shape, elem_bits, frac_bits)
+        ins = [fmt(s, d, elem_bits, float_dtype) for s, d in zip(shapes, dyn, strict=True)]
+        out = fmt(out_shape, any(dyn), out_bits, out_dtype)
+        super().__init__(ins, out, datapath, mode="map")
 
     @property
     def op(self) -> str:
@@ -202,7 +234,15 @@ class MapUnit(FoldUnit):
         otherwise."""
         check_node(node, (ops.Map,), cls.__name__)
         ins, out = node_formats(node, config)
-        fn = node_fn(node, config, MAP_OPS, "MapUnit")
+        fn = node_fn(node, config, FLOAT_MAP_OPS if config.is_float else MAP_OPS, "MapUnit")
+        if config.is_float:
+            return cls(
+                op=fn.op,
+                **shapes_kwargs(ins),
+                elem_bits=ins[0].elem_bits,
+                float_dtype=ins[0].float_dtype,
+                level_bits=config.level_bits,
+            )
         return cls(
             op=fn.op,
             **shapes_kwargs(ins),

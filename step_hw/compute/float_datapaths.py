@@ -1,0 +1,274 @@
+"""The BF16/FP32 datapaths of the Map, Matmul, Accum and Scan units, bit for bit as
+:mod:`step_lang.float_numerics`.
+
+Elements travel as IEEE bit patterns (``TokenFormat.float_dtype``); every operation widens BF16
+to FP32 exactly, computes in FP32 (:mod:`step_hw.compute.fp`) and rounds the result to the
+output's dtype, in the order the module docstring of :mod:`step_lang.float_numerics` defines.
+The datapaths are combinational (results registered by the unit): initiation interval 1, or
+``ceil(M*K*N / lanes)`` for a MAC array. Floating-point units raise no overflow flag: an
+overflow is an infinity, as in the interpreter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from amaranth.hdl import Cat, Const, Module, Signal, Value
+
+from ..contract import matmul_steps
+from ..payload import TokenFormat
+from . import fp
+from ._unit import Datapath
+
+__all__ = [
+    "FLOAT_DTYPES",
+    "FLOAT_MAP_OPS",
+    "FloatElementFold",
+    "FloatElementwiseDatapath",
+    "FloatMacArrayDatapath",
+    "float_bits",
+    "float_init",
+]
+
+FLOAT_DTYPES = {"bfloat16": 16, "float32": 32}
+#: Map operations of the floating-point unit (``to_bf16``/``to_f32`` convert).
+FLOAT_MAP_OPS = (
+    "add", "sub", "mul", "div", "max", "exp", "silu", "recip", "row_sum", "to_bf16", "to_f32",
+)  # fmt: skip
+_NEG_INF = {16: 0xFF80, 32: 0xFF800000}
+
+
+def float_bits(float_dtype: str) -> int:
+    return FLOAT_DTYPES[float_dtype]
+
+
+def float_init(bits: int, width: int) -> int:
+    """The signed integer whose ``width``-bit pattern is ``bits`` (register initial values)."""
+    return bits - (1 << width) if bits >> (width - 1) else bits
+
+
+def _u(x: Any, width: int) -> Value:
+    return Value.cast(x).as_unsigned()[0:width]
+
+
+def _to_f32(x: Any, width: int) -> Value:
+    return fp.bf16_to_f32(x) if width == 16 else _u(x, 32)
+
+
+def _from_f32(m: Module, x: Value, width: int, name: str) -> Value:
+    return fp.f32_to_bf16(m, x, name=name) if width == 16 else x
+
+
+def _approx() -> Any:
+    from . import fp_approx  # the table-and-interpolation units (exp, silu, recip, div)
+
+    return fp_approx
+
+
+def _fmt(rows: int, cols: int, width: int) -> Any:
+    return TokenFormat("tile", rows, cols, width).data_shape
+
+
+class FloatElementwiseDatapath(Datapath):
+    """One tile per cycle through a floating-point Map operation (:data:`FLOAT_MAP_OPS`);
+    size-1 rows or columns of binary operands broadcast."""
+
+    def __init__(self, op: str, in_shapes, out_shape, in_bits: int, out_bits: int):
+        self.op, self.in_shapes, self.out_shape = op, in_shapes, out_shape
+        self.in_bits, self.out_bits = in_bits, out_bits
+
+    def build(self, m: Module, *, xs, acc, step, advance, finish, clear) -> Any:
+        op, w_in, w_out = self.op, self.in_bits, self.out_bits
+        rows, cols = self.out_shape
+        res = Signal(_fmt(rows, cols, w_out), name="result")
+
+        def elem(i: int, r: int, c: int) -> Any:
+            ir, ic = self.in_shapes[i]
+            return _u(xs[i][r if ir > 1 else 0][c if ic > 1 else 0], w_in)
+
+        approx = _approx() if op in ("div", "exp", "silu", "recip") else None
+        for r in range(rows):
+            for c in range(cols):
+                name = f"{op}_{r}_{c}"
+                if op == "row_sum":
+                    s: Value = Const(0, 32)
+                    for k in range(self.in_shapes[0][1]):
+                        s = fp.add_f32(m, s, _to_f32(elem(0, r, k), w_in), name=f"{name}_{k}")
+                    y = _from_f32(m, s, w_out, name)
+                elif op in ("add", "sub"):
+                    b = _to_f32(elem(1, r, c), w_in)
+                    if op == "sub":
+                        b = Cat(b[0:31], ~b[31])
+                    s = fp.add_f32(m, _to_f32(elem(0, r, c), w_in), b, name=name)
+                    y = _from_f32(m, s, w_out, name)
+                elif op == "mul":
+                    p = fp.mul_bf16(m, elem(0, r, c), elem(1, r, c), name=name)
+                    y = fp.f32_to_bf16(m, p, name=name)
+                elif op == "max":
+                    y = fp.max_float(m, elem(0, r, c), elem(1, r, c), width=w_in, name=name)
+                elif op == "div":
+                    y = approx.div_bf16(m, elem(0, r, c), elem(1, r, c), name=name)
+                elif op == "exp":
+                    y = approx.exp_bf16(m, elem(0, r, c), name=name)
+                elif op == "silu":
+                    y = approx.silu_bf16(m, elem(0, r, c), name=name)
+                elif op == "recip":
+                    y = approx.recip_bf16(m, elem(0, r, c), name=name)
+                elif op == "to_bf16":
+                    y = fp.f32_to_bf16(m, elem(0, r, c), name=name)
+                else:  # to_f32
+                    y = fp.bf16_to_f32(elem(0, r, c))
+                m.d.comb += res[r][c].eq(y)
+        return res
+
+
+class FloatElementFold(Datapath):
+    """Accum/Scan ``add`` (an FP32 accumulator plus each tile widened; emitted rounded to the
+    input's dtype) or ``max`` (in the input's dtype), element by element."""
+
+    def __init__(self, op: str, shape: tuple[int, int], bits: int):
+        self.op, self.shape, self.bits = op, shape, bits
+        self.acc_bits = 32 if op == "add" else bits
+        self.init = 0 if op == "add" else float_init(_NEG_INF[bits], bits)
+
+    def build(self, m: Module, *, xs, acc, step, advance, finish, clear) -> Any:
+        rows, cols = self.shape
+        res = Signal(_fmt(rows, cols, self.acc_bits), name="result")
+        for r in range(rows):
+            for c in range(cols):
+                a, x, name = _u(acc[r][c], self.acc_bits), xs[0][r][c], f"{self.op}_{r}_{c}"
+                if self.op == "add":
+                    y = fp.add_f32(m, a, _to_f32(x, self.bits), name=name)
+                else:
+                    y = fp.max_float(m, a, x, width=self.bits, name=name)
+                m.d.comb += res[r][c].eq(y)
+        return res
+
+    def emit(self, m: Module, value: Any) -> Any:
+        if self.op != "add" or self.bits == 32:
+            return value
+        return _round_tile(m, value, self.shape, 16)
+
+
+def _round_tile(m: Module, value: Any, shape: tuple[int, int], width: int) -> Any:
+    """An FP32 tile rounded to BF16 (``width`` 16)."""
+    rows, cols = shape
+    out = Signal(_fmt(rows, cols, width), name="emitted")
+    for r in range(rows):
+        for c in range(cols):
+            y = fp.f32_to_bf16(m, _u(value[r][c], 32), name=f"emit_{r}_{c}")
+            m.d.comb += out[r][c].eq(y)
+    return out
+
+
+class FloatMacArrayDatapath(Datapath):
+    """``a @ b`` (BF16) on ``lanes`` multiplier-adder pairs over ``ceil(M*K*N / lanes)`` steps.
+
+    Products are numbered ``((i*N + j)*K + k)``; step ``t`` computes products
+    ``t*lanes .. t*lanes + lanes - 1``. Lane ``l`` multiplies (exactly, in FP32) and adds its
+    product to the previous lane's sum when both belong to the same output, or to that output's
+    running sum otherwise, so every output is the chain ``s = start; s = s + p_k`` in ``k`` order
+    (``start``: ``+0``, or the accumulator with ``accumulate``), as
+    ``float_numerics.matmul_bits``. The running sums between steps are FP32 registers. A Map
+    result is rounded to ``out_bits`` (16: BF16); an Accum keeps the FP32 sum as its accumulator
+    and rounds it when it emits it.
+
+    With ``dynamic`` ``M`` is the most rows of a dynamic tile ``a`` (as
+    :class:`~step_hw.compute.matmul.MacArrayDatapath`).
+    """
+
+    def __init__(self, *, dims, lanes, transpose_b, out_bits, accumulate, dynamic=False):
+        self.dims, self.lanes, self.transpose_b = dims, lanes, transpose_b
+        self.out_bits, self.accumulate, self.dynamic = out_bits, accumulate, dynamic
+        self.steps = matmul_steps(*dims, lanes)
+        self.acc_bits = 32 if accumulate else None
+
+    def steps_for(self, rows: int) -> int:
+        _, kk, nn = self.dims
+        return matmul_steps(rows, kk, nn, self.lanes)
+
+    def last_step(self, m: Module, step, in_rows):
+        if not self.dynamic or self.steps == 1:
+            return super().last_step(m, step, in_rows)
+        last = Signal(name="last_step")
+        with m.Switch(in_rows):
+            for n in range(self.dims[0] + 1):
+                with m.Case(n):
+                    m.d.comb += last.eq(step == self.steps_for(n) - 1)
+            with m.Default():
+                m.d.comb += last.eq(step == self.steps - 1)
+        return last
+
+    def build(self, m: Module, *, xs, acc, step, advance, finish, clear) -> Any:
+        (mm, kk, nn), lanes, steps = self.dims, self.lanes, self.steps
+        a, b = xs
+
+        def operand_b(k: int, j: int) -> Any:
+            return b[j][k] if self.transpose_b else b[k][j]
+
+        def start(i: int, j: int) -> Value:
+            return _u(acc[i][j], 32) if self.accumulate else Const(0, 32)
+
+        partial = (
+            [[Signal(32, name=f"partial_{i}_{j}") for j in range(nn)] for i in range(mm)]
+            if steps > 1
+            else []
+        )
+        sums = [[Signal(32, name=f"sum_{i}_{j}") for j in range(nn)] for i in range(mm)]
+        a_op = [Signal(16, name=f"lane{lane}_a") for lane in range(lanes)]
+        b_op = [Signal(16, name=f"lane{lane}_b") for lane in range(lanes)]
+        chain_in = [Signal(32, name=f"lane{lane}_in") for lane in range(lanes)]
+        outs = []
+        for lane in range(lanes):
+            p = fp.mul_bf16(m, a_op[lane], b_op[lane], name=f"lane{lane}_mul")
+            outs.append(fp.add_f32(m, chain_in[lane], p, name=f"lane{lane}_add"))
+
+        def running(i: int, j: int, t: int) -> Value:
+            return start(i, j) if t == 0 else partial[i][j]
+
+        def schedule(t: int) -> None:
+            last_lane: dict[tuple[int, int], int] = {}
+            for lane in range(lanes):
+                p = t * lanes + lane
+                if p >= mm * kk * nn:
+                    break
+                i, rest = divmod(p, nn * kk)
+                j, k = divmod(rest, kk)
+                m.d.comb += [a_op[lane].eq(_u(a[i][k], 16)), b_op[lane].eq(_u(operand_b(k, j), 16))]
+                first = (i, j) not in last_lane
+                m.d.comb += chain_in[lane].eq(running(i, j, t) if first else outs[lane - 1])
+                last_lane[(i, j)] = lane
+            for i in range(mm):
+                for j in range(nn):
+                    lane = last_lane.get((i, j))
+                    m.d.comb += sums[i][j].eq(running(i, j, t) if lane is None else outs[lane])
+
+        if steps == 1:
+            schedule(0)
+        else:
+            with m.Switch(step):
+                for t in range(steps):
+                    with m.Case(t):
+                        schedule(t)
+            for i in range(mm):
+                for j in range(nn):
+                    with m.If(advance):
+                        m.d.sync += partial[i][j].eq(sums[i][j])
+        if self.accumulate:
+            res = Signal(_fmt(mm, nn, 32), name="result")
+            m.d.comb += [res[i][j].eq(sums[i][j]) for i in range(mm) for j in range(nn)]
+            return res
+        if self.out_bits == 32:
+            res = Signal(_fmt(mm, nn, 32), name="result")
+            m.d.comb += [res[i][j].eq(sums[i][j]) for i in range(mm) for j in range(nn)]
+            return res
+        res = Signal(_fmt(mm, nn, 16), name="result")
+        for i in range(mm):
+            for j in range(nn):
+                m.d.comb += res[i][j].eq(fp.f32_to_bf16(m, sums[i][j], name=f"round_{i}_{j}"))
+        return res
+
+    def emit(self, m: Module, value: Any) -> Any:
+        if not self.accumulate or self.out_bits == 32:
+            return value
+        return _round_tile(m, value, (self.dims[0], self.dims[2]), 16)
