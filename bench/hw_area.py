@@ -1,7 +1,14 @@
 """Area of the generated hardware: Yosys ``synth`` cell counts per block and per example.
 
 Writes ``build/bench/hw_area.json``:
-``{"blocks": [{"name", "cells"}], "examples": [{"name", "cells"}]}``.
+``{"blocks": [{"name", "cells"}], "examples": [{"name", "cells"}], "units": [...]}``.
+
+``units`` (from :mod:`bench.fp_units`) has one row per arithmetic datapath, BF16/FP32 and their
+int16 counterparts, each between registers: ``{"unit", "format", "reg_bits", "cells",
+"ecp5": {"lut4", "ff", "dsp", "ccu2c"}, "fmax_mhz", "synth_s", "pnr_s"}`` (ECP5 resources from
+``synth_ecp5``, Fmax from nextpnr-ecp5 out of context), or ``skipped`` / ``error`` /
+``pnr_error`` with the reason. ``--units-only`` measures the units alone and updates that key of
+an existing ``hw_area.json``.
 
 Each design goes through Yosys's generic ``synth`` (``proc``, ``opt``, ``fsm``, ``memory``,
 ``techmap`` to the internal gate library, ``abc``) and ``stat``; ``cells`` is the flattened cell
@@ -101,10 +108,38 @@ def cells(component, name: str = "top") -> int:
     return int(report["modules"][f"\\{name}"]["num_cells"])
 
 
+def _units() -> list[dict]:
+    from bench.fp_units import run_units
+
+    t0 = time.perf_counter()
+    units = run_units()
+    print(f"units: {time.perf_counter() - t0:.1f} s (tool logs under build/bench/units/)")
+    return units
+
+
 def main(argv: list[str]) -> int:
+    import argparse
+
+    from step_hw.config import config_for
     from step_hw.elaborate import ElaboratedGraph
     from step_hw.rtl import EXAMPLES
     from step_lang.errors import StepTypeError
+
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.hw_area", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--units-only", action="store_true", help="measure the arithmetic units only"
+    )
+    args = parser.parse_args(argv)
+    out = pathlib.Path("build/bench")
+    out.mkdir(parents=True, exist_ok=True)
+    if args.units_only:
+        path = out / "hw_area.json"
+        report = json.loads(path.read_text()) if path.exists() else {}
+        report["units"] = _units()
+        path.write_text(json.dumps(report, indent=2) + "\n")
+        return 0
 
     rows = []
     for name, make in _blocks().items():
@@ -120,17 +155,17 @@ def main(argv: list[str]) -> int:
     for name, make in EXAMPLES.items():  # every `make rtl` example
         t0 = time.perf_counter()
         try:
-            top = ElaboratedGraph(make(), CFG)
+            graph = make()
+            top = ElaboratedGraph(graph, config_for(graph))
         except StepTypeError as exc:
             print(f"{name}: skipped ({exc})")
             continue
         n = cells(top, name=name)
         examples.append({"name": name, "cells": n})
         print(f"{name:<34} {n:>8} cells  ({time.perf_counter() - t0:.1f} s)")
-    out = pathlib.Path("build/bench")
-    out.mkdir(parents=True, exist_ok=True)
+    units = _units()
     (out / "hw_area.json").write_text(
-        json.dumps({"blocks": rows, "examples": examples}, indent=2) + "\n"
+        json.dumps({"blocks": rows, "examples": examples, "units": units}, indent=2) + "\n"
     )
     return 0
 

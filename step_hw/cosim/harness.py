@@ -71,7 +71,6 @@ def _build_root() -> Path:
 
 BUILD = _build_root()
 TOP = "step_top"
-DEFAULT_CONFIG = HwConfig()
 # make variables of Verilator's generated Makefile (after the `--` that verilator.setup() adds)
 _NO_OPT = "OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0"
 # cocotb's and the runner's own warnings that would otherwise lead a failure's log
@@ -172,10 +171,16 @@ def _remember(known: Path | None, digest: str, folder: Path) -> None:
 
 
 def design(
-    graph: Graph, config: HwConfig = DEFAULT_CONFIG, *, waves: bool = False, quiet: bool = False
+    graph: Graph, config: HwConfig | None = None, *, waves: bool = False, quiet: bool = False
 ) -> Design:
-    """Elaborate ``graph``, and verilate and compile it unless a build of the same Verilog exists."""
+    """Elaborate ``graph``, and verilate and compile it unless a build of the same Verilog exists.
+
+    ``config`` defaults to ``HwConfig()`` in the number format of the graph's functions
+    (:func:`step_hw.config.config_for`: BF16 for a graph built with BF16 functions)."""
+    from step_hw.config import config_for
     from step_hw.design_key import design_key
+
+    config = config or config_for(graph)
     from step_hw.elaborate import convert
 
     from . import verilator
@@ -272,7 +277,7 @@ def run(
     memory: dict[str, np.ndarray] | None = None,
     *,
     inputs: dict[str, Any] | None = None,
-    config: HwConfig = DEFAULT_CONFIG,
+    config: HwConfig | None = None,
     pattern: str = "always",
     seed: int = 0,
     waves: bool = False,

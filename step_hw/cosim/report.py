@@ -25,8 +25,6 @@ from .harness import CosimError, CosimResult, output_tensors, run, sink_nodes
 
 __all__ = ["Mismatch", "StreamDivergence", "ValidationReport", "validate"]
 
-_DEFAULT_CONFIG = HwConfig()
-
 
 @dataclass(frozen=True)
 class Mismatch:
@@ -261,7 +259,7 @@ def validate(
     memory: Mapping[str, np.ndarray] | None = None,
     *,
     inputs: Mapping[str, Any] | None = None,
-    config: HwConfig = _DEFAULT_CONFIG,
+    config: HwConfig | None = None,
     pattern: str = "always",
     seed: int = 0,
     waves: bool = False,
@@ -273,7 +271,8 @@ def validate(
     the interpreter, the simulator (``paper`` and ``rtl`` profiles) and a Verilator
     co-simulation, and compare them (module docstring).
 
-    ``config`` is the hardware's (``HwConfig``: element type, tile size, queue depth, ...);
+    ``config`` is the hardware's (``HwConfig``: element type, tile size, queue depth, ...;
+    default ``HwConfig()`` in the graph's number format, :func:`step_hw.config.config_for`);
     ``pattern`` and ``seed`` the co-simulation's AXI back-pressure (``always``, ``periodic``,
     ``random``); ``waves=True`` also writes a waveform (``report.folder / "dump.fst"``);
     ``watchdog`` and ``tag`` as for :func:`step_hw.cosim.run`; ``quiet=True`` prints nothing
@@ -282,7 +281,10 @@ def validate(
     """
     from sim import PaperProfile, simulate
     from sim.profiles import RtlProfile
+    from step_hw.config import config_for
     from step_lang import interpret
+
+    config = config or config_for(graph)
     from step_lang.errors import StepTypeError, StepValueError
     from step_lang.passes import lower
 

