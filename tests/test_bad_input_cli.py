@@ -237,7 +237,8 @@ OTHER = [
     ),
     (
         ["rtl", "nope"],
-        "no hardware-size variant of nope; available: swiglu, moe, moe_dynamic, moe_timemux, attention",
+        "no hardware-size variant of nope; available: swiglu, moe, moe_dynamic, moe_timemux, attention, "
+        "swiglu_bf16, moe_bf16, moe_dynamic_bf16, moe_timemux_bf16, attention_bf16",
     ),
     (
         ["sweep", "x.toml", "-j", "0"],
@@ -709,7 +710,8 @@ def _run(*argv: str) -> subprocess.CompletedProcess:
         (
             ["-m", "step_hw.rtl", "nope"],
             "python -m step_hw.rtl: error: no hardware-size example 'nope'; available: swiglu, moe, "
-            "moe_dynamic, moe_timemux, attention",
+            "moe_dynamic, moe_timemux, attention, swiglu_bf16, moe_bf16, moe_dynamic_bf16, "
+            "moe_timemux_bf16, attention_bf16",
         ),
     ],
 )

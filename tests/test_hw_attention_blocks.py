@@ -588,7 +588,9 @@ def test_coarse_attention_elaborates():
 def test_float_attention_is_refused_by_name():
     g = attention.build(attention.SMALL, "interleaved", 2, 1)
     with pytest.raises(
-        StepTypeError, match=r"^tensor 'q': dtype float32 has no hardware encoding$"
+        StepTypeError,
+        match=r"^tensor 'q': dtype float32 has no hardware encoding under int16 \(floating "
+        r"point needs HwConfig\(elem_dtype='bfloat16'\)\)$",
     ):
         ElaboratedGraph(g)
 

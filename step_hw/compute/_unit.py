@@ -233,7 +233,7 @@ class Datapath:
     overflow_rows: list[Any] | None = None
     #: Element width of the accumulator register when it differs from the output's (the FP32
     #: accumulator of a BF16 Accum); :meth:`emit` converts it to the output.
-    acc_bits: int | None = None
+    acc_register_bits: int | None = None
 
     def emit(self, m: Module, value: Any) -> Any:
         """The output elements of accumulator elements ``value`` (Accum and Scan)."""
@@ -324,8 +324,8 @@ class FoldUnit(StreamUnit):
                 m.d.sync += step.eq(0)
         out_fmt = self._out_format
         acc_fmt = out_fmt
-        if dp.acc_bits is not None and dp.acc_bits != out_fmt.elem_bits:
-            acc_fmt = replace(out_fmt, elem_bits=dp.acc_bits, float_dtype="float32")
+        if dp.acc_register_bits is not None and dp.acc_register_bits != out_fmt.elem_bits:
+            acc_fmt = replace(out_fmt, elem_bits=dp.acc_register_bits, float_dtype="float32")
         layout = acc_fmt.data_shape
         acc = None
         if mode != "map":

@@ -128,15 +128,19 @@ class FloatElementFold(Datapath):
 
     def __init__(self, op: str, shape: tuple[int, int], bits: int):
         self.op, self.shape, self.bits = op, shape, bits
-        self.acc_bits = 32 if op == "add" else bits
+        self.acc_register_bits = 32 if op == "add" else bits
         self.init = 0 if op == "add" else float_init(_NEG_INF[bits], bits)
 
     def build(self, m: Module, *, xs, acc, step, advance, finish, clear) -> Any:
         rows, cols = self.shape
-        res = Signal(_fmt(rows, cols, self.acc_bits), name="result")
+        res = Signal(_fmt(rows, cols, self.acc_register_bits), name="result")
         for r in range(rows):
             for c in range(cols):
-                a, x, name = _u(acc[r][c], self.acc_bits), xs[0][r][c], f"{self.op}_{r}_{c}"
+                a, x, name = (
+                    _u(acc[r][c], self.acc_register_bits),
+                    xs[0][r][c],
+                    f"{self.op}_{r}_{c}",
+                )
                 if self.op == "add":
                     y = fp.add_f32(m, a, _to_f32(x, self.bits), name=name)
                 else:
@@ -181,7 +185,7 @@ class FloatMacArrayDatapath(Datapath):
         self.dims, self.lanes, self.transpose_b = dims, lanes, transpose_b
         self.out_bits, self.accumulate, self.dynamic = out_bits, accumulate, dynamic
         self.steps = matmul_steps(*dims, lanes)
-        self.acc_bits = 32 if accumulate else None
+        self.acc_register_bits = 32 if accumulate else None
 
     def steps_for(self, rows: int) -> int:
         _, kk, nn = self.dims
