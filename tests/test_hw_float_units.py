@@ -111,6 +111,10 @@ CASES = {
     "max": ((B22, B22), lambda a, b: Map(a, b, fn=FX.maximum)),
     "max_f32": ((F22, F22), lambda a, b: Map(a, b, fn=FX.maximum)),
     "row_sum": ((Tile(bfloat16, 2, 4),), lambda a: Map(a, fn=FX.row_sum)),
+    "exp": ((B22,), lambda a: Map(a, fn=FX.exp)),
+    "silu": ((B22,), lambda a: Map(a, fn=FX.silu)),
+    "recip": ((B22,), lambda a: Map(a, fn=FX.recip)),
+    "div_bcast": ((B22, B21), lambda a, b: Map(a, b, fn=FX.div)),
     "to_bf16": ((F22,), lambda a: Map(a, fn=FX.to_bf16)),
     "to_f32": ((B22,), lambda a: Map(a, fn=FX.to_f32)),
     # 2x3 @ 3x2 on 3 lanes: 4 steps, a chain that crosses steps and one that does not
@@ -144,6 +148,7 @@ def test_float_unit_matches_interpreter(case: str, pattern: str):
 @pytest.mark.parametrize(
     "case,steps",
     [("add", 1), ("mul_bcast", 1), ("max", 1), ("row_sum", 1), ("to_bf16", 1), ("to_f32", 1),
+     ("exp", 1), ("silu", 1), ("recip", 1), ("div_bcast", 1),
      ("matmul", 4), ("accum_add", 1), ("accum_matmul_bf16", 6), ("scan_add", 1)],
 )  # fmt: skip
 def test_float_unit_initiation_interval(case: str, steps: int):
