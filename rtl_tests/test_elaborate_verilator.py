@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from examples import attention, moe, swiglu
+from step_hw.config import BF16_CONFIG
 from step_hw.cosim.verilator import lint
 from step_hw.elaborate import convert
 
@@ -25,6 +26,13 @@ BUILD = Path(__file__).resolve().parent.parent / "build" / "rtl_tests" / "elabor
     pytest.param("attention_dynamic", lambda: attention.hardware("dynamic"),
                  ("m_axi_keep_araddr", "m_axi_vstore1_awaddr", "snk_merge_done_sel__valid"),
                  marks=pytest.mark.slow),
+    # make rtl's BF16 designs (the same graphs with step_lang.float_numerics)
+    ("swiglu_bf16", lambda: swiglu.hardware(hw=BF16_CONFIG),
+     ("m_axi_load_x_araddr", "m_axi_store_awaddr")),
+    pytest.param("moe_bf16", lambda: moe.hardware(hw=BF16_CONFIG),
+                 ("m_axi_load_sel_araddr", "m_axi_store_wdata"), marks=pytest.mark.slow),
+    pytest.param("attention_bf16", lambda: attention.hardware("interleaved", hw=BF16_CONFIG),
+                 ("m_axi_queue_araddr", "m_axi_kstore0_wdata"), marks=pytest.mark.slow),
 ])  # fmt: skip
 def test_verilog_lints_clean(name, make, ports):
     BUILD.mkdir(parents=True, exist_ok=True)
@@ -38,7 +46,7 @@ def test_verilog_lints_clean(name, make, ports):
     result = lint([path], top=top)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "%Warning" not in result.stderr
-    assert desc["memory_map"]["out"]["dtype"] == "int16"
+    assert desc["memory_map"]["out"]["dtype"] == ("bfloat16" if "bf16" in name else "int16")
 
 
 def test_node_names_that_clash_in_hdl_are_made_safe():

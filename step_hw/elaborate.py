@@ -44,7 +44,7 @@ from step_lang.passes import lower
 from step_lang.registry import NodeRegistry, Unsupported
 
 from . import contract
-from .config import HwConfig
+from .config import HwConfig, config_for
 from .contract import axi_managers
 from .dyntile import check_dynamic_tiles
 from .payload import Kind, TokenFormat
@@ -138,10 +138,11 @@ class ElaboratedGraph(wiring.Component):
     def __init__(
         self,
         graph: Graph,
-        config: HwConfig = DEFAULT_CONFIG,
+        config: HwConfig | None = None,
         *,
         instances: dict[str, str] | None = None,
     ):
+        config = config_for(graph) if config is None else config
         if not isinstance(config, HwConfig):
             raise TypeError(f"config must be a HwConfig, not {config!r}")
         graph = lower(graph)
@@ -364,10 +365,15 @@ def _port_name(node: Node) -> str:
 
 
 def convert(
-    graph: Graph, config: HwConfig = DEFAULT_CONFIG, *, name: str | None = None
+    graph: Graph, config: HwConfig | None = None, *, name: str | None = None
 ) -> tuple[str, dict[str, Any]]:
-    """Verilog text of ``graph`` and its description (ports, parameters, memory map)."""
+    """Verilog text of ``graph`` and its description (ports, parameters, memory map).
+
+    ``config`` defaults to ``HwConfig()`` in the number format of the graph's functions
+    (:func:`step_hw.config.config_for`), as for :class:`ElaboratedGraph` and :func:`write`."""
     from amaranth.back import verilog
+
+    config = config_for(graph) if config is None else config
 
     top_name = name or graph.name
     instances: dict[str, str] = {}
@@ -413,7 +419,7 @@ def _hidden_instances(text: str, top: str, instances: dict[str, str]) -> list[st
     return sorted(hidden)
 
 
-def write(graph: Graph, path_stem: str, config: HwConfig = DEFAULT_CONFIG) -> None:
+def write(graph: Graph, path_stem: str, config: HwConfig | None = None) -> None:
     """Write ``<path_stem>.v`` (the Verilog module, named after the file) and ``<path_stem>.json``
     (:meth:`ElaboratedGraph.description`) of ``graph`` under ``config``."""
     import pathlib

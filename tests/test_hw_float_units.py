@@ -203,3 +203,21 @@ def test_float_units_refuse_fixed_point_and_wrong_dtypes():
         MatmulUnit(in_shapes=[(2, 2)] * 2, elem_bits=16, out_bits=8, float_dtype="bfloat16")
     with pytest.raises(ValueError, match="float_dtype must be 'bfloat16' with elem_bits 16"):
         ScanUnit(op="matmul", rank=1, in_shapes=[(2, 2)] * 2, elem_bits=32, float_dtype="float32")
+
+
+def test_bf16_graph_without_hardware_function_is_refused_naming_node_and_function():
+    """A BF16 graph built with the float functions of ``step_lang.functions`` (no hardware
+    arithmetic) is refused at elaboration, one line naming the node and the function."""
+    from step_hw.elaborate import ElaboratedGraph
+    from step_lang import LinearOffChipLoad, LinearOffChipStore
+    from step_lang import functions as F
+
+    g = Graph("generic_silu")
+    x, y = g.tensor("x", (4, 4), "bfloat16"), g.tensor("y", (4, 4), "bfloat16")
+    act = Map(LinearOffChipLoad(x, tile=(4, 4)).out, fn=F.silu, name="act").out
+    LinearOffChipStore(act, y)
+    with pytest.raises(StepTypeError) as info:
+        ElaboratedGraph(g, CFG)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("Map 'act'") and "function 'silu' has no hardware arithmetic" in message

@@ -340,6 +340,10 @@ def run(
         "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
         # cocotb's own deprecations would lead every failure's log
         "PYTHONWARNINGS": "ignore::DeprecationWarning",
+        # cocotb applies pytest's assertion rewriting to every module imported after its hook
+        # ("*.py"): numpy, sympy and the project were parsed and compiled again in every run
+        # (10-15 s of a run's wall time). The bench raises its own AssertionErrors.
+        "COCOTB_REWRITE_ASSERTION_FILES": "",
     }
     if trace:
         env["GRAPH_TRACE"] = str(trace_file)
