@@ -220,4 +220,6 @@ def test_bf16_graph_without_hardware_function_is_refused_naming_node_and_functio
         ElaboratedGraph(g, CFG)
     message = str(info.value)
     assert "\n" not in message
-    assert message.startswith("Map 'act'") and "function 'silu' has no hardware arithmetic" in message
+    assert (
+        message.startswith("Map 'act'") and "function 'silu' has no hardware arithmetic" in message
+    )
