@@ -100,3 +100,15 @@ def test_bf16_example_matches_interpreter_under_back_pressure(case: str):
     _record(case, row)
     # BF16 keeps 8 significand bits: a layer's outputs stay within a few per cent of float64
     assert all(e < 0.05 for e in errors.values()), errors
+
+
+def test_bf16_swiglu_every_reader_agrees_cycle_for_cycle():
+    """``step_hw.cosim.validate`` on the BF16 SwiGLU (the build of the test above): interpreter,
+    both profiles and the RTL give the same bits, and the ``rtl`` profile's handshake cycles
+    equal the RTL's on every queue (BF16 units keep the fixed-point units' timing)."""
+    graph, memory, _ = _swiglu()
+    report = cosim.validate(graph, memory, quiet=True)
+    assert report.ok, str(report)
+    assert report.config.is_float
+    assert report.rtl_cycles == report.rtl_profile_cycles
+    assert report.divergence is None and report.compared_streams > 0

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from amaranth.hdl import Const, Module, Mux, Signal, Value, unsigned
 
 from step_lang import functions, ops
@@ -308,6 +309,8 @@ class PadTiles(_Expander):
         _check_flatmap(node, ("pad_bias", "pad_mask"), "PadTiles")
         ins, out = _formats(node, config, "PadTiles")
         valid, pad = (_param(node, p) for p in ("valid", "pad"))
+        if out.float_dtype is not None:  # BF16/FP32 tiles: the values' bit patterns
+            valid, pad = (_float_bits(v, out.float_dtype) for v in (valid, pad))
         valid, pad = (int(v) if _is_int(v) else v for v in (valid, pad))
         # Checked before the block exists: a half-built block would warn that it was never used.
         for name, v in (("valid", valid), ("pad", pad)):
@@ -344,6 +347,19 @@ def _check_row_offset(owner: str, row_offset: Any) -> int:
     if row_offset > 2**16:
         raise ValueError(f"{owner} row_offset must be at most 65536, not {row_offset}")
     return row_offset
+
+
+def _float_bits(v: Any, float_dtype: str) -> Any:
+    """The bit pattern of the number ``v`` as a ``float_dtype`` element, as the signed integer
+    a tile element of that width holds (``v`` unchanged if it is not a number)."""
+    from step_lang.types import dtype
+
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        return v
+    dt = dtype(float_dtype)
+    bits = int(np.array(v, dtype=dt.numpy).view(f"uint{dt.nbytes * 8}"))
+    width = dt.nbytes * 8
+    return bits - (1 << width) if bits >> (width - 1) else bits
 
 
 def _check_fill(owner: str, name: str, v: Any, elem_bits: int) -> int:

@@ -48,7 +48,8 @@ import numpy as np
 from . import floats
 from .dims import Dim, dims_equal, product
 from .errors import StepRuntimeError, StepTypeError
-from .functions import AccumFn, MapFn, retile_row
+from .functions import AccumFn, MapFn, broadcast_dim, retile_row
+from .numerics import FunctionSet
 from .types import DType, ElemType, Tile, dtype
 
 __all__ = ["FloatAccumFn", "FloatFunctions", "FloatMapFn", "functions", "max_bits"]
@@ -139,24 +140,14 @@ def _float_tile(t: ElemType, err: ErrorFn, port: str, fn: str, allowed: tuple[st
     return t
 
 
-def _bcast(a: Dim, b: Dim, err: ErrorFn, fn: str, what: str, ta: Tile, tb: Tile) -> Dim:
-    if a == 1:
-        return b
-    if b == 1:
-        return a
-    if dims_equal(a, b) is False:
-        raise err("in1", f"function '{fn}' cannot broadcast {what} of {ta} and {tb}")
-    return a
-
-
 def _binary(nm: Any, op: str, name: str, allowed: tuple[str, ...]) -> FloatMapFn:
     def type_rule(err: ErrorFn, a: ElemType, b: ElemType) -> ElemType:
         ta = _float_tile(a, err, "in0", name, allowed)
         tb = _float_tile(b, err, "in1", name, allowed)
         if ta.dtype != tb.dtype:
             raise err("in1", f"function '{name}' needs equal dtypes, got {ta.dtype} and {tb.dtype}")
-        rows = _bcast(ta.rows, tb.rows, err, name, "rows", ta, tb)
-        cols = _bcast(ta.cols, tb.cols, err, name, "columns", ta, tb)
+        rows = broadcast_dim(ta.rows, tb.rows, err, name, "rows", ta, tb)
+        cols = broadcast_dim(ta.cols, tb.cols, err, name, "columns", ta, tb)
         return Tile(ta.dtype, rows, cols)
 
     def apply(out: Tile, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -344,7 +335,7 @@ def _matmul_acc(nm: Any, transpose_b: bool, out_dtype: DType | None = None) -> F
 
 
 @dataclass(frozen=True)
-class FloatFunctions:
+class FloatFunctions(FunctionSet):
     """The hardware-exact BF16 function set of one configuration (see :func:`functions`).
 
     The same names as :class:`step_lang.numerics.FixedPointFunctions` (a graph written against
@@ -378,12 +369,6 @@ class FloatFunctions:
     def matmul_acc_out(self, out_dtype: DType | str, *, transpose_b: bool = False) -> FloatAccumFn:
         """``matmul_acc`` (``matmul_t_acc``) emitting its FP32 accumulator as ``out_dtype``."""
         return _matmul_acc(self.numerics, transpose_b, _out_dtype(out_dtype))
-
-    def __iter__(self):
-        """The function objects (Map first, then Accum)."""
-        for name in self.__dataclass_fields__:
-            if name != "numerics":
-                yield getattr(self, name)
 
 
 def _out_dtype(value: DType | str) -> DType:

@@ -102,13 +102,13 @@ def _same_dtype(a: Tile, b: Tile, err: ErrorFn, fn: str) -> DType:
     return a.dtype
 
 
-def _bcast_dim(a: Dim, b: Dim, err: ErrorFn, fn: str, what: str, ta: Tile, tb: Tile) -> Dim:
+def broadcast_dim(a: Dim, b: Dim, err: ErrorFn, fn: str, what: str, ta: Tile, tb: Tile) -> Dim:
+    """The result extent of a binary function over extents ``a`` and ``b`` (1 broadcasts)."""
     if a == 1:
         return b
     if b == 1:
         return a
-    eq = dims_equal(a, b)
-    if eq is False:
+    if dims_equal(a, b) is False:
         raise err("in1", f"function '{fn}' cannot broadcast {what} of {ta} and {tb}")
     return a
 
@@ -174,8 +174,8 @@ def _elementwise(name: str, op: Callable[[np.ndarray, np.ndarray], np.ndarray]) 
     def type_rule(err: ErrorFn, a: ElemType, b: ElemType) -> ElemType:
         ta, tb = _tile(a, err, "in0", name), _tile(b, err, "in1", name)
         dt = _same_dtype(ta, tb, err, name)
-        rows = _bcast_dim(ta.rows, tb.rows, err, name, "rows", ta, tb)
-        cols = _bcast_dim(ta.cols, tb.cols, err, name, "columns", ta, tb)
+        rows = broadcast_dim(ta.rows, tb.rows, err, name, "rows", ta, tb)
+        cols = broadcast_dim(ta.cols, tb.cols, err, name, "columns", ta, tb)
         return Tile(dt, rows, cols)
 
     def apply(out: Tile, a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -77,7 +77,7 @@ import numpy as np
 
 from .dims import Dim, dims_equal, product
 from .errors import StepRuntimeError, StepTypeError
-from .functions import AccumFn, FlatMapFn, MapFn, retile_row
+from .functions import AccumFn, FlatMapFn, MapFn, broadcast_dim, retile_row
 from .functions import expert_addr as _expert_addr
 from .types import DType, ElemType, Tile, dtype
 
@@ -447,22 +447,22 @@ def _hw_tile(t: ElemType, err: ErrorFn, port: str, fn: str, f: int) -> Tile:
     return t
 
 
-def _bcast(a: Dim, b: Dim, err: ErrorFn, fn: str, what: str, ta: Tile, tb: Tile) -> Dim:
-    if a == 1:
-        return b
-    if b == 1:
-        return a
-    if dims_equal(a, b) is False:
-        raise err("in1", f"function '{fn}' cannot broadcast {what} of {ta} and {tb}")
-    return a
-
-
 def _bits(t: Tile) -> int:
     return t.dtype.nbytes * 8
 
 
+class FunctionSet:
+    """Iteration over a dataclass of function objects (Map first, then Accum), skipping its
+    ``numerics``: shared by the fixed- and floating-point sets."""
+
+    def __iter__(self):
+        for name in self.__dataclass_fields__:
+            if name != "numerics":
+                yield getattr(self, name)
+
+
 @dataclass(frozen=True)
-class FixedPointFunctions:
+class FixedPointFunctions(FunctionSet):
     """The hardware-exact function set of one :class:`Numerics` (see :func:`functions`).
 
     Map: ``add``, ``sub``, ``mul``, ``div``, ``maximum``, ``exp``, ``silu``, ``recip``,
@@ -498,12 +498,6 @@ class FixedPointFunctions:
         """``matmul_acc`` (``matmul_t_acc``) accumulating in ``out_dtype``."""
         return _matmul_acc(self.numerics, transpose_b, dtype(out_dtype))
 
-    def __iter__(self):
-        """The function objects (Map first, then Accum)."""
-        for name in self.__dataclass_fields__:
-            if name != "numerics":
-                yield getattr(self, name)
-
 
 def _binary(nm: Numerics, op: str, name: str) -> FixedMapFn:
     f = nm.frac_bits
@@ -512,8 +506,8 @@ def _binary(nm: Numerics, op: str, name: str) -> FixedMapFn:
         ta, tb = _hw_tile(a, err, "in0", name, f), _hw_tile(b, err, "in1", name, f)
         if ta.dtype != tb.dtype:
             raise err("in1", f"function '{name}' needs equal dtypes, got {ta.dtype} and {tb.dtype}")
-        rows = _bcast(ta.rows, tb.rows, err, name, "rows", ta, tb)
-        cols = _bcast(ta.cols, tb.cols, err, name, "columns", ta, tb)
+        rows = broadcast_dim(ta.rows, tb.rows, err, name, "rows", ta, tb)
+        cols = broadcast_dim(ta.cols, tb.cols, err, name, "columns", ta, tb)
         return Tile(ta.dtype, rows, cols)
 
     def apply(out: Tile, a: np.ndarray, b: np.ndarray) -> np.ndarray:

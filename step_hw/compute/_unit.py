@@ -17,6 +17,7 @@ from step_lang.stoprules import accum_stop, partition_closes_chunk
 
 from ..checks import check_choice, check_config, check_int, where
 from ..config import HwConfig
+from ..contract import matmul_steps
 from ..payload import Kind, TokenFormat, max_level
 
 ELEM_BITS = (8, 16, 32)
@@ -264,6 +265,33 @@ class Datapath:
     def out_rows(self, m: Module, in_rows: Value | None) -> Value | None:
         """Rows of a dynamic result (default: those of the first dynamic input)."""
         return in_rows
+
+
+class MacSchedule(Datapath):
+    """The step count of a MAC array of ``lanes`` multipliers over ``dims = (M, K, N)``
+    (``steps = ceil(M*K*N / lanes)``, ``contract.matmul_steps``), and, with ``dynamic``, of a
+    dynamic tile ``a`` of fewer rows: shared by the fixed- and floating-point MAC arrays."""
+
+    dims: tuple[int, int, int]
+    lanes: int
+    dynamic: bool = False
+
+    def steps_for(self, rows: int) -> int:
+        """Steps of a tile ``a`` of ``rows`` rows (at least one, to take the token)."""
+        _, kk, nn = self.dims
+        return matmul_steps(rows, kk, nn, self.lanes)
+
+    def last_step(self, m: Module, step, in_rows):
+        if not self.dynamic or self.steps == 1:
+            return super().last_step(m, step, in_rows)
+        last = Signal(name="last_step")
+        with m.Switch(in_rows):  # a small table: rows -> steps - 1
+            for n in range(self.dims[0] + 1):
+                with m.Case(n):
+                    m.d.comb += last.eq(step == self.steps_for(n) - 1)
+            with m.Default():  # beyond max_rows: never produced (the encoding's bound)
+                m.d.comb += last.eq(step == self.steps - 1)
+        return last
 
 
 def dynamic_rows(unit: StreamUnit) -> Value | None:

@@ -22,12 +22,12 @@ from ._unit import (
     shapes_kwargs,
     static_only,
 )
-from .float_datapaths import FLOAT_DTYPES, FloatElementFold, FloatMacArrayDatapath, float_bits
+from .float_datapaths import FLOAT_DTYPES, FloatElementFold, float_bits
 from .matmul import (
-    MacArrayDatapath,
     check_float_matmul,
     check_matmul_bits,
     float_result,
+    mac_array_datapath,
     matmul_dims,
 )
 
@@ -206,31 +206,20 @@ def _reduce_unit(
             owner, elem_bits, frac_bits, 32 if acc_bits is None else acc_bits, out_bits
         )
         lanes = check_int(owner, "lanes", 1 if lanes is None else lanes)
-        if float_dtype is not None:
-            if out_bits not in (16, 32):
-                raise ValueError(
-                    f"{owner} out_bits of a BF16 MAC array is 16 or 32, not {out_bits}"
-                )
-            datapath: Datapath = FloatMacArrayDatapath(
-                dims=dims,
-                lanes=lanes,
-                transpose_b=transpose_b,
-                out_bits=out_bits,
-                accumulate=True,
-                dynamic=any(dyn),
-            )
-        else:
-            datapath = MacArrayDatapath(
-                dims=dims,
-                lanes=lanes,
-                transpose_b=transpose_b,
-                bits=elem_bits,
-                frac_bits=frac_bits,
-                acc_bits=acc_bits,
-                out_bits=out_bits,
-                accumulate=True,
-                dynamic=any(dyn),
-            )
+        if float_dtype is not None and out_bits not in (16, 32):
+            raise ValueError(f"{owner} out_bits of a BF16 MAC array is 16 or 32, not {out_bits}")
+        datapath = mac_array_datapath(
+            float_dtype,
+            dims=dims,
+            lanes=lanes,
+            transpose_b=transpose_b,
+            bits=elem_bits,
+            frac_bits=frac_bits,
+            acc_bits=acc_bits,
+            out_bits=out_bits,
+            accumulate=True,
+            dynamic=any(dyn),
+        )
         ins = [fmt(*s, dynamic=d) for s, d in zip(shapes, dyn, strict=True)]
         out_dt = float_result(float_dtype, out_bits)
         return ins, fmt(dims[0], dims[2], out_bits, any(dyn), out_dt), datapath

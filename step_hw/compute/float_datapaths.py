@@ -18,7 +18,7 @@ from amaranth.hdl import Cat, Const, Module, Signal, Value
 from ..contract import matmul_steps
 from ..payload import TokenFormat
 from . import fp
-from ._unit import Datapath
+from ._unit import Datapath, MacSchedule
 
 __all__ = [
     "FLOAT_DTYPES",
@@ -165,7 +165,7 @@ def _round_tile(m: Module, value: Any, shape: tuple[int, int], width: int) -> An
     return out
 
 
-class FloatMacArrayDatapath(Datapath):
+class FloatMacArrayDatapath(MacSchedule):
     """``a @ b`` (BF16) on ``lanes`` multiplier-adder pairs over ``ceil(M*K*N / lanes)`` steps.
 
     Products are numbered ``((i*N + j)*K + k)``; step ``t`` computes products
@@ -186,22 +186,6 @@ class FloatMacArrayDatapath(Datapath):
         self.out_bits, self.accumulate, self.dynamic = out_bits, accumulate, dynamic
         self.steps = matmul_steps(*dims, lanes)
         self.acc_register_bits = 32 if accumulate else None
-
-    def steps_for(self, rows: int) -> int:
-        _, kk, nn = self.dims
-        return matmul_steps(rows, kk, nn, self.lanes)
-
-    def last_step(self, m: Module, step, in_rows):
-        if not self.dynamic or self.steps == 1:
-            return super().last_step(m, step, in_rows)
-        last = Signal(name="last_step")
-        with m.Switch(in_rows):
-            for n in range(self.dims[0] + 1):
-                with m.Case(n):
-                    m.d.comb += last.eq(step == self.steps_for(n) - 1)
-            with m.Default():
-                m.d.comb += last.eq(step == self.steps - 1)
-        return last
 
     def build(self, m: Module, *, xs, acc, step, advance, finish, clear) -> Any:
         (mm, kk, nn), lanes, steps = self.dims, self.lanes, self.steps

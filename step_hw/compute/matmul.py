@@ -16,6 +16,7 @@ from . import arith
 from ._unit import (
     Datapath,
     FoldUnit,
+    MacSchedule,
     check_bits,
     dynamic_shapes,
     node_fn,
@@ -30,6 +31,7 @@ __all__ = [
     "MatmulUnit",
     "check_float_matmul",
     "float_result",
+    "mac_array_datapath",
     "matmul_dims",
 ]
 
@@ -79,7 +81,18 @@ def float_result(float_dtype: str | None, out_bits: int) -> str | None:
     return "float32" if out_bits == 32 else "bfloat16"
 
 
-class MacArrayDatapath(Datapath):
+def mac_array_datapath(float_dtype: str | None, **kwargs: Any) -> Datapath:
+    """The MAC array of a matmul unit (``accumulate=True``: of an Accum or Scan): the
+    floating-point one for ``float_dtype`` (``bits``, ``frac_bits`` and ``acc_bits`` are then
+    fixed: BF16 in, FP32 sums), else the fixed-point one."""
+    if float_dtype is not None:
+        for fixed_only in ("bits", "frac_bits", "acc_bits"):
+            kwargs.pop(fixed_only)
+        return FloatMacArrayDatapath(**kwargs)
+    return MacArrayDatapath(**kwargs)
+
+
+class MacArrayDatapath(MacSchedule):
     """``a @ b`` on ``lanes`` multipliers over ``ceil(M*K*N / lanes)`` steps.
 
     The ``M*K*N`` products are numbered ``((i*N + j)*K + k)`` and step ``t`` computes products
@@ -116,23 +129,6 @@ class MacArrayDatapath(Datapath):
         self.may_overflow = True
         # exact sums of K products of two `bits`-bit values (and at least the accumulator)
         self.sum_bits = max(acc_bits, 2 * bits + kk.bit_length())
-
-    def steps_for(self, rows: int) -> int:
-        """Steps of a tile ``a`` of ``rows`` rows (at least one, to take the token)."""
-        _, kk, nn = self.dims
-        return matmul_steps(rows, kk, nn, self.lanes)
-
-    def last_step(self, m: Module, step, in_rows):
-        if not self.dynamic or self.steps == 1:
-            return super().last_step(m, step, in_rows)
-        last = Signal(name="last_step")
-        with m.Switch(in_rows):  # a small table: rows -> steps - 1
-            for n in range(self.dims[0] + 1):
-                with m.Case(n):
-                    m.d.comb += last.eq(step == self.steps_for(n) - 1)
-            with m.Default():  # beyond max_rows: never produced (the encoding's bound)
-                m.d.comb += last.eq(step == self.steps - 1)
-        return last
 
     def build(self, m: Module, *, xs, acc, step, advance, finish, clear) -> Any:
         (mm, kk, nn), lanes, steps = self.dims, self.lanes, self.steps
@@ -283,27 +279,18 @@ class MatmulUnit(FoldUnit):
         check_int(owner, "lanes", lanes)
         check_int(owner, "level_bits", level_bits)
         self._dims, self._lanes = dims, lanes
-        if float_dtype is not None:
-            datapath: Datapath = FloatMacArrayDatapath(
-                dims=dims,
-                lanes=lanes,
-                transpose_b=transpose_b,
-                out_bits=out_bits,
-                accumulate=False,
-                dynamic=any(dyn),
-            )
-        else:
-            datapath = MacArrayDatapath(
-                dims=dims,
-                lanes=lanes,
-                transpose_b=transpose_b,
-                bits=elem_bits,
-                frac_bits=frac_bits,
-                acc_bits=acc_bits,
-                out_bits=out_bits,
-                accumulate=False,
-                dynamic=any(dyn),
-            )
+        datapath = mac_array_datapath(
+            float_dtype,
+            dims=dims,
+            lanes=lanes,
+            transpose_b=transpose_b,
+            bits=elem_bits,
+            frac_bits=frac_bits,
+            acc_bits=acc_bits,
+            out_bits=out_bits,
+            accumulate=False,
+            dynamic=any(dyn),
+        )
         ins = [
             TokenFormat("tile", r, c, elem_bits, level_bits=level_bits, dynamic=d,
                         float_dtype=float_dtype)
