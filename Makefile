@@ -27,7 +27,7 @@ rtl: $(STAMP)
 # Verilator builds go to build/. `make test` leaves out the tests marked `slow`
 # (extra Verilator builds of large designs); `make test-all` runs them too.
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not slow" --durations=30 $(PYTEST_ARGS)
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
