@@ -276,6 +276,17 @@ class MacSchedule(Datapath):
     lanes: int
     dynamic: bool = False
 
+    def run_steps(self, m: Module, step: Value, schedule: Any) -> None:
+        """Build ``schedule(t)`` (the datapath of step ``t``) for every step, selected by
+        ``step`` when there are several."""
+        if self.steps == 1:
+            schedule(0)
+            return
+        with m.Switch(step):
+            for t in range(self.steps):
+                with m.Case(t):
+                    schedule(t)
+
     def steps_for(self, rows: int) -> int:
         """Steps of a tile ``a`` of ``rows`` rows (at least one, to take the token)."""
         _, kk, nn = self.dims

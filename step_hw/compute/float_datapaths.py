@@ -231,22 +231,13 @@ class FloatMacArrayDatapath(MacSchedule):
                     lane = last_lane.get((i, j))
                     m.d.comb += sums[i][j].eq(running(i, j, t) if lane is None else outs[lane])
 
-        if steps == 1:
-            schedule(0)
-        else:
-            with m.Switch(step):
-                for t in range(steps):
-                    with m.Case(t):
-                        schedule(t)
+        self.run_steps(m, step, schedule)
+        if steps > 1:
             for i in range(mm):
                 for j in range(nn):
                     with m.If(advance):
                         m.d.sync += partial[i][j].eq(sums[i][j])
-        if self.accumulate:
-            res = Signal(_fmt(mm, nn, 32), name="result")
-            m.d.comb += [res[i][j].eq(sums[i][j]) for i in range(mm) for j in range(nn)]
-            return res
-        if self.out_bits == 32:
+        if self.accumulate or self.out_bits == 32:  # the FP32 sums (an Accum rounds on emit)
             res = Signal(_fmt(mm, nn, 32), name="result")
             m.d.comb += [res[i][j].eq(sums[i][j]) for i in range(mm) for j in range(nn)]
             return res

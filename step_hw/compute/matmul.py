@@ -167,13 +167,8 @@ class MacArrayDatapath(MacSchedule):
                     base = partial[i][j] if steps > 1 else 0
                     m.d.comb += sums[i][j].eq(base + sum(into.get((i, j), [])))
 
-        if steps == 1:
-            schedule(0)
-        else:
-            with m.Switch(step):
-                for t in range(steps):
-                    with m.Case(t):
-                        schedule(t)
+        self.run_steps(m, step, schedule)
+        if steps > 1:
             for i in range(mm):
                 for j in range(nn):
                     with m.If(advance):
