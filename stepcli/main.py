@@ -56,7 +56,29 @@ def _load(args) -> tuple:
         raise UsageError(f"{args.example}: a graph file takes no -p parameters")
     ex = example(args.example)
     params = ex.params(parse_params(args.param))
-    return ex, params, ex.build(params)
+    graph = ex.build(params)
+    hw_tile = getattr(args, "hw_tile", None)
+    if hw_tile is not None:  # hierarchical tiling: the same layer on hardware-size tiles
+        from step_lang.hier_tiling import hier_tile
+
+        graph = hier_tile(graph, *hw_tile)
+    return ex, params, graph
+
+
+def _hw_tile(text: str) -> tuple[int, int]:
+    """``--hw-tile ROWSxCOLS``: positive integers."""
+    rows, sep, cols = text.partition("x")
+    if not (sep and rows.isdigit() and cols.isdigit() and int(rows) > 0 and int(cols) > 0):
+        raise argparse.ArgumentTypeError(
+            f"must be ROWSxCOLS of positive integers, e.g. 16x16, not {text!r}"
+        )
+    return int(rows), int(cols)
+
+
+def _add_hw_tile(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--hw-tile", type=_hw_tile, metavar="ROWSxCOLS",
+                   help="rewrite the graph onto hardware tiles of this size first "
+                   "(hierarchical tiling, docs/hierarchical_tiling.md)")  # fmt: skip
 
 
 def cmd_list(args) -> None:
@@ -83,8 +105,10 @@ def cmd_sim(args) -> None:
 
         from .sizing import hardware_case
 
-        if args.param:
-            raise UsageError("--hardware simulates the fixed hardware-size graph; it takes no -p")
+        if args.param or args.hw_tile:
+            raise UsageError(
+                "--hardware simulates the fixed hardware-size graph; it takes no -p or --hw-tile"
+            )
         graph, (memory,) = hardware_case(args.example, args.schedule)
         result = simulate(graph, memory, profile=RtlProfile(), trace=bool(args.trace))
     else:
@@ -131,9 +155,10 @@ def cmd_rtl(args) -> None:
         write(graph, str(stem), _hw_config(graph))
         print(f"wrote {stem}.v and {stem}.json")
         return
-    if args.param:
+    if args.param or args.hw_tile:
         raise UsageError(
-            "step rtl builds each example at its fixed hardware size; it takes no -p parameters"
+            "step rtl builds each example at its fixed hardware size; it takes no -p or "
+            "--hw-tile (give a graph file for those)"
         )
     if rtl.main([args.example], out=args.output) != 0:
         raise UsageError(f"no Verilog written for {args.example}")
@@ -244,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--evaluate", action="store_true", help="substitute the dims of the example's inputs"
     )
     p.add_argument("--by-kind", action="store_true", help="one row per operator kind")
+    _add_hw_tile(p)
     p.set_defaults(fn=cmd_metrics)
 
     p = sub.add_parser("sim", help="simulate an example and print a summary")
@@ -259,11 +285,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="simulate the hardware-size graph (`make rtl`) with the rtl timing profile",
     )
     p.add_argument("--schedule", help="with --hardware: the schedule")  # fmt: skip
+    _add_hw_tile(p)
     p.set_defaults(fn=cmd_sim)
 
     p = sub.add_parser("graph", help="write an example's graph as DOT and SVG")
     _add_example(p)
     p.add_argument("-o", "--output", metavar="FILE.dot", help="default: build/graphs/<graph>.dot")
+    _add_hw_tile(p)
     p.set_defaults(fn=cmd_graph)
 
     p = sub.add_parser(
@@ -271,6 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_example(p)
     p.add_argument("-o", "--output", default="build/rtl", help="output folder (default build/rtl)")
+    _add_hw_tile(p)
     p.set_defaults(fn=cmd_rtl)
 
     p = sub.add_parser(

@@ -217,7 +217,7 @@ OTHER = [
     ),
     (
         ["sim", "swiglu", "--hardware", "-p", "batch=4"],
-        "--hardware simulates the fixed hardware-size graph; it takes no -p",
+        "--hardware simulates the fixed hardware-size graph; it takes no -p or --hw-tile",
     ),
     (
         ["sim", "swiglu", "--schedule", "mn_mk"],
@@ -233,7 +233,7 @@ OTHER = [
     ),
     (
         ["rtl", "swiglu", "-p", "batch=4"],
-        "step rtl builds each example at its fixed hardware size; it takes no -p parameters",
+        "step rtl builds each example at its fixed hardware size; it takes no -p or --hw-tile (give a graph file for those)",
     ),
     (
         ["rtl", "nope"],

@@ -204,9 +204,17 @@ class _OffChipTiming(NodeTiming):
         )
         self.staging = 2 if profile.onchip_convention == "paper" else 1
         self.footprint = 0
+        # A ``fetch`` block of nr x nc tiles is one transfer: a load's with its first tile, a
+        # store's with its last (the other tiles of the block are staged on chip).
+        self.block = getattr(node, "fetch", None) or (1, 1)
+        self.count = 0
 
-    def _request(self, token: Any, write: bool) -> MemRequest:
-        rows, cols = self.node.tile
+    def _request(self, token: Any, write: bool) -> int | MemRequest:
+        n = self.block[0] * self.block[1]
+        k, self.count = self.count, self.count + 1
+        if k % n != (n - 1 if write else 0):
+            return 0
+        rows, cols = self.node.tile[0] * self.block[0], self.node.tile[1] * self.block[1]
         counted = rows * cols * self.elem_bytes
         self.footprint = self.staging * counted
         return MemRequest(

@@ -94,12 +94,38 @@ class _OffChip(Node):
       ``mock_bf16``: fp32 data counted as 2-byte bf16). Default: the tensor's dtype size.
     * ``on_demand`` — staging memory is allocated only while the driving stream is non-empty
       (dynamic tiling allocates per active expert); counted as ``tile x min(1, ||stream||)``.
+    * ``fetch=(nr, nc)`` (linear loads and stores) — the memory is read (written) in blocks of
+      ``nr x nc`` tiles: the tiles of the stream's two innermost dims, which must be ``[nr, nc]``.
+      A block is one transfer of ``nr*rows x nc*cols`` elements (its rows rounded up to whole
+      requests once, not per tile) staged on chip: the big tile that hierarchical tiling
+      (:mod:`step_lang.hier_tiling`) split into these tiles. The values are unchanged; only
+      the timing profiles' memory requests and the staging bytes differ.
     """
 
     tensor: OffChipTensor
     tile: tuple[int, int]
     elem_bytes: int | None = None
     on_demand: bool = False
+    fetch: tuple[int, int] | None = None
+
+    def _fetch_option(self, fetch: Any, inner: tuple, port: str) -> None:
+        """Check ``fetch`` against the stream's two innermost dims ``inner``."""
+        if fetch is None:
+            return
+        pair = _positive_pair(self, fetch, "fetch")
+        if len(inner) < 2 or tuple(inner[-2:]) != pair:
+            raise self.error(
+                "fetch",
+                f"fetch {list(pair)} must equal the stream's two innermost dims, "
+                f"not {list(inner[-2:])}",
+            )
+        self.fetch = pair
+
+    @property
+    def fetch_bytes(self) -> int:
+        """Bytes of one memory transfer: a tile, or a ``fetch`` block of tiles."""
+        nr, nc = self.fetch or (1, 1)
+        return self.tile_bytes * nr * nc
 
     def _cost_options(self, elem_bytes: int | None, on_demand: bool) -> None:
         if elem_bytes is not None and (
@@ -121,8 +147,8 @@ class _OffChip(Node):
         return self.tile[0] * self.tile[1] * per
 
     def onchip_bytes(self, convention: str) -> Dim:
-        # Paper: double-buffered staging of one tile; artifact figures: one tile.
-        staging = self.tile_bytes * (2 if convention == "paper" else 1)
+        # Paper: double-buffered staging of one tile (fetch block); artifact figures: one.
+        staging = self.fetch_bytes * (2 if convention == "paper" else 1)
         if self.on_demand and self.inputs:
             return staging * sp.Min(1, self.inputs[0].type.cardinality)
         return staging
@@ -153,6 +179,7 @@ class LinearOffChipLoad(_OffChip):
         ref: Stream | None = None,
         elem_bytes: int | None = None,
         on_demand: bool = False,
+        fetch: tuple[int, int] | None = None,
         name: str | None = None,
     ):
         graph = tensor.graph if isinstance(tensor, OffChipTensor) else None
@@ -189,6 +216,7 @@ class LinearOffChipLoad(_OffChip):
                 f"(tiled shape {list(self.tiled)})",
             )
         self.out_shape, self.stride, self.base = out_shape, stride, base
+        self._fetch_option(fetch, out_shape, "fetch")
         inputs = []
         if ref is not None:
             ref = self._stream(ref, "ref")
@@ -199,12 +227,15 @@ class LinearOffChipLoad(_OffChip):
         self._finish(inputs, [("out", StreamType(self.tile_type, shape))])
 
     def params(self) -> dict[str, Any]:
-        return {
+        p = {
             "tensor": self.tensor.name,
             "tile": self.tile,
             "out_shape": list(self.out_shape),
             "stride": list(self.stride),
         }
+        if self.fetch is not None:
+            p["fetch"] = self.fetch
+        return p
 
     def offchip_bytes(self, convention: str) -> Dim:
         return self.out_types[0].cardinality * self.tile_bytes
@@ -253,12 +284,14 @@ class LinearOffChipStore(_OffChip):
         tensor: OffChipTensor,
         *,
         elem_bytes: int | None = None,
+        fetch: tuple[int, int] | None = None,
         name: str | None = None,
     ):
         graph = x.graph if isinstance(x, Stream) else None
         super().__init__(graph, name)
         self._cost_options(elem_bytes, False)
         x = self._stream(x, "in")
+        self._fetch_option(fetch, x.shape, "fetch")
         self.tensor = _tensor(self, tensor, "tensor")
         elem = x.elem
         if not isinstance(elem, Tile) or not elem.is_static:
@@ -280,7 +313,10 @@ class LinearOffChipStore(_OffChip):
         self._finish([("in", x)], [])
 
     def params(self) -> dict[str, Any]:
-        return {"tensor": self.tensor.name}
+        p: dict[str, Any] = {"tensor": self.tensor.name}
+        if self.fetch is not None:
+            p["fetch"] = self.fetch
+        return p
 
     def offchip_bytes(self, convention: str) -> Dim:
         return self.inputs[0].type.cardinality * self.tile_bytes
@@ -413,7 +449,10 @@ class RandomOffChipStore(_OffChip):
         )
 
     def params(self) -> dict[str, Any]:
-        return {"tensor": self.tensor.name}
+        p: dict[str, Any] = {"tensor": self.tensor.name}
+        if self.fetch is not None:
+            p["fetch"] = self.fetch
+        return p
 
     def offchip_bytes(self, convention: str) -> Dim:
         return self.out_types[0].cardinality * self.tile_bytes

@@ -1,0 +1,151 @@
+"""Hierarchical tiling at paper size: the Fig. 8 SwiGLU on 16x16 BF16 hardware tiles.
+
+For every point of the paper's sweep (``tile_b in {16, 32, 64}`` x ``tile_i in {16, ..., 256}``,
+layer 64 x 256 x 512) this writes one row of ``build/bench/hier_tiling.json``:
+
+* ``paper_cycles``: the paper profile (``PaperProfile.hdl_validation()``) on the user's graph
+  (big tiles) and on its :func:`~step_lang.hier_tiling.hier_tile` form, and their difference;
+* ``offchip_bytes`` and ``onchip_bytes`` before and after (``metrics``, paper convention);
+* with ``--elaborate``: elaboration and Verilog conversion seconds, Verilog bytes, and the
+  result of ``verilator --lint-only -Wall`` with the project's waivers (``lint_ok``).
+
+The interpreter check (bit-exact outputs) is in ``tests/test_hier_tiling.py`` at smaller sizes;
+``--check`` runs it here at paper size as well (slow: minutes per point).
+
+Usage::
+
+    python -m bench.hier_tiling [--elaborate] [--check] [--only 64x256 ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import time
+
+from examples import swiglu
+
+OUT = pathlib.Path("build/bench/hier_tiling.json")
+LAYER = swiglu.SwiGLUConfig(batch=64, hidden=256, intermediate=512, dtype="bfloat16")
+HW_TILE = 16
+
+
+def hw_config():
+    """The hardware of the paper-size designs: BF16, 16x16 tiles, 16 MAC lanes."""
+    from step_hw.config import BF16_CONFIG
+
+    return dataclasses.replace(BF16_CONFIG, tile_rows=HW_TILE, tile_cols=HW_TILE)
+
+
+def _cycles(graph) -> int:
+    from sim import simulate
+    from sim.profiles.paper import PaperProfile
+
+    return simulate(graph, profile=PaperProfile.hdl_validation(), functional=False).cycles
+
+
+def _check(graph, tiled) -> bool:
+    import ml_dtypes
+    import numpy as np
+
+    from step_lang import interpret
+
+    mem = swiglu.inputs(dataclasses.replace(LAYER, dtype="float32"))
+    mem = {k: v.astype(ml_dtypes.bfloat16) for k, v in mem.items()}
+    a = interpret(graph, dict(mem)).memory["out"]
+    b = interpret(tiled, dict(mem)).memory["out"]
+    return bool(np.array_equal(a.view(np.uint16), b.view(np.uint16)))
+
+
+def _elaborate(tiled, config, folder: pathlib.Path) -> dict:
+    from amaranth.back import verilog
+
+    from step_hw.cosim.verilator import lint
+    from step_hw.elaborate import ElaboratedGraph
+
+    t0 = time.perf_counter()
+    top = ElaboratedGraph(tiled, config)
+    t1 = time.perf_counter()
+    text = verilog.convert(top, name=tiled.name, emit_src=False)
+    t2 = time.perf_counter()
+    path = folder / f"{tiled.name}.v"
+    path.write_text(text)
+    result = lint([path], top=tiled.name)
+    t3 = time.perf_counter()
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("%")]
+    return {
+        "elaborate_s": round(t1 - t0, 1),
+        "verilog_s": round(t2 - t1, 1),
+        "verilog_bytes": len(text),
+        "lint_s": round(t3 - t2, 1),
+        "lint_ok": result.returncode == 0,
+        "lint_messages": errors[:5],
+    }
+
+
+def point(tile_b: int, tile_i: int, *, elaborate: bool, check: bool, folder: pathlib.Path) -> dict:
+    """One row: cycles and costs before and after the pass (and the hardware, if asked)."""
+    from step_lang.hier_tiling import hier_tile, tiling_report
+
+    config = hw_config()
+    graph = swiglu.hardware(tile_b, tile_i, hw=config, size=LAYER)
+    t0 = time.perf_counter()
+    tiled = hier_tile(graph, HW_TILE, HW_TILE)
+    pass_s = time.perf_counter() - t0
+    report = tiling_report(graph, tiled)
+    before, after = _cycles(graph), _cycles(tiled)
+    row = {
+        "tile_b": tile_b,
+        "tile_i": tile_i,
+        "pass_s": round(pass_s, 3),
+        "nodes": [len(graph.nodes), len(tiled.nodes)],
+        "offchip_bytes": [int(report.offchip_before), int(report.offchip_after)],
+        "onchip_bytes": [int(report.onchip_before), int(report.onchip_after)],
+        "paper_cycles": [before, after],
+        "paper_cycles_change": round((after - before) / before, 4),
+    }
+    if check:
+        row["bit_exact"] = _check(graph, tiled)
+    if elaborate:
+        row.update(_elaborate(tiled, config, folder))
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.hier_tiling", description=__doc__)
+    parser.add_argument("--elaborate", action="store_true", help="also elaborate and lint")
+    parser.add_argument("--check", action="store_true", help="also compare interpreter outputs")
+    parser.add_argument("--only", action="append", default=[], metavar="BxI",
+                        help="one point, e.g. 64x256 (repeatable)")  # fmt: skip
+    args = parser.parse_args(argv)
+    points = swiglu.SWEEP
+    if args.only:
+        want = {tuple(int(v) for v in p.split("x")) for p in args.only}
+        points = [p for p in points if p in want]
+    folder = pathlib.Path("build/bench/hier_tiling")
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = json.loads(OUT.read_text()).get("points", []) if OUT.exists() else []
+    for tb, ti in points:
+        row = point(tb, ti, elaborate=args.elaborate, check=args.check, folder=folder)
+        rows = [r for r in rows if (r["tile_b"], r["tile_i"]) != (tb, ti)] + [row]
+        OUT.write_text(json.dumps({"layer": dataclasses.asdict(LAYER), "hw_tile": HW_TILE,
+                                   "points": rows}, indent=2) + "\n")  # fmt: skip
+        extra = ""
+        if "elaborate_s" in row:
+            extra = (
+                f"  elaborate {row['elaborate_s']} s, Verilog {row['verilog_s']} s "
+                f"{row['verilog_bytes'] / 1e6:.1f} MB, lint {'ok' if row['lint_ok'] else 'FAILED'}"
+            )
+        print(
+            f"{tb:>3} x {ti:<3} paper cycles {row['paper_cycles'][0]:>6} -> "
+            f"{row['paper_cycles'][1]:>6} ({row['paper_cycles_change']:+.1%})  on-chip "
+            f"{row['onchip_bytes'][0]} -> {row['onchip_bytes'][1]} B{extra}",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,480 @@
+"""Hierarchical tiling (paper App. B.2, Fig. 18): a graph on big tiles rewritten onto hardware tiles.
+
+:func:`hier_tile` returns a new graph (the user's is not changed) in which no tile exceeds the
+hardware tile ``rows x cols``. Every stream whose tiles exceed it becomes a *blocked* stream: a
+``[R, C]`` tile becomes ``R/r x C/c`` tiles of ``[r, c]``, row-major, as two new innermost
+dims ``[..., R/r, C/c]``. ``r`` is the largest divisor of ``R`` not above ``rows`` (``rows``
+itself when it divides ``R``; a 20-row tile on 16-row hardware becomes two 10-row tiles), ``c``
+likewise. Streams whose tiles fit are left as they are.
+
+Operators (everything else whose tiles exceed the hardware tile, or that reads a blocked
+stream, is refused with an error naming the node, its tile and the hardware tile):
+
+* ``LinearOffChipLoad`` reads the same bytes as hardware tiles: the big tile's affine read
+  plus two inner dims (refused when the read's tile numbers carry across a row of the tensor,
+  which no affine read of hardware tiles can reproduce, or when its ``ref`` is blocked).
+* ``LinearOffChipStore`` writes the blocked stream when its order is the tensor's row-major
+  order of hardware tiles (big tiles one hardware tile high, or spanning the tensor's width).
+* Element-wise ``Map`` (every input tile the output's shape) runs on the hardware tiles.
+* ``Map`` of ``matmul`` / ``matmul_t`` on ``[M, K] x [K, N]``: both operands are buffered
+  (``Bufferize`` of the big tile, the storage the big-tile Map held) and read back
+  (``Streamify``, affine) in the order ``(m, n, k)`` over hardware tiles; an ``Accum`` of
+  ``matmul_acc`` folds ``k``. Output ``[..., M/r, N/c]``.
+* ``Accum`` of ``matmul_acc`` over ``rank`` big-tile dims ``D``: both operands are buffered
+  over ``D`` and read in the order ``(m, n, *D, k)``; one ``Accum`` of rank ``rank + 1`` folds
+  ``(*D, k)``.
+* ``Accum`` of an element-wise fold (``accum_add``, ``accum_max``) over ``D``: the blocked
+  stream is buffered over ``D`` and read position by position, ``(r, c, *D)``; an ``Accum`` of
+  rank ``rank`` folds ``D`` (each element's order is the original's).
+* ``Flatten`` and ``Promote`` of outer dims of a blocked stream (their ranks move up by two);
+  ``RepeatStatic`` of a blocked stream replays each block (``Bufferize`` + ``Streamify``).
+
+Accumulation order
+    A hardware-tiled matmul sums its products in the original ``k`` order: big tiles in stream
+    order, hardware tiles of ``K`` within each, the ``K`` columns of a hardware tile within
+    that. With the BF16 functions (``s = +0; s += a*b`` in ``k`` order, FP32, the chain
+    continued by ``matmul_acc``) that is the unsplit matmul's chain, so the rewritten graph is
+    bit-exact. The fixed-point ``matmul`` rounds once per call, so a split ``K`` would round
+    once per hardware tile: the pass refuses a fixed-point matmul whose ``K`` exceeds the
+    hardware tile (``docs/hierarchical_tiling.md``).
+
+Queue depths the user set carry over to the same streams, scaled to hardware tiles (``d`` big
+tiles become ``d * n_rows * n_cols`` hardware tiles).
+
+Costs: off-chip bytes are unchanged (every load reads each byte it read before, once per read);
+the buffers add on-chip bytes, reported per node by :func:`tiling_report`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import functions as F
+from .dims import is_static, product
+from .errors import StepTypeError
+from .graph import Graph, Node, OffChipTensor, Stream
+from .metrics import metrics
+from .ops import (
+    Accum,
+    Bufferize,
+    Flatten,
+    LinearOffChipLoad,
+    LinearOffChipStore,
+    Map,
+    Promote,
+    Streamify,
+)
+from .types import Tile
+
+__all__ = ["Blocked", "TilingReport", "hier_tile", "hw_split", "tiling_report"]
+
+
+def hw_split(extent: int, hw: int) -> int:
+    """The hardware tile extent for a big-tile extent: its largest divisor not above ``hw``."""
+    if extent <= hw:
+        return extent
+    return max(d for d in range(1, hw + 1) if extent % d == 0)
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """How a big-tile stream became hardware tiles: ``[R, C]`` -> ``n_rows x n_cols`` of
+    ``[rows, cols]`` (two new innermost dims)."""
+
+    rows: int
+    cols: int
+    n_rows: int
+    n_cols: int
+
+
+@dataclass
+class _Rewrite:
+    graph: Graph
+    rows: int
+    cols: int
+    new: Graph
+    streams: dict[tuple[str, int], Stream] = field(default_factory=dict)
+    blocked: dict[tuple[str, int], Blocked] = field(default_factory=dict)
+    feedback: list[tuple[Node, Node]] = field(default_factory=list)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def refuse(self, node: Node, text: str) -> StepTypeError:
+        return node.error(None, f"hierarchical tiling to {self.rows}x{self.cols}: {text}")
+
+    def fits(self, t: Any) -> bool:
+        if not isinstance(t, Tile):
+            return True
+        return not (
+            (is_static(t.rows) and t.rows > self.rows) or (is_static(t.cols) and t.cols > self.cols)
+        )
+
+    def split_of(self, node: Node, t: Tile) -> Blocked:
+        if not (isinstance(t.rows, int) and isinstance(t.cols, int)):
+            raise self.refuse(node, f"tile {t} has a dynamic shape larger than the hardware tile")
+        r, c = hw_split(t.rows, self.rows), hw_split(t.cols, self.cols)
+        return Blocked(r, c, t.rows // r, t.cols // c)
+
+    def src(self, s: Stream) -> Stream:
+        return self.streams[(s.node.name, s.port)]
+
+    def info(self, s: Stream) -> Blocked | None:
+        return self.blocked.get((s.node.name, s.port))
+
+    def tensor(self, t: OffChipTensor) -> OffChipTensor:
+        return self.new.tensors[t.name]
+
+    def bind(self, node: Node, new: Node | Stream, info: Blocked | None = None) -> None:
+        out = new if isinstance(new, Stream) else new.out
+        self.streams[(node.name, 0)] = out
+        if info is not None:
+            self.blocked[(node.name, 0)] = info
+
+    # -- the walk ---------------------------------------------------------------------------
+
+    def run(self) -> Graph:
+        for t in self.graph.tensors.values():
+            self.new.tensor(t.name, t.shape, t.dtype)
+        for node in self.graph.topo_order():
+            handler = getattr(self, f"_{node.kind}", None)
+            touched = any(self.info(s) is not None for s in node.inputs) or not all(
+                self.fits(t.elem) for t in node.out_types
+            )
+            if not touched:
+                self.clone(node)
+            elif handler is None:
+                raise self.refuse(node, self._why(node))
+            else:
+                handler(node)
+        for node, c in self.feedback:
+            if any(self.info(s) is not None for s in node.inputs):
+                raise self.refuse(node, "a loop carrying big tiles cannot be split")
+            c.inputs = [self.src(s) for s in node.inputs]
+        self.new.queue_depths = self._depths()
+        return self.new
+
+    def _depths(self) -> dict[str, int]:
+        """The user's queue depths on the same streams: in tokens of the new stream, so a queue
+        of ``d`` big tiles becomes ``d * n_rows * n_cols`` hardware tiles (the same bytes)."""
+        depths = {}
+        for node in self.graph.nodes.values():
+            for port, s in enumerate(node.outputs):
+                if s.name in self.graph.queue_depths:
+                    b = self.blocked.get((node.name, port))
+                    scale = b.n_rows * b.n_cols if b is not None else 1
+                    depths[self.streams[(node.name, port)].name] = (
+                        self.graph.queue_depths[s.name] * scale
+                    )
+        return depths
+
+    def _why(self, node: Node) -> str:
+        for s, port in zip(node.inputs, node.input_names, strict=True):
+            if self.info(s) is not None:
+                return (
+                    f"port {port} reads big tiles {s.elem} and a {node.kind} has no "
+                    f"hardware-tile form"
+                )
+        big = next(t.elem for t in node.out_types if not self.fits(t.elem))
+        return f"its output tile {big} exceeds the hardware tile and a {node.kind} cannot be split"
+
+    def clone(self, node: Node) -> None:
+        """The node itself (its types do not change) on the new graph's streams."""
+        c = copy.copy(node)
+        c.graph = self.new
+        if node.is_feedback:  # its input is produced later in the walk: bound in run()
+            c.inputs = []
+            self.feedback.append((node, c))
+        else:
+            c.inputs = [self.src(s) for s in node.inputs]
+        for k, v in list(vars(c).items()):
+            if isinstance(v, OffChipTensor):
+                setattr(c, k, self.tensor(v))
+        self.new._register(c)
+        for port in range(len(node.out_types)):
+            self.streams[(node.name, port)] = Stream(c, port)
+
+    # -- loads and stores -------------------------------------------------------------------
+
+    def _LinearOffChipLoad(self, node: LinearOffChipLoad) -> None:
+        if node.inputs and self.info(node.inputs[0]) is not None:
+            raise self.refuse(node, f"its ref stream reads big tiles {node.inputs[0].elem}")
+        b = self.split_of(node, node.tile_type)
+        big = node.tiled  # (*outer, TR, TC) in big tiles
+        hw = (*big[:-2], big[-2] * b.n_rows, big[-1] * b.n_cols)
+        scale = (1,) * (len(big) - 2) + (b.n_rows, b.n_cols)
+        hw_stride = [int(product(hw[p + 1 :])) for p in range(len(hw))]
+
+        def digits(k: int) -> list[int]:
+            out = []
+            for radix in reversed(big):
+                k, d = divmod(k, radix)
+                out.append(d)
+            return out[::-1]
+
+        base = digits(node.base)
+        per_dim = [
+            digits(s) if n > 1 else [0] * len(big)
+            for n, s in zip(node.out_shape, node.stride, strict=True)
+        ]
+        for p, radix in enumerate(big):
+            reach = base[p] + sum(
+                (n - 1) * d[p] for n, d in zip(node.out_shape, per_dim, strict=True)
+            )
+            if reach >= radix:
+                raise self.refuse(
+                    node,
+                    f"the read of tile {node.tile[0]}x{node.tile[1]} (out_shape {list(node.out_shape)}, "
+                    f"stride {list(node.stride)}) carries across dim {p} of the tiled tensor "
+                    f"{list(big)}; no affine read of hardware tiles reproduces it",
+                )
+
+        def hw_index(d: Sequence[int]) -> int:
+            return sum(x * s * h for x, s, h in zip(d, scale, hw_stride, strict=True))
+
+        stride = [hw_index(d) for d in per_dim] + [hw_stride[-2], 1]
+        new = LinearOffChipLoad(
+            self.tensor(node.tensor),
+            tile=(b.rows, b.cols),
+            out_shape=(*node.out_shape, b.n_rows, b.n_cols),
+            stride=stride,
+            base=hw_index(base),
+            ref=self.src(node.inputs[0]) if node.inputs else None,
+            elem_bytes=node.elem_bytes,
+            on_demand=node.on_demand,
+            fetch=(b.n_rows, b.n_cols),
+            name=node.name,
+        )
+        self.bind(node, new, b)
+
+    def _LinearOffChipStore(self, node: LinearOffChipStore) -> None:
+        x = node.inputs[0]
+        b = self.info(x)
+        if b is None:  # a tile that fits, produced as it is
+            self.clone(node)
+            return
+        if b.n_rows > 1 and node.tiled[-1] > 1:
+            raise self.refuse(
+                node,
+                f"tiles {x.elem} in a tensor {node.tiled[-1]} tiles wide arrive as {b.n_rows} "
+                f"rows of hardware tiles each, not in the tensor's row-major order",
+            )
+        LinearOffChipStore(
+            self.src(x),
+            self.tensor(node.tensor),
+            elem_bytes=node.elem_bytes,
+            fetch=(b.n_rows, b.n_cols),
+            name=node.name,
+        )
+
+    # -- shape operators on the outer dims ---------------------------------------------------
+
+    def _Flatten(self, node: Any) -> None:
+        b = self.info(node.inputs[0])
+        new = Flatten(self.src(node.inputs[0]), node.lo + 2, node.hi + 2, name=node.name)
+        self.bind(node, new, b)
+
+    def _Promote(self, node: Any) -> None:
+        b = self.info(node.inputs[0])
+        if node.rank is None:
+            new = Promote(self.src(node.inputs[0]), name=node.name)
+        else:
+            new = Promote(self.src(node.inputs[0]), node.rank + 2, name=node.name)
+        self.bind(node, new, b)
+
+    def _RepeatStatic(self, node: Any) -> None:
+        """Each big tile ``count`` times: its block of hardware tiles buffered and replayed."""
+        x = node.inputs[0]
+        b = self.info(x)
+        buf = Bufferize(self.src(x), 2, name=f"{node.name}_buf").out
+        self.bind(node, Streamify(buf, repeat=(node.count,), name=node.name), b)
+
+    # -- compute ----------------------------------------------------------------------------
+
+    def _Map(self, node: Map) -> None:
+        meta = getattr(node.fn, "meta", None)
+        if meta in ("matmul", "matmul_t"):
+            self._matmul(node, meta == "matmul_t", reduce_dims=())
+            return
+        out = node.out_types[0].elem
+        same = isinstance(out, Tile) and all(
+            isinstance(t, Tile) and (t.rows, t.cols) == (out.rows, out.cols) for t in node.arg_types
+        )
+        if meta not in ("same", "broadcast") or not same or len(node.inputs) != len(node.arg_types):
+            raise self.refuse(
+                node,
+                f"function '{node.fn.name}' on tiles {[str(t) for t in node.arg_types]} is not "
+                f"element-wise on equal tiles; only element-wise functions and matmuls split",
+            )
+        infos = {self.info(s) for s in node.inputs}
+        b = next(iter(infos))
+        if len(infos) != 1 or b is None:
+            raise self.refuse(node, "its inputs are not split alike")
+        new = Map(*[self.src(s) for s in node.inputs], fn=node.fn, name=node.name)
+        self.bind(node, new, b)
+
+    def _Accum(self, node: Accum) -> None:
+        meta = getattr(node.fn, "meta", None)
+        reduced = node.inputs[0].shape[len(node.inputs[0].shape) - node.rank :]
+        if not all(isinstance(d, int) for d in reduced):
+            raise self.refuse(
+                node,
+                f"its reduced dims {list(reduced)} are dynamic; buffering them needs static sizes",
+            )
+        if meta in ("matmul", "matmul_t"):
+            self._matmul(node, meta == "matmul_t", reduce_dims=tuple(reduced))
+            return
+        out = node.out_types[0].elem
+        t = node.arg_types[0] if len(node.arg_types) == 1 else None
+        if meta != "same" or not isinstance(t, Tile) or (t.rows, t.cols) != (out.rows, out.cols):
+            raise self.refuse(
+                node,
+                f"an Accum of '{node.fn.name}' on tiles {[str(a) for a in node.arg_types]} has "
+                f"no hardware-tile form (matmul_acc and element-wise folds split)",
+            )
+        self._fold(node, tuple(reduced))
+
+    def _fold(self, node: Accum, reduced: tuple[int, ...]) -> None:
+        """An element-wise fold over big tiles: each hardware tile position folds on its own, so
+        the blocked stream is buffered over the reduced dims and read position-major."""
+        x = node.inputs[0]
+        b = self.info(x)
+        if b is None:
+            raise self.refuse(node, "its input is not split")
+        nr, nc, n_red = b.n_rows, b.n_cols, len(reduced)
+        buf = Bufferize(self.src(x), n_red + 2, name=f"{node.name}_buf").out
+        red_stride = [int(product(reduced[i + 1 :])) * nr * nc for i in range(n_red)]
+        rd = Streamify(
+            buf,
+            out_shape=(nr, nc, *reduced),
+            stride=(nc, 1, *red_stride),
+            name=f"{node.name}_read",
+        ).out
+        new = Accum(rd, fn=node.fn, rank=n_red, name=node.name)
+        self.bind(node, new, b)
+
+    def _matmul(self, node: Node, transpose_b: bool, reduce_dims: tuple[int, ...]) -> None:
+        """``node``'s matmul over hardware tiles in the order ``(m, n, *reduce_dims, k)``."""
+        a_s, b_s = node.inputs
+        ta = node.arg_types[0]
+        out = node.out_types[0].elem
+        if self.rows != self.cols:
+            raise self.refuse(node, "a matmul splits on square hardware tiles only")
+        h = self.rows
+        m_r, k_c = hw_split(ta.rows, h), hw_split(ta.cols, h)
+        n_c = hw_split(out.cols, h)
+        nm, nk, nn = ta.rows // m_r, ta.cols // k_c, out.cols // n_c
+        fixed = _is_fixed(node.fn)
+        if fixed and nk > 1:
+            raise self.refuse(
+                node,
+                f"fixed-point '{node.fn.name}' with K = {ta.cols} > {h} would round once per "
+                f"hardware tile instead of once per {ta.rows}x{ta.cols} tile; use the BF16 "
+                f"functions (bit-exact K chains) or K <= {h}",
+            )
+        n_red = len(reduce_dims)
+        red_stride = [int(product(reduce_dims[i + 1 :])) for i in range(n_red)]
+        # A: buffer (*D, nm, nk); read (nm, nn, *D, nk).
+        a_buf = self._buffer(node, "a", a_s, n_red)
+        # An output tile that fits (nm = nn = 1) stays a plain stream: no (m, n) dims.
+        lead = 2 if (nm, nn) != (1, 1) else 0
+        a_rd = Streamify(
+            a_buf,
+            out_shape=(nm, nn, *reduce_dims, nk)[2 - lead :],
+            stride=(nk, 0, *[s * nm * nk for s in red_stride], 1)[2 - lead :],
+            name=f"{node.name}_a_read",
+        ).out
+        # B: buffer (*D, nk, nn) (transposed: (*D, nn, nk)); read (nm, nn, *D, nk).
+        b_buf = self._buffer(node, "b", b_s, n_red)
+        nb_stride = (
+            (0, nk, *[s * nk * nn for s in red_stride], 1)
+            if transpose_b
+            else (0, 1, *[s * nk * nn for s in red_stride], nn)
+        )
+        b_rd = Streamify(
+            b_buf,
+            out_shape=(nm, nn, *reduce_dims, nk)[2 - lead :],
+            stride=nb_stride[2 - lead :],
+            name=f"{node.name}_b_read",
+        ).out
+        fn = _acc_fn(node.fn, out, transpose_b)
+        new = Accum(a_rd, b_rd, fn=fn, rank=n_red + 1, name=node.name)
+        self.bind(node, new, Blocked(m_r, n_c, nm, nn) if lead else None)
+
+    def _buffer(self, node: Node, which: str, s: Stream, n_red: int) -> Stream:
+        """The operand's hardware tiles of one big tile (and the reduced dims) in a buffer."""
+        x = self.src(s)
+        if self.info(s) is None:  # a tile that fits: one hardware tile, two dims of 1
+            x = Promote(x, 0, name=f"{node.name}_{which}_row").out
+            x = Promote(x, 0, name=f"{node.name}_{which}_col").out
+        return Bufferize(x, n_red + 2, name=f"{node.name}_{which}_buf").out
+
+
+def _is_fixed(fn: Any) -> bool:
+    from .numerics import is_fixed_point
+
+    return is_fixed_point(fn)
+
+
+def _acc_fn(fn: Any, out: Tile, transpose_b: bool) -> Any:
+    """The ``matmul_acc`` of ``fn``'s arithmetic (Map ``matmul`` or Accum ``matmul_acc``)."""
+    from .numerics import functions, is_hardware_function
+
+    if is_hardware_function(fn):
+        return functions(fn.numerics).matmul_acc_out(out.dtype, transpose_b=transpose_b)
+    return F.matmul_acc(transpose_b, out.dtype)
+
+
+def hier_tile(graph: Graph, rows: int = 16, cols: int = 16) -> Graph:
+    """``graph`` rewritten so that no tile exceeds ``rows x cols`` (see the module docstring).
+
+    Returns a new graph named ``<name>_hw<rows>x<cols>``; ``graph`` is not changed. Raises
+    :class:`~step_lang.errors.StepTypeError` naming the node it cannot split."""
+    for what, v in (("rows", rows), ("cols", cols)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise StepTypeError(f"hier_tile: {what} must be a positive integer, not {v!r}")
+    new = Graph(f"{graph.name}_hw{rows}x{cols}")
+    return _Rewrite(graph, rows, cols, new).run()
+
+
+@dataclass(frozen=True)
+class TilingReport:
+    """Costs before and after :func:`hier_tile` (``convention`` of :func:`metrics`)."""
+
+    convention: str
+    offchip_before: Any
+    offchip_after: Any
+    onchip_before: Any
+    onchip_after: Any
+    #: ``name -> (before, after)`` on-chip bytes of every node whose bytes changed (``None``:
+    #: the node does not exist on that side).
+    onchip_by_node: dict[str, tuple[Any, Any]]
+
+    def table(self) -> str:
+        lines = [
+            f"off-chip bytes: {self.offchip_before} -> {self.offchip_after}",
+            f"on-chip bytes:  {self.onchip_before} -> {self.onchip_after}",
+            f"{'node':<24} {'before':>12} {'after':>12}",
+        ]
+        for name, (b, a) in self.onchip_by_node.items():
+            lines.append(
+                f"{name:<24} {'-' if b is None else str(b):>12} {'-' if a is None else str(a):>12}"
+            )
+        return "\n".join(lines)
+
+
+def tiling_report(before: Graph, after: Graph, convention: str = "paper") -> TilingReport:
+    """Off-chip and on-chip bytes of ``before`` and ``after`` (its :func:`hier_tile` form)."""
+    mb, ma = metrics(before, convention), metrics(after, convention)
+    b = {n.name: n.onchip_bytes for n in mb.nodes}
+    a = {n.name: n.onchip_bytes for n in ma.nodes}
+    changed = {
+        name: (b.get(name), a.get(name))
+        for name in [*b, *(n for n in a if n not in b)]
+        if b.get(name) != a.get(name)
+    }
+    return TilingReport(
+        convention, mb.offchip_bytes, ma.offchip_bytes, mb.onchip_bytes, ma.onchip_bytes, changed
+    )
