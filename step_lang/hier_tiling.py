@@ -48,7 +48,7 @@ the buffers add on-chip bytes, reported per node by :func:`tiling_report`.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,8 +65,11 @@ from .ops import (
     LinearOffChipStore,
     Map,
     Promote,
+    RepeatStatic,
     Streamify,
 )
+from .passes import remap_refs
+from .registry import NodeRegistry
 from .types import Tile
 
 __all__ = ["Blocked", "TilingReport", "hier_tile", "hw_split", "tiling_report"]
@@ -139,16 +142,15 @@ class _Rewrite:
         for t in self.graph.tensors.values():
             self.new.tensor(t.name, t.shape, t.dtype)
         for node in self.graph.topo_order():
-            handler = getattr(self, f"_{node.kind}", None)
             touched = any(self.info(s) is not None for s in node.inputs) or not all(
                 self.fits(t.elem) for t in node.out_types
             )
             if not touched:
                 self.clone(node)
-            elif handler is None:
+            elif type(node) not in SPLITS:
                 raise self.refuse(node, self._why(node))
             else:
-                handler(node)
+                SPLITS.entry(node)(self, node)
         for node, c in self.feedback:
             if any(self.info(s) is not None for s in node.inputs):
                 raise self.refuse(node, "a loop carrying big tiles cannot be split")
@@ -187,18 +189,14 @@ class _Rewrite:
         if node.is_feedback:  # its input is produced later in the walk: bound in run()
             c.inputs = []
             self.feedback.append((node, c))
-        else:
-            c.inputs = [self.src(s) for s in node.inputs]
-        for k, v in list(vars(c).items()):
-            if isinstance(v, OffChipTensor):
-                setattr(c, k, self.tensor(v))
+        remap_refs(c, self.src, lambda n: n, self.tensor)
         self.new._register(c)
         for port in range(len(node.out_types)):
             self.streams[(node.name, port)] = Stream(c, port)
 
     # -- loads and stores -------------------------------------------------------------------
 
-    def _LinearOffChipLoad(self, node: LinearOffChipLoad) -> None:
+    def _load(self, node: LinearOffChipLoad) -> None:
         if node.inputs and self.info(node.inputs[0]) is not None:
             raise self.refuse(node, f"its ref stream reads big tiles {node.inputs[0].elem}")
         b = self.split_of(node, node.tile_type)
@@ -249,7 +247,7 @@ class _Rewrite:
         )
         self.bind(node, new, b)
 
-    def _LinearOffChipStore(self, node: LinearOffChipStore) -> None:
+    def _store(self, node: LinearOffChipStore) -> None:
         x = node.inputs[0]
         b = self.info(x)
         if b is None:  # a tile that fits, produced as it is
@@ -271,12 +269,12 @@ class _Rewrite:
 
     # -- shape operators on the outer dims ---------------------------------------------------
 
-    def _Flatten(self, node: Any) -> None:
+    def _flatten(self, node: Any) -> None:
         b = self.info(node.inputs[0])
         new = Flatten(self.src(node.inputs[0]), node.lo + 2, node.hi + 2, name=node.name)
         self.bind(node, new, b)
 
-    def _Promote(self, node: Any) -> None:
+    def _promote(self, node: Any) -> None:
         b = self.info(node.inputs[0])
         if node.rank is None:
             new = Promote(self.src(node.inputs[0]), name=node.name)
@@ -284,7 +282,7 @@ class _Rewrite:
             new = Promote(self.src(node.inputs[0]), node.rank + 2, name=node.name)
         self.bind(node, new, b)
 
-    def _RepeatStatic(self, node: Any) -> None:
+    def _repeat(self, node: Any) -> None:
         """Each big tile ``count`` times: its block of hardware tiles buffered and replayed."""
         x = node.inputs[0]
         b = self.info(x)
@@ -293,8 +291,8 @@ class _Rewrite:
 
     # -- compute ----------------------------------------------------------------------------
 
-    def _Map(self, node: Map) -> None:
-        meta = getattr(node.fn, "meta", None)
+    def _map(self, node: Map) -> None:
+        meta = node.fn.meta
         if meta in ("matmul", "matmul_t"):
             self._matmul(node, meta == "matmul_t", reduce_dims=())
             return
@@ -315,8 +313,8 @@ class _Rewrite:
         new = Map(*[self.src(s) for s in node.inputs], fn=node.fn, name=node.name)
         self.bind(node, new, b)
 
-    def _Accum(self, node: Accum) -> None:
-        meta = getattr(node.fn, "meta", None)
+    def _accum(self, node: Accum) -> None:
+        meta = node.fn.meta
         reduced = node.inputs[0].shape[len(node.inputs[0].shape) - node.rank :]
         if not all(isinstance(d, int) for d in reduced):
             raise self.refuse(
@@ -410,6 +408,18 @@ class _Rewrite:
             x = Promote(x, 0, name=f"{node.name}_{which}_row").out
             x = Promote(x, 0, name=f"{node.name}_{which}_col").out
         return Bufferize(x, n_red + 2, name=f"{node.name}_{which}_buf").out
+
+
+#: How each operator splits (:meth:`_Rewrite.run` copies every other node whose tiles fit and
+#: whose inputs are not blocked, and refuses the rest).
+SPLITS: NodeRegistry[Callable[[_Rewrite, Any], None]] = NodeRegistry("hierarchical tiling")
+SPLITS.add(_Rewrite._load, LinearOffChipLoad)
+SPLITS.add(_Rewrite._store, LinearOffChipStore)
+SPLITS.add(_Rewrite._map, Map)
+SPLITS.add(_Rewrite._accum, Accum)
+SPLITS.add(_Rewrite._flatten, Flatten)
+SPLITS.add(_Rewrite._promote, Promote)
+SPLITS.add(_Rewrite._repeat, RepeatStatic)
 
 
 def _is_fixed(fn: Any) -> bool:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .errors import StepGraphError, StepValueError
 from .graph import Graph, Node, OffChipTensor, Stream
 
-__all__ = ["copy_graph", "insert_broadcasts", "lower"]
+__all__ = ["copy_graph", "insert_broadcasts", "lower", "remap_refs"]
 
 
 def copy_graph(graph: Graph) -> Graph:
@@ -32,13 +32,31 @@ def copy_graph(graph: Graph) -> Graph:
         c.graph = new
         nodes[id(node)] = new.nodes[name] = c
 
+    def stream(v: Stream) -> Stream:
+        return Stream(nodes[id(v.node)], v.port) if id(v.node) in nodes else v
+
+    for c in new.nodes.values():
+        remap_refs(c, stream, lambda v: nodes.get(id(v), v), lambda v: tensors.get(id(v), v))
+    return new
+
+
+def remap_refs(
+    node: Node,
+    stream: Callable[[Stream], Stream],
+    node_of: Callable[[Node], Node],
+    tensor: Callable[[OffChipTensor], OffChipTensor],
+) -> None:
+    """Point every stream, node and tensor reference among ``node``'s attributes (in lists,
+    tuples and dicts too; ``graph`` aside) at what ``stream``, ``node_of`` and ``tensor`` map
+    it to: moves a shallow copy of a node into another graph."""
+
     def remap(v: Any) -> Any:
         if isinstance(v, Stream):
-            return Stream(nodes[id(v.node)], v.port) if id(v.node) in nodes else v
+            return stream(v)
         if isinstance(v, Node):
-            return nodes.get(id(v), v)
+            return node_of(v)
         if isinstance(v, OffChipTensor):
-            return tensors.get(id(v), v)
+            return tensor(v)
         if isinstance(v, list):
             return [remap(x) for x in v]
         if isinstance(v, tuple) and type(v) is tuple:
@@ -47,11 +65,9 @@ def copy_graph(graph: Graph) -> Graph:
             return {k: remap(x) for k, x in v.items()}
         return v
 
-    for c in new.nodes.values():
-        for k, v in list(vars(c).items()):
-            if k != "graph":
-                setattr(c, k, remap(v))
-    return new
+    for k, v in list(vars(node).items()):
+        if k != "graph":
+            setattr(node, k, remap(v))
 
 
 def insert_broadcasts(graph: Graph) -> Graph:

@@ -206,7 +206,7 @@ class _OffChipTiming(NodeTiming):
         self.footprint = 0
         # A ``fetch`` block of nr x nc tiles is one transfer: a load's with its first tile, a
         # store's with its last (the other tiles of the block are staged on chip).
-        self.block = getattr(node, "fetch", None) or (1, 1)
+        self.block = node.fetch or (1, 1)
         self.count = 0
 
     def _request(self, token: Any, write: bool) -> int | MemRequest:

@@ -108,7 +108,7 @@ class _OffChip(Node):
     on_demand: bool = False
     fetch: tuple[int, int] | None = None
 
-    def _fetch_option(self, fetch: Any, inner: tuple, port: str) -> None:
+    def _fetch_option(self, fetch: Any, inner: tuple) -> None:
         """Check ``fetch`` against the stream's two innermost dims ``inner``."""
         if fetch is None:
             return
@@ -216,7 +216,7 @@ class LinearOffChipLoad(_OffChip):
                 f"(tiled shape {list(self.tiled)})",
             )
         self.out_shape, self.stride, self.base = out_shape, stride, base
-        self._fetch_option(fetch, out_shape, "fetch")
+        self._fetch_option(fetch, out_shape)
         inputs = []
         if ref is not None:
             ref = self._stream(ref, "ref")
@@ -291,7 +291,7 @@ class LinearOffChipStore(_OffChip):
         super().__init__(graph, name)
         self._cost_options(elem_bytes, False)
         x = self._stream(x, "in")
-        self._fetch_option(fetch, x.shape, "fetch")
+        self._fetch_option(fetch, x.shape)
         self.tensor = _tensor(self, tensor, "tensor")
         elem = x.elem
         if not isinstance(elem, Tile) or not elem.is_static:
@@ -449,10 +449,7 @@ class RandomOffChipStore(_OffChip):
         )
 
     def params(self) -> dict[str, Any]:
-        p: dict[str, Any] = {"tensor": self.tensor.name}
-        if self.fetch is not None:
-            p["fetch"] = self.fetch
-        return p
+        return {"tensor": self.tensor.name}
 
     def offchip_bytes(self, convention: str) -> Dim:
         return self.out_types[0].cardinality * self.tile_bytes
