@@ -50,10 +50,12 @@ of every hardware block (their docstrings; ``docs/hardware.md``), it predicts th
   ends it ``done_latency`` cycles after its last B (which counts the bench's cycle too). Every
   bit is sticky, so the run ends at the latest of them.
 
-The memory constants are cocotbext-axi ``AxiRam``'s, measured on the generated SwiGLU layer
-(``docs/validation.md``): AR to the first R beat 2 cycles, last W beat to B 2 cycles. Every
-``m_axi`` port has its own RAM front end over one memory, so different ports do not share
-bandwidth; the operators on one shared port do.
+The memory is :class:`step_hw.memory_model.MemoryModel` (the fast co-simulation tier builds the
+same one, ``step_hw/cosim/fast_top.py``); :meth:`RtlProfile.for_memory` takes its latencies. The
+defaults are its ``axi_ram`` preset, cocotbext-axi ``AxiRam``'s timing, measured on the generated
+SwiGLU layer (``docs/validation.md``): AR to the first R beat 2 cycles, last W beat to B 2
+cycles. Every ``m_axi`` port has its own memory front end over one memory, so different ports do
+not share bandwidth; the operators on one shared port do.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from typing import Any
 
 from step_hw import contract
 from step_hw.contract import BLOCKS, HwConfig, Interval
+from step_hw.memory_model import MemoryModel
 from step_lang import ops
 from step_lang.graph import Node
 from step_lang.registry import NodeRegistry
@@ -75,6 +78,8 @@ from .base import ElementFlops, NodeTiming, TimingProfile, WaitFor, check_int
 from .rtl_ports import Port, PortRun, ReadPort, WritePort
 
 __all__ = ["RTL_TIMING", "RtlProfile"]
+
+_AXI_RAM = MemoryModel.axi_ram()
 
 #: The operators with a timing model of their own under the rtl profile: ``(profile, node) ->
 #: NodeTiming`` (the memory operators' AXI pipelines, the top level's ports and wires). Every
@@ -101,8 +106,8 @@ class RtlProfile(TimingProfile):
     name = "rtl"
     slot_release = contract.QUEUE_SLOT_RELEASE  # a FIFO's `w_rdy` is a register
     config: HwConfig = field(default_factory=HwConfig)
-    memory_latency: int = 2  # AR handshake to the first R beat (cocotbext-axi AxiRam)
-    write_response: int = 2  # last W beat to the B response (AxiRam)
+    memory_latency: int = _AXI_RAM.latency  # AR handshake to the first R beat
+    write_response: int = _AXI_RAM.write_response  # last W beat to the B response
     load_start: int = contract.LOAD_START  # start to a load's first sequencer entry
     load_issue: int = contract.LOAD_ISSUE  # entry to its first AR
     store_issue: int = contract.STORE_ISSUE  # a store's take to its AW
@@ -121,6 +126,20 @@ class RtlProfile(TimingProfile):
     # Ports with at least this many operators get the cycle-by-cycle port model (tests set 1 to
     # check that the port model of one manager is the per-operator model).
     _port_model_from = 2
+
+    @classmethod
+    def for_memory(
+        cls, memory: MemoryModel, config: HwConfig | None = None, **fields: Any
+    ) -> RtlProfile:
+        """The profile of ``config`` on ``memory`` (the fast co-simulation tier's memory model)."""
+        if not isinstance(memory, MemoryModel):
+            raise TypeError(f"RtlProfile.for_memory: memory must be a MemoryModel, not {memory!r}")
+        return cls(
+            config or HwConfig(),
+            memory_latency=memory.latency,
+            write_response=memory.write_response,
+            **fields,
+        )
 
     def __post_init__(self):
         if not isinstance(self.config, HwConfig):

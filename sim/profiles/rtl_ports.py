@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from step_hw.memory_model import REQUEST_QUEUE
+
 if TYPE_CHECKING:
     from .rtl import RtlProfile
 
@@ -161,7 +163,8 @@ class ReadPort(Port):
         valid = [m.ar_valid(c) for m in self.managers]
         if any(valid) or self.arbiter.locked:
             j = len(self.ar)
-            pop = self._pop(j - 2) if j >= 2 else -math.inf
+            q = REQUEST_QUEUE
+            pop = self._pop(j - q) if j >= q else -math.inf
             g = self.arbiter.step(valid, pop is not None and pop <= c - 2)
             if g is not None:
                 m = self.managers[g]
@@ -205,7 +208,10 @@ class WritePort(Port):
         if not (any(valid) or self.arbiter.locked):
             return busy
         j = len(self.aw)
-        ready = j < 2 or max(self.aw[j - 2], self.w_last[j - 3] if j > 2 else -math.inf) <= c - 2
+        q = REQUEST_QUEUE
+        ready = (
+            j < q or max(self.aw[j - q], self.w_last[j - q - 1] if j > q else -math.inf) <= c - 2
+        )
         g = self.arbiter.step(valid, ready)
         if g is None:
             return busy
