@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import time
 
 import cocotb
 import numpy as np
@@ -220,6 +221,7 @@ async def run_graph(dut) -> None:
     events: dict = {name: [] for name in watch.names}
     if trace_path:
         cocotb.start_soon(_trace(dut, watch, desc["axi_ports"], events))
+    t0 = time.perf_counter()
     await RisingEdge(dut.clk)
     dut.start.value = 0
     cycles = 1
@@ -242,6 +244,7 @@ async def run_graph(dut) -> None:
                     f"no progress: no queue handshake from cycle {last_change} to {cycles} "
                     f"(GRAPH_WATCHDOG={watchdog}); a deadlock or a lost token"
                 )
+    sim_s = time.perf_counter() - t0
     flags = _raised_flags(dut, desc)
     if os.environ.get("GRAPH_SINKS"):
         with open(os.environ["GRAPH_SINKS"], "w") as f:
@@ -249,7 +252,11 @@ async def run_graph(dut) -> None:
     if dut.error.value:
         _write_report({"error": True, "flags": flags})
         raise AssertionError("a block raised its error flag")
-    result = {"cycles": np.array(cycles), "flags": np.array(json.dumps(flags))}
+    result = {
+        "cycles": np.array(cycles),
+        "sim_s": np.array(sim_s),
+        "flags": np.array(json.dumps(flags)),
+    }
     for name in outputs:
         info = layout[name]
         dt = raw_dtype(info["dtype"])

@@ -42,10 +42,13 @@ import numpy as np
 
 from step_hw.config import HwConfig
 from step_hw.contract import is_store
+from step_hw.memory_model import MemoryModel
 from step_lang.graph import Graph
 
 __all__ = [
     "BUILD",
+    "FAST_OPT",
+    "TIERS",
     "TOP",
     "CosimError",
     "CosimResult",
@@ -73,6 +76,10 @@ BUILD = _build_root()
 TOP = "step_top"
 # make variables of Verilator's generated Makefile (after the `--` that verilator.setup() adds)
 _NO_OPT = "OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0"
+#: The fast tier's optimisation (make variables), chosen by measurement: docs/cosim.md.
+FAST_OPT = "OPT_FAST=-O1 OPT_SLOW=-O0 OPT_GLOBAL=-O1"
+#: Co-simulation tiers: the cocotbext-axi bench (protocol conformance) and the fast tier.
+TIERS = ("axi", "fast")
 # cocotb's and the runner's own warnings that would otherwise lead a failure's log
 _NOISE = re.compile(r"DeprecationWarning|warnings\.warn\(|^\s*$")
 
@@ -92,7 +99,8 @@ class CosimError(RuntimeError):
 @dataclass
 class CosimResult:
     """Output tensors read back from memory, the tokens each Sink took, cycles from ``start`` to
-    ``done``, and wall times: ``build_s`` is 0 when the design was already built. ``trace``
+    ``done``, and wall times: ``build_s`` is 0 when the design was already built, ``run_s`` the
+    simulator process, ``sim_s`` its part from ``start`` to ``done``. ``trace``
     (``trace=True``): every queue's input handshake cycles, by queue instance, each entry
     ``{"stream", "consumer", "depth", "push": [cycles]}``, plus the AXI channels
     (``"m_axi_<node>.ar"``, ...)."""
@@ -102,6 +110,9 @@ class CosimResult:
     build_s: float
     run_s: float
     folder: Path | None = None
+    #: seconds inside the simulator from ``start`` to ``done`` (``run_s`` less start-up and
+    #: reading back): what ``cycles`` cost
+    sim_s: float = 0.0
     trace: dict | None = field(default=None, repr=False)
     sinks: dict[str, list[Any]] = field(default_factory=dict, repr=False)
     #: (node, flag) of every flag raised by the end of the run (``overflow`` of a compute unit)
@@ -117,6 +128,8 @@ class Design:
     build_s: float
     waves: bool
     runs: int = 0
+    #: seconds to elaborate and convert the graph to Verilog (0 when found by its design key)
+    elaborate_s: float = 0.0
 
 
 _DESIGNS: dict[tuple[str, bool], Design] = {}
@@ -171,15 +184,25 @@ def _remember(known: Path | None, digest: str, folder: Path) -> None:
 
 
 def design(
-    graph: Graph, config: HwConfig | None = None, *, waves: bool = False, quiet: bool = False
+    graph: Graph,
+    config: HwConfig | None = None,
+    *,
+    waves: bool = False,
+    quiet: bool = False,
+    tier: str = "axi",
 ) -> Design:
     """Elaborate ``graph``, and verilate and compile it unless a build of the same Verilog exists.
 
     ``config`` defaults to ``HwConfig()`` in the number format of the graph's functions
-    (:func:`step_hw.config.config_for`: BF16 for a graph built with BF16 functions)."""
+    (:func:`step_hw.config.config_for`: BF16 for a graph built with BF16 functions). ``tier``:
+    ``"axi"`` builds the design alone (top ``step_top``, for the cocotbext-axi bench), ``"fast"``
+    inside :mod:`~step_hw.cosim.fast_top`'s harness (top ``step_fast``, compiled at
+    :data:`FAST_OPT` without public signals)."""
     from step_hw.config import config_for
     from step_hw.design_key import design_key
 
+    if tier not in TIERS:
+        raise ValueError(f"co-simulation tier must be one of {', '.join(TIERS)}, not {tier!r}")
     config = config or config_for(graph)
     from step_hw.elaborate import convert
 
@@ -188,20 +211,38 @@ def design(
     # A graph already built (in this process or another) is found by its design key, without
     # converting it to Verilog again; the key file names the build folder.
     gkey = design_key(graph, config, TOP)
-    known = BUILD / "keys" / f"{gkey}{'-fst' if waves else ''}.json" if gkey else None
+    # the fast tier's builds are named by their optimisation too (bench.cosim_speed --opt)
+    opt = re.search(r"OPT_FAST=-O(\w)", FAST_OPT)
+    variant = (f"-fastO{opt.group(1) if opt else ''}" if tier == "fast" else "") + (
+        "-fst" if waves else ""
+    )
+    known = BUILD / "keys" / f"{gkey}{variant}.json" if gkey else None
     if known is not None and known.is_file():
         entry = json.loads(known.read_text())
         folder = BUILD / entry["folder"]
         if (folder / "built.ok").is_file():
-            cached = (entry["digest"], waves)
+            cached = (entry["digest"], variant)
             if cached not in _DESIGNS:
                 desc = json.loads((folder / "desc.json").read_text())
                 _DESIGNS[cached] = Design(folder, desc, 0.0, waves)
             return _DESIGNS[cached]
+    t_elab = time.perf_counter()
     text, desc = convert(graph, config, name=TOP)
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    key = (digest, waves)
-    folder = BUILD / (digest + ("-fst" if waves else ""))
+    elaborate_s = time.perf_counter() - t_elab
+    if tier == "fast":
+        from .fast_top import trace_names
+
+        desc = {**desc, "trace_names": trace_names(desc, text)}
+    top_text = None
+    if tier == "fast":
+        from .fast_top import wrapper
+
+        top_text = wrapper(desc, text, TOP)
+    # the folder is named by the Verilog it builds (the fast tier's harness included)
+    digest = hashlib.sha256((text + (top_text or "") + (FAST_OPT if top_text else "")).encode())
+    digest = digest.hexdigest()[:16]
+    key = (digest, variant)
+    folder = BUILD / (digest + variant)
     if key in _DESIGNS:
         _remember(known, digest, folder)
         return _DESIGNS[key]
@@ -214,32 +255,49 @@ def design(
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         (tmp / f"{TOP}.v").write_text(text)
+        sources, top, args = [verilator.WAIVERS, tmp / f"{TOP}.v"], TOP, []
+        if tier == "fast":
+            from .fast_top import FAST_TOP
+
+            (tmp / f"{FAST_TOP}.v").write_text(top_text)
+            sources, top = [*sources, tmp / f"{FAST_TOP}.v"], FAST_TOP
+            # Python touches only the top-level ports: no public signals, so Verilator
+            # optimises the whole design.
+            args = ["--no-public-flat-rw"]
         mb = len(text.encode()) / 1e6
-        _say(quiet, f"building {graph.name} ({mb:.1f} MB Verilog{', waves' if waves else ''}) ...",
-             end=" ")  # fmt: skip
+        what = f"{graph.name} ({mb:.1f} MB Verilog, {tier} tier{', waves' if waves else ''})"
+        _say(quiet, f"building {what} ...", end=" ")
         runner = verilator.runner()
-        # Whole graphs are large and run briefly (the cocotb bench, not the model, sets the
-        # pace): compile the model without optimisation, several times faster to build.
-        flags = os.environ.get("MAKEFLAGS", "")
-        if "OPT_FAST" not in flags:
-            os.environ["MAKEFLAGS"] = f"{flags} {_NO_OPT}"
+        # The AXI tier's bench runs Python on every edge, so the model's speed hardly matters:
+        # compile it without optimisation, several times faster to build. The fast tier is
+        # all model: FAST_OPT (chosen by measurement, docs/cosim.md).
+        opt = _NO_OPT if tier == "axi" else FAST_OPT
         log = tmp / "build.log"
+        saved = os.environ.get("MAKEFLAGS")
+        user = saved or ""
+        os.environ["MAKEFLAGS"] = user if "OPT_FAST" in user else f"{user} {opt}"
         try:
-            runner.build(
-                sources=[verilator.WAIVERS, tmp / f"{TOP}.v"],
-                hdl_toplevel=TOP,
-                build_dir=tmp / "sim_build",
-                waves=waves,
-                build_args=_trace_args() if waves else [],
-                always=True,
-                log_file=log,
-            )
+            with verilator.build_lock():
+                runner.build(
+                    sources=sources,
+                    hdl_toplevel=top,
+                    build_dir=tmp / "sim_build",
+                    waves=waves,
+                    build_args=args + (_trace_args() if waves else []),
+                    always=True,
+                    log_file=log,
+                )
         except (RuntimeError, SystemExit) as exc:
             _say(quiet, "failed")
             raise CosimError(
                 f"Verilator build of '{graph.name}' failed ({exc}); log: {log}\n{_tail(log)}",
                 log=log,
             ) from None
+        finally:
+            if saved is None:
+                os.environ.pop("MAKEFLAGS", None)
+            else:
+                os.environ["MAKEFLAGS"] = saved
         (tmp / "built.ok").write_text(digest + "\n")
         if stamp.is_file():  # another process finished first
             shutil.rmtree(tmp, ignore_errors=True)
@@ -252,7 +310,7 @@ def design(
         build_s = 0.0
     (folder / "desc.json").write_text(json.dumps(desc))
     _remember(known, digest, folder)
-    d = Design(folder, desc, build_s, waves)
+    d = Design(folder, desc, build_s, waves, elaborate_s=elaborate_s)
     _DESIGNS[key] = d
     return d
 
@@ -286,57 +344,71 @@ def run(
     tag: str = "run",
     quiet: bool = False,
     axi_errors: tuple[str, ...] = (),
+    tier: str = "axi",
+    memory_model: MemoryModel | None = None,
 ) -> CosimResult:
     """Co-simulate ``graph`` on ``memory`` (input tensors by name) and ``inputs`` (tokens of its
     Source nodes, as for ``interpret``); see the module docstring.
 
-    ``pattern`` is the back-pressure of the AXI RAMs and of the Sink streams, and the pauses of
+    ``tier``: ``"axi"`` (cocotbext-axi RAMs and Python stream drivers: the protocol-conformance
+    tier) or ``"fast"`` (memory, sources and sinks inside the simulation,
+    :mod:`~step_hw.cosim.fast_top`; ``memory_model`` sets its latencies, default
+    :meth:`MemoryModel.axi_ram`, the axi tier's timing).
+    ``pattern`` is the back-pressure of the memory and of the Sink streams, and the pauses of
     the Source streams (``always`` ready, ``periodic`` or ``random`` pauses, seeded by ``seed``).
     ``watchdog``: fail after this many cycles without a handshake on any queue; the
     :class:`CosimError` leads with the full and the empty queues and the blocked nodes.
-    ``trace=True`` records every queue's input handshake cycles (slow; for comparing with the
-    simulator). ``tag`` names the run's folder under the design's folder. ``quiet=True`` prints
-    nothing (by default one line per build and per run, on standard error). ``axi_errors``
-    names tensors whose reads and writes the memory answers with ``SLVERR`` (the memory
-    controller's sticky error flag rises; the :class:`CosimError` names the node).
+    ``trace=True`` records every queue's input handshake cycles and every AXI channel's (slow
+    on the axi tier; for comparing with the simulator). ``tag`` names the run's folder under the
+    design's folder. ``quiet=True`` prints nothing (by default one line per build and per run,
+    on standard error). ``axi_errors`` (axi tier) names tensors whose reads and writes the memory
+    answers with ``SLVERR`` (the memory controller's sticky error flag rises; the
+    :class:`CosimError` names the node).
     """
     from cocotb_tools.check_results import get_results
 
+    from step_hw.testing import PATTERNS
+
+    if pattern not in PATTERNS:
+        raise ValueError(
+            f"co-simulation pattern must be one of {', '.join(PATTERNS)}, not {pattern!r}"
+        )
     unknown = sorted(set(axi_errors) - set(graph.tensors))
     if unknown:
         raise ValueError(
             f"axi_errors names {', '.join(unknown)}, which graph '{graph.name}' does not declare"
         )
+    if tier == "fast" and axi_errors:
+        raise ValueError("axi_errors needs the axi tier (the fast tier's memory answers SLVERR "
+                         "only outside the memory map)")  # fmt: skip
+    if tier != "fast" and memory_model not in (None, MemoryModel.axi_ram()):
+        raise ValueError(
+            f"memory_model {memory_model} needs the fast tier (the axi tier's cocotbext-axi RAM "
+            "has latency 2 and write response 2)"
+        )
+    model = memory_model or MemoryModel.axi_ram()
 
     from . import verilator
 
     waves = waves or os.environ.get("WAVES", "") not in ("", "0")
-    d = design(graph, config, waves=waves, quiet=quiet)
+    d = design(graph, config, waves=waves, quiet=quiet, tier=tier)
     outputs = output_tensors(graph)
     runs = d.folder / "runs" / tag
     runs.mkdir(parents=True, exist_ok=True)
     data, result, trace_file = runs / "inputs.npz", runs / "result.npz", runs / "trace.json"
-    np.savez(data, **{f"in_{k}": _raw(np.asarray(v)) for k, v in (memory or {}).items()})
     sources, sinks_file, report_file = (
         runs / "sources.json",
         runs / "sinks.json",
         runs / "report.txt",
     )
-    sources.write_text(json.dumps(_source_payloads(graph, d.desc, inputs)))
-    for stale in (result, sinks_file, report_file):
+    payloads = _source_payloads(graph, d.desc, inputs)
+    for stale in (result, sinks_file, report_file, runs / "mem_out.hex", runs / "trace.txt"):
         stale.unlink(missing_ok=True)
     env = {
         "GRAPH_DESC": str(d.folder / "desc.json"),
-        "GRAPH_DATA": str(data),
-        "GRAPH_SOURCES": str(sources),
-        "GRAPH_SINKS": str(sinks_file),
         "GRAPH_REPORT": str(report_file),
-        "GRAPH_OUTPUTS": ",".join(outputs),
         "GRAPH_RESULT": str(result),
-        "GRAPH_PAUSES": pattern,
-        "GRAPH_SEED": str(seed),
         "GRAPH_WATCHDOG": str(watchdog),
-        "GRAPH_AXI_ERRORS": ",".join(axi_errors),
         "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
         # cocotb's own deprecations would lead every failure's log
         "PYTHONWARNINGS": "ignore::DeprecationWarning",
@@ -345,22 +417,55 @@ def run(
         # (10-15 s of a run's wall time). The bench raises its own AssertionErrors.
         "COCOTB_REWRITE_ASSERTION_FILES": "",
     }
-    if trace:
-        env["GRAPH_TRACE"] = str(trace_file)
-    _say(quiet, f"running {graph.name} ({tag}, {pattern}) ...", end=" ")
+    plusargs: list[str] = []
+    if tier == "fast":
+        from .fast_io import write_memory, write_sources
+
+        write_memory(runs / "mem_in.hex", d.desc, memory or {})
+        plusargs = [
+            f"+MEM_IN={runs / 'mem_in.hex'}",
+            f"+MEM_OUT={runs / 'mem_out.hex'}",
+            f"+LATENCY={model.latency}",
+            f"+WRITE_RESPONSE={model.write_response}",
+            f"+PATTERN={PATTERNS.index(pattern)}",
+            f"+SEED={seed & 0xFFFFFFFF}",
+            *write_sources(runs, payloads),
+            *(f"+SNK_{n}={runs / f'snk_{n}.hex'}" for n in sink_nodes(graph)),
+        ]
+        if trace:
+            plusargs.append(f"+TRACE={runs / 'trace.txt'}")
+        module, top = "step_hw.cosim.fast_bench", "step_fast"
+    else:
+        np.savez(data, **{f"in_{k}": _raw(np.asarray(v)) for k, v in (memory or {}).items()})
+        sources.write_text(json.dumps(payloads))
+        env.update({
+            "GRAPH_DATA": str(data),
+            "GRAPH_SOURCES": str(sources),
+            "GRAPH_SINKS": str(sinks_file),
+            "GRAPH_OUTPUTS": ",".join(outputs),
+            "GRAPH_PAUSES": pattern,
+            "GRAPH_SEED": str(seed),
+            "GRAPH_AXI_ERRORS": ",".join(axi_errors),
+        })  # fmt: skip
+        if trace:
+            env["GRAPH_TRACE"] = str(trace_file)
+        module, top = "step_hw.cosim.bench", TOP
+    fast = ", fast tier" if tier == "fast" else ""
+    _say(quiet, f"running {graph.name} ({tag}, {pattern}{fast}) ...", end=" ")
     t0 = time.perf_counter()
     runner = verilator.runner()
     log = runs / "sim.log"
     try:
         xml = runner.test(
-            test_module="step_hw.cosim.bench",
-            hdl_toplevel=TOP,
+            test_module=module,
+            hdl_toplevel=top,
             hdl_toplevel_lang="verilog",  # a runner that did not build cannot infer it
             build_dir=d.folder / "sim_build",
             test_dir=runs,
             seed=seed,
             waves=waves,
             extra_env=env,
+            plusargs=plusargs,
             results_xml=str(runs / "results.xml"),
             log_file=log,
         )
@@ -380,16 +485,28 @@ def run(
             log=log,
         )
     got = np.load(result)
-    outs = {
-        name: np.array(got[f"out_{name}"]).view(graph.tensors[name].dtype.numpy) for name in outputs
-    }
+    if tier == "fast":
+        from .fast_io import read_memory, read_sinks, read_trace
+
+        raw = read_memory(runs / "mem_out.hex", d.desc, outputs)
+        sinks_file.write_text(json.dumps(read_sinks(runs, json.loads(str(got["sinks"])))))
+        if trace:
+            trace_data = read_trace(runs / "trace.txt", d.desc["trace_names"], d.desc)
+            trace_file.write_text(json.dumps(trace_data))
+    else:
+        raw = {name: got[f"out_{name}"] for name in outputs}
+    outs = {name: np.array(raw[name]).view(graph.tensors[name].dtype.numpy) for name in outputs}
     d.runs += 1
-    _say(quiet, f"{int(got['cycles'])} cycles in {run_s:.1f} s")
+    cycles = int(got["cycles"])
+    sim_s = float(got["sim_s"])
+    rate = f", {cycles / sim_s:,.0f} cycles/s simulated" if sim_s > 0 else ""
+    _say(quiet, f"{cycles} cycles in {run_s:.1f} s{rate}")
     return CosimResult(
         outputs=outs,
-        cycles=int(got["cycles"]),
+        cycles=cycles,
         build_s=d.build_s if d.runs == 1 else 0.0,
         run_s=run_s,
+        sim_s=float(got["sim_s"]),
         folder=runs,
         trace=json.loads(trace_file.read_text()) if trace else None,
         sinks=_sink_tokens(d.desc, sinks_file),
@@ -421,6 +538,10 @@ def _describe(graph: Graph, report: dict) -> str:
     the empty queues, the blocked nodes and the likely cause, as the simulator's deadlock report
     (:class:`~step_lang.errors.SimDeadlock`, :func:`sim.sizing.diagnose`) gives them."""
     flags = [f"{f['node']} ({f['flag']})" for f in report.get("flags", [])]
+    if report.get("memory_error"):
+        return "the memory answered SLVERR: an access outside the memory map, or not an INCR burst"
+    if report.get("sink_overflow"):
+        return "a Sink took more payloads than the fast tier's recorder holds"
     if "watchdog" not in report:
         where = ", ".join(flags) if flags else "no flag bit names it"
         return f"a block raised its error flag: {where}"

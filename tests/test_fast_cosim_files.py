@@ -1,0 +1,114 @@
+"""The fast co-simulation tier without a simulator: the memory model's parameters, the memory
+image and Source files it loads, and the harness Verilog it generates (ports, widths)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from sim.profiles import RtlProfile
+from step_hw.config import HwConfig
+from step_hw.cosim import fast_io, fast_top
+from step_hw.memory_model import MemoryModel
+
+
+def _desc(width: int, layout: dict) -> dict:
+    return {"config": {"axi_data_width": width}, "memory_map": layout}
+
+
+@pytest.mark.parametrize("width", [32, 64, 128, 512])
+def test_memory_image_round_trip(tmp_path, width):
+    """Tensors written as ``$readmemh`` words come back unchanged from the same words (the
+    format ``$writememh`` writes), at their addresses, whatever the bus width."""
+    rng = np.random.default_rng(width)
+    tensors = {
+        "a": rng.integers(-(2**15), 2**15, (3, 5), dtype=np.int16),
+        "b": rng.standard_normal((4, 8)).astype(ml_dtypes.bfloat16),
+        "c": rng.integers(-(2**31), 2**31, (7,), dtype=np.int32),
+    }
+    layout, addr = {}, 4096
+    for name, t in tensors.items():
+        dtype = "bfloat16" if t.dtype == ml_dtypes.bfloat16 else t.dtype.name
+        layout[name] = {"addr": addr, "shape": list(t.shape), "dtype": dtype, "bytes": t.nbytes}
+        addr += 4096
+    desc = _desc(width, layout)
+    path = tmp_path / "mem.hex"
+    fast_io.write_memory(path, desc, tensors)
+    lines = path.read_text().split()
+    assert len(lines) == fast_top.memory_words(desc) and {len(ln) for ln in lines} == {width // 4}
+    back = fast_io.read_memory(path, desc, list(tensors))
+    for name, t in tensors.items():
+        raw = t.view(np.uint16) if t.dtype == ml_dtypes.bfloat16 else t
+        assert np.array_equal(back[name], raw), name
+    # little-endian words: the first byte of tensor `a` is the low byte of its word
+    word = int(lines[4096 // (width // 8)], 16)
+    assert word & 0xFFFF == int(tensors["a"].reshape(-1)[0]) & 0xFFFF
+
+
+def test_memory_image_refuses_a_tensor_of_the_wrong_size(tmp_path):
+    desc = _desc(64, {"x": {"addr": 0, "shape": [4], "dtype": "int16", "bytes": 8}})
+    with pytest.raises(ValueError, match=r"tensor 'x' has 10 bytes, its memory map entry 8"):
+        fast_io.write_memory(tmp_path / "m.hex", desc, {"x": np.zeros(5, np.int16)})
+
+
+def test_source_files_and_their_limit(tmp_path, monkeypatch):
+    args = fast_io.write_sources(tmp_path, {"src_ids": ["0x1", "0xabc", "0x0"]})
+    assert args == [f"+SRC_ids={tmp_path / 'src_ids.hex'}", "+SRC_ids_N=3"]
+    assert (tmp_path / "src_ids.hex").read_text().split() == ["1", "abc", "0"]
+    monkeypatch.setattr(fast_io, "SOURCE_DEPTH", 2)
+    with pytest.raises(ValueError, match=r"Source 'ids' has 3 tokens, its ROM holds 2"):
+        fast_io.write_sources(tmp_path, {"src_ids": ["0x1", "0x2", "0x3"]})
+
+
+def test_trace_file_names_its_indices(tmp_path):
+    (tmp_path / "t.txt").write_text("0 3\n2 4\n0 5\n")
+    got = fast_io.read_trace(
+        tmp_path / "t.txt", ["q_a", "q_b", "m_axi_x.ar"], {"queues": {"q_a": {"depth": 2}}}
+    )
+    assert got == {
+        "q_a": {"depth": 2, "push": [3, 5]},
+        "q_b": {"push": []},
+        "m_axi_x.ar": {"push": [4]},
+    }
+
+
+@pytest.mark.parametrize("field", ["latency", "write_response"])
+@pytest.mark.parametrize("value", [0, -1, 1.5, True, 2**16])
+def test_memory_model_refuses_bad_latencies(field, value):
+    with pytest.raises(
+        ValueError, match=rf"MemoryModel\.{field} must be an integer in \[1, 65535\]"
+    ):
+        MemoryModel(**{field: value})
+
+
+def test_rtl_profile_takes_the_memory_model():
+    hbm = MemoryModel.hbm()
+    p = RtlProfile.for_memory(hbm, HwConfig(axi_ports=1))
+    assert (p.memory_latency, p.write_response, p.config.axi_ports) == (64, 64, 1)
+    d = RtlProfile()
+    assert (d.memory_latency, d.write_response) == (
+        MemoryModel().latency,
+        MemoryModel().write_response,
+    )
+    with pytest.raises(TypeError, match="memory must be a MemoryModel"):
+        RtlProfile.for_memory(64)
+
+
+def test_harness_ports_and_queue_levels_from_the_verilog():
+    from examples import swiglu
+    from step_hw.elaborate import convert
+
+    text, desc = convert(swiglu.hardware(), HwConfig(), name="step_top")
+    top = fast_top.ports(text)
+    assert top["m_axi_load_x_rdata"] == ("input", 64) and top["done"] == ("output", 1)
+    levels = fast_top.queue_level_widths(text, sorted(desc["queues"]))
+    assert set(levels) == set(desc["queues"]) and all(1 <= w <= 16 for w in levels.values())
+    v = fast_top.wrapper(desc, text)
+    assert v.count("  // ---- read port") == 4 and v.count("  // ---- write port") == 1
+    names = fast_top.trace_names(desc, text)
+    assert names[: len(levels)] == sorted(levels) and names[-3:] == [
+        "m_axi_store.aw",
+        "m_axi_store.w",
+        "m_axi_store.b",
+    ]
