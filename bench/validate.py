@@ -18,11 +18,16 @@ error, schedule comparisons), ``build/validate/validate.png`` and
 ``build/bench/validate_speed.json``. RTL results are cached per point and design in
 ``build/validate/points/`` so that re-running after a profile change costs only the simulator;
 ``--fresh`` ignores the cache. ``--only swiglu,moe`` picks sweeps.
+
+``--tier fast`` co-simulates on the fast tier (``docs/cosim.md``) and ``--memory hbm`` gives it
+(and the rtl profile) the HBM-like memory model; their summary goes to
+``build/validate/fast_<memory>/`` and their speed to ``build/bench/validate_speed_fast_<memory>.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import time
@@ -37,6 +42,7 @@ from examples import moe, swiglu
 from sim import simulate
 from sim.profiles import RtlProfile
 from step_hw.config import HwConfig
+from step_hw.memory_model import MemoryModel
 from step_lang import interpret
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -185,20 +191,26 @@ def _key(p: Point) -> str:
     return h.hexdigest()[:16]
 
 
-def run_point(p: Point, *, fresh: bool, trace: bool) -> dict[str, Any]:
+def run_point(
+    p: Point, *, fresh: bool, trace: bool, tier: str = "axi", memory: MemoryModel | None = None
+) -> dict[str, Any]:
     from step_hw import cosim
 
-    cache = OUT / "points" / f"{p.workload}_{_key(p)}.json"
+    memory = memory or MemoryModel.axi_ram()
+    # the axi tier's points keep their cache names; the fast tier's carry the tier and memory
+    suffix = "" if tier == "axi" else f"_{tier}_{memory.tag}"
+    cache = OUT / "points" / f"{p.workload}_{_key(p)}{suffix}.json"
     want = interpret(p.make(), p.memory).memory
     outputs = cosim.output_tensors(p.make())
     t0 = time.perf_counter()
-    s = simulate(p.make(), p.memory, profile=RtlProfile(p.config))
+    s = simulate(p.make(), p.memory, profile=RtlProfile.for_memory(memory, p.config))
     sim_wall = time.perf_counter() - t0
     sim_match = all(np.array_equal(s.memory[o], want[o]) for o in outputs)
     if cache.is_file() and not fresh and not trace:
         rtl = json.loads(cache.read_text())
     else:
-        r = cosim.run(p.make(), p.memory, config=p.config, trace=trace, tag=_key(p))
+        r = cosim.run(p.make(), p.memory, config=p.config, trace=trace, tag=_key(p) + suffix, tier=tier,
+                      memory_model=None if tier == "axi" else memory)  # fmt: skip
         rtl = {
             "rtl_cycles": r.cycles,
             "outputs_match": all(np.array_equal(r.outputs[o], want[o]) for o in outputs),
@@ -304,7 +316,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fresh", action="store_true", help="re-run the RTL of every point")
     ap.add_argument("--trace", action="store_true", help="record queue traces (slow)")
     ap.add_argument("--limit", type=int, default=0, help="at most this many points per sweep")
+    ap.add_argument(
+        "--tier", choices=("axi", "fast"), default="axi", help="co-simulation tier (docs/cosim.md)"
+    )
+    ap.add_argument("--memory", choices=("axi_ram", "hbm"), default="axi_ram",
+                    help="memory model of the fast tier (and of the rtl profile)")  # fmt: skip
     args = ap.parse_args(argv)
+    if args.memory != "axi_ram" and args.tier != "fast":
+        ap.error("--memory hbm needs --tier fast")
+    memory = getattr(MemoryModel, args.memory)()
+    # the fast tier's summaries beside the axi tier's: build/validate/fast_<memory>/
+    out = OUT if args.tier == "axi" else OUT / f"fast_{memory.tag}"
+    out.mkdir(parents=True, exist_ok=True)
     sweeps = {"swiglu": swiglu_points, "moe": moe_points, "attention": attention_points}
     OUT.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
@@ -324,7 +347,7 @@ def main(argv: list[str] | None = None) -> None:
             if p.design in failed:
                 continue
             try:
-                r = run_point(p, fresh=args.fresh, trace=args.trace)
+                r = run_point(p, fresh=args.fresh, trace=args.trace, tier=args.tier, memory=memory)
             except Exception as exc:
                 if not p.optional:
                     raise
@@ -344,6 +367,8 @@ def main(argv: list[str] | None = None) -> None:
         walls[name] = time.perf_counter() - t0
     speed = [{"workload": p["workload"], "params": p["params"], **p.pop("_speed")} for p in points]
     summary = {
+        "tier": args.tier,
+        "memory": dataclasses.asdict(memory),
         "points": points,
         "stats": stats(points),
         "comparisons": comparisons(points),
@@ -351,11 +376,13 @@ def main(argv: list[str] | None = None) -> None:
         "sweep_wall_s": walls,
         "wall_s": time.perf_counter() - t_start,
     }
-    (OUT / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     SPEED.parent.mkdir(parents=True, exist_ok=True)
-    SPEED.write_text(json.dumps({"points": speed}, indent=1) + "\n")
+    (
+        SPEED if args.tier == "axi" else SPEED.with_name(f"validate_speed_fast_{memory.tag}.json")
+    ).write_text(json.dumps({"points": speed}, indent=1) + "\n")
     if points:
-        plot(points, OUT / "validate.png")
+        plot(points, out / "validate.png")
     for w, st in summary["stats"].items():
         print(
             f"{w}: {st['points']} points, Pearson {st['pearson']:.4f}, "

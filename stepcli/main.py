@@ -188,8 +188,18 @@ def cmd_validate(args) -> int:
 
         graph, (memory,) = hardware_case(args.example, args.schedule)
         inputs = None
+    from step_hw.memory_model import MemoryModel
+
+    model = None
+    if args.memory != "axi_ram" or args.tier == "fast":
+        if args.tier != "fast":
+            raise UsageError(
+                f"--memory {args.memory} needs --tier fast (the axi tier's RAM is axi_ram)"
+            )
+        model = getattr(MemoryModel, args.memory)()
     report = validate(graph, memory, inputs=inputs, config=_hw_config(graph), pattern=args.pattern,
-                      seed=args.seed, waves=args.waves, watchdog=args.watchdog)  # fmt: skip
+                      seed=args.seed, waves=args.waves, watchdog=args.watchdog, tier=args.tier,
+                      memory_model=model)  # fmt: skip
     print(report)
     return 0 if report.ok else 1
 
@@ -318,6 +328,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--waves", action="store_true", help="also write a waveform (dump.fst)")
     p.add_argument("--watchdog", type=_number(int, 1), default=20000, metavar="CYCLES",
                    help="fail after this many cycles without progress (default 20000)")  # fmt: skip
+    p.add_argument("--tier", choices=("axi", "fast"), default="axi",
+                   help="co-simulation tier: cocotbext-axi memories (default) or the fast tier, "
+                   "memory and streams inside the simulation (docs/cosim.md)")  # fmt: skip
+    p.add_argument("--memory", choices=("axi_ram", "hbm"), default="axi_ram",
+                   help="the fast tier's memory model preset (default axi_ram)")  # fmt: skip
     p.set_defaults(fn=cmd_validate)
 
     p = sub.add_parser("sweep", help="run a design-space sweep from a TOML spec")

@@ -88,6 +88,31 @@ def test_step_validate_on_a_graph_file_outside_the_project(tmp_path):
     assert (folder / "dump.fst").is_file() or (folder / "dump.vcd").is_file()
 
 
+def test_step_validate_on_the_fast_tier_with_an_hbm_memory(tmp_path):
+    """``--tier fast --memory hbm``: the graph's Source as a ROM inside the simulation, the
+    memory 64 cycles away; the rtl profile is configured with the same memory and agrees."""
+    graph_file(tmp_path)
+    out = subprocess.run([str(STEP), "validate", "mygraph.py:build", "--tier", "fast", "--memory", "hbm"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "outputs   equal: interpreter = paper = rtl profile = RTL (y)" in out.stdout
+    rtl, profile = map(
+        int, re.search(r"^cycles    RTL (\d+) \| rtl profile (\d+)", out.stdout, re.M).groups()
+    )
+    assert rtl > 64 and abs(rtl - profile) <= 0.02 * rtl
+    assert re.search(
+        r"^running bias_add \(validate, always, fast tier\) \.\.\. \d+ cycles", out.stderr, re.M
+    )
+    assert out.stdout.rstrip().endswith("verdict   OK")
+
+
+def test_step_validate_memory_needs_the_fast_tier(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    graph_file(tmp_path)
+    check(capsys, ["validate", "mygraph.py:build", "--memory", "hbm"],
+          r"--memory hbm needs --tier fast \(the axi tier's RAM is axi_ram\)")  # fmt: skip
+
+
 def _tutorial_graph():
     namespace: dict = {}
     exec(python_blocks(DOC.read_text())[0], namespace)

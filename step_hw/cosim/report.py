@@ -266,6 +266,8 @@ def validate(
     watchdog: int = 20000,
     tag: str = "validate",
     quiet: bool = False,
+    tier: str = "axi",
+    memory_model: Any = None,
 ) -> ValidationReport:
     """Run ``graph`` on ``memory`` (off-chip tensors by name) and ``inputs`` (Source tokens) in
     the interpreter, the simulator (``paper`` and ``rtl`` profiles) and a Verilator
@@ -275,7 +277,9 @@ def validate(
     default ``HwConfig()`` in the graph's number format, :func:`step_hw.config.config_for`);
     ``pattern`` and ``seed`` the co-simulation's AXI back-pressure (``always``, ``periodic``,
     ``random``); ``waves=True`` also writes a waveform (``report.folder / "dump.fst"``);
-    ``watchdog`` and ``tag`` as for :func:`step_hw.cosim.run`; ``quiet=True`` prints nothing
+    ``watchdog``, ``tag``, ``tier`` (``axi`` or ``fast``) and ``memory_model`` (a
+    :class:`~step_hw.memory_model.MemoryModel`, fast tier; the rtl profile is configured with
+    it) as for :func:`step_hw.cosim.run`; ``quiet=True`` prints nothing
     while it builds and runs. Errors of the graph or its data (a ``StepError``) raise; a graph
     without hardware, or a co-simulation that fails, gives a report with ``rtl_error`` set.
     """
@@ -296,7 +300,8 @@ def validate(
     sink_streams = {s: lowered.nodes[s].inputs[0].name for s in sinks}
     want_sinks = {s: list(ref.streams[name]) for s, name in sink_streams.items()}
     paper = simulate(graph, memory, profile=PaperProfile(), inputs=inputs)
-    rtlsim = simulate(graph, memory, profile=RtlProfile(config), inputs=inputs, trace=True)
+    profile = RtlProfile.for_memory(memory_model, config) if memory_model else RtlProfile(config)
+    rtlsim = simulate(graph, memory, profile=profile, inputs=inputs, trace=True)
     report = ValidationReport(
         graph=graph.name,
         config=config,
@@ -315,7 +320,8 @@ def validate(
     ) or _compare("rtl profile", outputs, ref.memory, rtlsim.memory, sinks_of(rtlsim), want_sinks)
     try:
         got = run(graph, memory, inputs=inputs, config=config, pattern=pattern, seed=seed,
-                  waves=waves, watchdog=watchdog, trace=True, tag=tag, quiet=quiet)  # fmt: skip
+                  waves=waves, watchdog=watchdog, trace=True, tag=tag, quiet=quiet, tier=tier,
+                  memory_model=memory_model)  # fmt: skip
     except (StepTypeError, StepValueError) as exc:  # an operator or a type without hardware
         report.rtl_error = f"not elaborated: {exc}"
         return report
