@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(PY) -m bench.sim_speed
 	$(PY) -m bench.hw_area
 	$(PY) -m bench.queue_sizing
+	$(PY) -m bench.cosim_speed
 
 # Simulator (rtl profile) vs Verilated RTL: SwiGLU tile sweep, MoE routing patterns, attention
 # when it has hardware; writes build/validate/summary.json, validate.png and
