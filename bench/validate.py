@@ -42,7 +42,7 @@ from examples import moe, swiglu
 from sim import simulate
 from sim.profiles import RtlProfile
 from step_hw.config import HwConfig
-from step_hw.memory_model import MemoryModel
+from step_hw.memory_model import PRESETS, MemoryModel
 from step_lang import interpret
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--tier", choices=("axi", "fast"), default="axi", help="co-simulation tier (docs/cosim.md)"
     )
-    ap.add_argument("--memory", choices=("axi_ram", "hbm"), default="axi_ram",
+    ap.add_argument("--memory", choices=PRESETS, default="axi_ram",
                     help="memory model of the fast tier (and of the rtl profile)")  # fmt: skip
     args = ap.parse_args(argv)
     if args.memory != "axi_ram" and args.tier != "fast":

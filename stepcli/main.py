@@ -9,6 +9,7 @@ import pathlib
 import sys
 from collections.abc import Sequence
 
+from step_hw.memory_model import PRESETS
 from step_lang.errors import StepError
 
 from .registry import EXAMPLES, UsageError, example, parse_params
@@ -331,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tier", choices=("axi", "fast"), default="axi",
                    help="co-simulation tier: cocotbext-axi memories (default) or the fast tier, "
                    "memory and streams inside the simulation (docs/cosim.md)")  # fmt: skip
-    p.add_argument("--memory", choices=("axi_ram", "hbm"), default="axi_ram",
+    p.add_argument("--memory", choices=PRESETS, default="axi_ram",
                    help="the fast tier's memory model preset (default axi_ram)")  # fmt: skip
     p.set_defaults(fn=cmd_validate)
 

@@ -73,26 +73,58 @@ def test_trace_file_names_its_indices(tmp_path):
     }
 
 
-@pytest.mark.parametrize("field", ["latency", "write_response"])
-@pytest.mark.parametrize("value", [0, -1, 1.5, True, 2**16])
-def test_memory_model_refuses_bad_latencies(field, value):
+@pytest.mark.parametrize(
+    ("field", "low", "high"),
+    [
+        ("latency", 1, 65535),
+        ("write_response", 1, 65535),
+        ("outstanding", 1, 16),
+        ("beat_interval", 1, 16),
+        ("start_up", 0, 65535),
+    ],
+)
+@pytest.mark.parametrize("value", ["low-1", 1.5, True, "high+1"])
+def test_memory_model_refuses_bad_values(field, low, high, value):
+    value = {"low-1": low - 1, "high+1": high + 1}.get(value, value)
     with pytest.raises(
-        ValueError, match=rf"MemoryModel\.{field} must be an integer in \[1, 65535\]"
+        ValueError, match=rf"MemoryModel\.{field} must be an integer in \[{low}, {high}\], not"
     ):
         MemoryModel(**{field: value})
+
+
+def test_memory_model_presets_tags_and_plusargs():
+    assert MemoryModel() == MemoryModel.axi_ram()
+    assert MemoryModel().tag == "l2w2"
+    assert MemoryModel.hbm().tag == "l64w64o16"
+    paper = MemoryModel.paper()
+    assert paper.tag == "l2w2o16i2s14"
+    # the artifact's channel: 64-byte requests every 2 cycles is 32 bytes per cycle
+    assert paper.peak_bytes_per_cycle(512) == 32.0
+    assert MemoryModel().peak_bytes_per_cycle(64) == 8.0
+    assert fast_top.memory_plusargs(paper) == [
+        "+LATENCY=2", "+WRITE_RESPONSE=2", "+OUTSTANDING=16", "+BEAT_INTERVAL=2", "+START_UP=14",
+    ]  # fmt: skip
 
 
 def test_rtl_profile_takes_the_memory_model():
     hbm = MemoryModel.hbm()
     p = RtlProfile.for_memory(hbm, HwConfig(axi_ports=1))
     assert (p.memory_latency, p.write_response, p.config.axi_ports) == (64, 64, 1)
+    assert p.memory_outstanding == 16 and not p.memory_shapes_ports
     d = RtlProfile()
-    assert (d.memory_latency, d.write_response) == (
-        MemoryModel().latency,
-        MemoryModel().write_response,
-    )
+    assert (d.memory_latency, d.write_response, d.memory_outstanding) == (2, 2, 2)
+    assert (d.beat_interval, d.start_up) == (1, 0) and not d.memory_shapes_ports
+    # a beat interval, a start-up or a queue shorter than the controllers' bursts in flight
+    # shape every port: then ports of one operator take the port model too
+    assert RtlProfile.for_memory(MemoryModel.paper()).memory_shapes_ports
+    assert RtlProfile.for_memory(MemoryModel(start_up=1)).memory_shapes_ports
+    assert RtlProfile.for_memory(MemoryModel(outstanding=1)).memory_shapes_ports
+    one = HwConfig(max_outstanding=1)
+    assert not RtlProfile.for_memory(MemoryModel(outstanding=1), one).memory_shapes_ports
     with pytest.raises(TypeError, match="memory must be a MemoryModel"):
         RtlProfile.for_memory(64)
+    with pytest.raises(ValueError, match="RtlProfile: beat_interval must be a positive integer, not 0"):
+        RtlProfile(beat_interval=0)
 
 
 def test_harness_ports_and_queue_levels_from_the_verilog():

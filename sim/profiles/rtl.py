@@ -51,7 +51,10 @@ of every hardware block (their docstrings; ``docs/hardware.md``), it predicts th
   bit is sticky, so the run ends at the latest of them.
 
 The memory is :class:`step_hw.memory_model.MemoryModel` (the fast co-simulation tier builds the
-same one, ``step_hw/cosim/fast_top.py``); :meth:`RtlProfile.for_memory` takes its latencies. The
+same one, ``step_hw/cosim/fast_top.py``); :meth:`RtlProfile.for_memory` takes its timing. A
+memory with a beat interval above 1, a start-up, or a request queue shorter than the
+controllers' ``max_outstanding`` (and two) shapes every port, so then every port, also one of a
+single operator, takes the cycle-by-cycle port model (``ReadPort``, ``WritePort``). The
 defaults are its ``axi_ram`` preset, cocotbext-axi ``AxiRam``'s timing, measured on the generated
 SwiGLU layer (``docs/validation.md``): AR to the first R beat 2 cycles, last W beat to B 2
 cycles. Every ``m_axi`` port has its own memory front end over one memory, so different ports do
@@ -67,7 +70,7 @@ from typing import Any
 
 from step_hw import contract
 from step_hw.contract import BLOCKS, HwConfig, Interval
-from step_hw.memory_model import MemoryModel
+from step_hw.memory_model import REQUEST_QUEUE, MemoryModel
 from step_lang import ops
 from step_lang.graph import Node
 from step_lang.registry import NodeRegistry
@@ -108,6 +111,9 @@ class RtlProfile(TimingProfile):
     config: HwConfig = field(default_factory=HwConfig)
     memory_latency: int = _AXI_RAM.latency  # AR handshake to the first R beat
     write_response: int = _AXI_RAM.write_response  # last W beat to the B response
+    memory_outstanding: int = _AXI_RAM.outstanding  # requests the memory's AR (AW) queue holds
+    beat_interval: int = _AXI_RAM.beat_interval  # cycles per R (W) beat at the most, per port
+    start_up: int = _AXI_RAM.start_up  # extra cycles to a port's first R beat and first B
     load_start: int = contract.LOAD_START  # start to a load's first sequencer entry
     load_issue: int = contract.LOAD_ISSUE  # entry to its first AR
     store_issue: int = contract.STORE_ISSUE  # a store's take to its AW
@@ -138,6 +144,9 @@ class RtlProfile(TimingProfile):
             config or HwConfig(),
             memory_latency=memory.latency,
             write_response=memory.write_response,
+            memory_outstanding=memory.outstanding,
+            beat_interval=memory.beat_interval,
+            start_up=memory.start_up,
             **fields,
         )
 
@@ -147,6 +156,15 @@ class RtlProfile(TimingProfile):
         for name in ("memory_latency", "write_response", "load_start", "load_issue",
                      "store_issue", "aw_to_w", "done_latency", "sink_done"):  # fmt: skip
             check_int("RtlProfile", name, getattr(self, name), 0)
+        for name in ("memory_outstanding", "beat_interval"):
+            check_int("RtlProfile", name, getattr(self, name), 1)
+
+    @property
+    def memory_shapes_ports(self) -> bool:
+        """Whether the memory's own timing shapes every port (module docstring): then every port
+        takes the cycle-by-cycle port model."""
+        queue = min(REQUEST_QUEUE, self.config.max_outstanding)
+        return self.beat_interval > 1 or self.start_up > 0 or self.memory_outstanding < queue
 
     @property
     def channel_depth(self) -> int:  # type: ignore[override]
@@ -199,7 +217,7 @@ class RtlProfile(TimingProfile):
             }
             graph, size, ports, run = g, len(g.nodes), {}, PortRun()
         port_name, index, n = where.get(node.name, (None, 0, 1))
-        if n < self._port_model_from:
+        if n < self._port_model_from and not self.memory_shapes_ports:
             return None  # a port of its own (an arbiter of one manager is wires)
         port = ports.get(port_name)
         if port is not None and port.managers[index] is not None:

@@ -14,8 +14,6 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from step_hw.memory_model import REQUEST_QUEUE
-
 if TYPE_CHECKING:
     from .rtl import RtlProfile
 
@@ -95,6 +93,12 @@ class ReadPort(Port):
     """``m_axi_rd<i>`` with several loads: an ``AxiReadArbiter`` and cocotbext-axi's
     ``AxiRamRead`` (module docstring).
 
+    Below, the calibrated RAM (``MemoryModel.axi_ram``). Another ``MemoryModel`` (the fast
+    co-simulation tier's memory, ``step_hw/cosim/fast_top.py``, follows the same rules) changes
+    three numbers: the AR queue holds ``memory_outstanding`` requests (AR ``j`` needs
+    ``pop(j - memory_outstanding) <= c - 2``), a beat follows the previous one's handshake after
+    ``beat_interval`` cycles, and the port's first burst waits ``start_up`` cycles more.
+
     The RAM (cocotbext-axi ``axi_slave.py``, ``AxiSlaveRead``; ``stream.py``): an AR sink whose
     queue holds 2 requests (``queue_occupancy_limit``; at each clock edge it samples the
     handshake and sets ``arready`` for the next cycle from its queue's fill), a process that
@@ -146,9 +150,10 @@ class ReadPort(Port):
         if j < len(self.ar):
             start = self.ends[j - 1] if j else 0
             if len(self.offered) == k:
-                d = self.r[-1] + 1 if k else -math.inf
+                p = self.p
+                d = self.r[-1] + p.beat_interval if k else -math.inf
                 if k == start:
-                    d = max(d, self.ar[j] + self.p.memory_latency)
+                    d = max(d, self.ar[j] + p.memory_latency + (p.start_up if j == 0 else 0))
                 self.offered.append(d)
             if self.offered[k] <= c:
                 g, n = self.owner[j]
@@ -163,7 +168,7 @@ class ReadPort(Port):
         valid = [m.ar_valid(c) for m in self.managers]
         if any(valid) or self.arbiter.locked:
             j = len(self.ar)
-            q = REQUEST_QUEUE
+            q = self.p.memory_outstanding
             pop = self._pop(j - q) if j >= q else -math.inf
             g = self.arbiter.step(valid, pop is not None and pop <= c - 2)
             if g is not None:
@@ -179,6 +184,10 @@ class ReadPort(Port):
 class WritePort(Port):
     """``m_axi_wr<i>`` with several stores: an ``AxiWriteArbiter`` and cocotbext-axi's
     ``AxiRamWrite`` (module docstring).
+
+    Another ``MemoryModel`` (as ``ReadPort``): the AW queue holds ``memory_outstanding``
+    requests, W beats are taken ``beat_interval`` cycles apart, the port's first B waits
+    ``start_up`` cycles more, and B responses leave in AW order, one per cycle.
 
     W beats pass in AW order (the arbiter's order FIFO: a burst's first beat the cycle after its
     AW at the earliest; the store's own W path needs ``aw_to_w``), one per cycle; ``wready`` is
@@ -203,12 +212,12 @@ class WritePort(Port):
         return {"aw": self.aw, "w": self.w, "b": self.b}
 
     def _step(self, c: int) -> bool:
-        busy = c < self.w_free + self.p.write_response  # W beats and B responses still to come
+        busy = bool(self.b) and c <= self.b[-1]  # W beats and B responses still to come
         valid = [m.aw_valid(c) for m in self.managers]
         if not (any(valid) or self.arbiter.locked):
             return busy
         j = len(self.aw)
-        q = REQUEST_QUEUE
+        q = self.p.memory_outstanding
         ready = (
             j < q or max(self.aw[j - q], self.w_last[j - q - 1] if j > q else -math.inf) <= c - 2
         )
@@ -216,12 +225,16 @@ class WritePort(Port):
         if g is None:
             return busy
         p, m = self.p, self.managers[g]
+        step = p.beat_interval
         first = max(c + p.aw_to_w, self.w_free)
-        last = first + m.aw_beats() - 1
-        self.w_free = last + 1
+        last = first + (m.aw_beats() - 1) * step
+        self.w_free = last + step
+        b = last + p.write_response + (p.start_up if not self.b else 0)
+        if self.b:
+            b = max(b, self.b[-1] + 1)  # B in AW order, one per cycle
         self.aw.append(c)
         self.w_last.append(last)
-        self.w.extend(range(first, last + 1))
-        self.b.append(last + p.write_response)
-        m.aw_done(c, last, last + p.write_response)
+        self.w.extend(range(first, last + 1, step))
+        self.b.append(b)
+        m.aw_done(c, last, b)
         return True

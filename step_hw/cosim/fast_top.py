@@ -9,8 +9,9 @@ results back:
 * **memory**: one array of ``axi_data_width``-bit words covering the memory map, loaded from
   ``+MEM_IN=<file>`` (``$readmemh``) at time 0 and written to ``+MEM_OUT=<file>`` when ``dump``
   is high; every ``m_axi_<port>`` gets a read or write front end with the timing of
-  :class:`step_hw.memory_model.MemoryModel` (latencies from ``+LATENCY=`` and
-  ``+WRITE_RESPONSE=``, so one build serves every model);
+  :class:`step_hw.memory_model.MemoryModel` (its fields from ``+LATENCY=``,
+  ``+WRITE_RESPONSE=``, ``+OUTSTANDING=``, ``+BEAT_INTERVAL=`` and ``+START_UP=``, so one build
+  serves every model; :func:`memory_plusargs`);
 * **Source streams** ``src_<node>``: a ROM of payloads (``+SRC_<node>=<file>``, ``+SRC_<node>_N=``
   tokens), offered in order from the ``start`` cycle; **Sink streams** ``snk_<node>``: every
   payload taken is recorded (dumped to ``+SNK_<node>=<file>``), with ``snk_<node>_count``;
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import re
 
-from step_hw.memory_model import REQUEST_QUEUE
+from step_hw.memory_model import MAX_OUTSTANDING, MemoryModel
 
 __all__ = [
     "FAST_TOP",
@@ -38,6 +39,7 @@ __all__ = [
     "RING",
     "SINK_DEPTH",
     "SOURCE_DEPTH",
+    "memory_plusargs",
     "memory_words",
     "ports",
     "queue_level_widths",
@@ -47,7 +49,7 @@ __all__ = [
 
 FAST_TOP = "step_fast"
 #: Bursts a memory front end tracks at once (taken but not yet answered).
-RING = 16
+RING = 2 * MAX_OUTSTANDING
 #: Tokens a Source ROM holds and payloads a Sink records (per stream).
 SOURCE_DEPTH = 1 << 16
 SINK_DEPTH = 1 << 16
@@ -106,6 +108,17 @@ def trace_names(desc: dict, verilog: str) -> list[str]:
     return names
 
 
+def memory_plusargs(model: MemoryModel) -> list[str]:
+    """The plusargs that give a ``step_fast`` build the timing of ``model``."""
+    return [
+        f"+LATENCY={model.latency}",
+        f"+WRITE_RESPONSE={model.write_response}",
+        f"+OUTSTANDING={model.outstanding}",
+        f"+BEAT_INTERVAL={model.beat_interval}",
+        f"+START_UP={model.start_up}",
+    ]
+
+
 def _pause(name: str, index: int) -> str:
     """A per-channel pause flag ``<name>_pause`` (pattern and seed from the plusargs)."""
     salt = (0x9E3779B1 * (index + 1)) & 0xFFFFFFFF
@@ -123,7 +136,8 @@ def _read_port(p: str, aw: int, iw: int, bus: int, words: int, index: int) -> st
     shift = bus.bit_length() - 1
     ring = RING.bit_length() - 1
     return f"""\
-  // ---- read port {p}: AR queue of {REQUEST_QUEUE}, first beat `latency` cycles after AR
+  // ---- read port {p}: AR queue of `outstanding`, first beat `latency` cycles after AR
+  // (`latency + start_up` for the first burst), then a beat every `beat_interval` cycles
 {_pause(f"{p}_ar", 2 * index)}{_pause(f"{p}_r", 2 * index + 1)}\
   reg [{aw - 1}:0] {p}_addr [0:{RING - 1}];
   reg [7:0] {p}_len [0:{RING - 1}];
@@ -132,13 +146,14 @@ def _read_port(p: str, aw: int, iw: int, bus: int, words: int, index: int) -> st
   reg [31:0] {p}_at [0:{RING - 1}];
   reg [31:0] {p}_end [0:{RING - 1}];
   reg {p}_bad [0:{RING - 1}];
-  reg [31:0] {p}_ar_cnt, {p}_pop_cnt, {p}_prev_end, {p}_head, {p}_r_cnt, {p}_beats;
+  reg [31:0] {p}_ar_cnt, {p}_pop_cnt, {p}_prev_end, {p}_head, {p}_r_cnt, {p}_beats, {p}_r_next;
   reg [7:0] {p}_beat;
   reg {p}_r_hold;
   wire [{ring - 1}:0] {p}_h = {p}_head[{ring - 1}:0];
-  wire {p}_ar_room = ({p}_ar_cnt < {REQUEST_QUEUE}) || ({p}_pop_cnt + {REQUEST_QUEUE - 1} >= {p}_ar_cnt);
+  wire {p}_ar_room = ({p}_ar_cnt < outstanding) || ({p}_pop_cnt + outstanding - 32'd1 >= {p}_ar_cnt);
   assign {p}_arready = !{p}_ar_pause && {p}_ar_room && ({p}_ar_cnt - {p}_head < {RING});
-  wire {p}_r_due = ({p}_head < {p}_ar_cnt) && (now >= {p}_at[{p}_h] + {{16'd0, latency}});
+  wire [31:0] {p}_wait = {{16'd0, latency}} + (({p}_head == 0) ? {{16'd0, start_up}} : 32'd0);
+  wire {p}_r_due = ({p}_head < {p}_ar_cnt) && (now >= {p}_at[{p}_h] + {p}_wait) && (now >= {p}_r_next);
   assign {p}_rvalid = {p}_r_hold || ({p}_r_due && !{p}_r_pause);
   wire [{aw - 1}:0] {p}_beat_addr = {p}_addr[{p}_h] + ({{{aw - 8}'d0, {p}_beat}} << {p}_size[{p}_h]);
   wire [{aw - shift - 1}:0] {p}_word = {p}_beat_addr[{aw - 1}:{shift}];
@@ -153,7 +168,7 @@ def _read_port(p: str, aw: int, iw: int, bus: int, words: int, index: int) -> st
   always @(posedge clk) begin
     if (rst) begin
       {p}_ar_cnt <= 0; {p}_pop_cnt <= 0; {p}_prev_end <= 0; {p}_head <= 0;
-      {p}_r_cnt <= 0; {p}_beats <= 0; {p}_beat <= 0; {p}_r_hold <= 0;
+      {p}_r_cnt <= 0; {p}_beats <= 0; {p}_beat <= 0; {p}_r_hold <= 0; {p}_r_next <= 0;
     end else begin
       if ({p}_ar_hs) begin
         {p}_addr[{p}_ar_cnt[{ring - 1}:0]] <= {p}_araddr;
@@ -175,6 +190,7 @@ def _read_port(p: str, aw: int, iw: int, bus: int, words: int, index: int) -> st
       {p}_r_hold <= {p}_rvalid && !{p}_rready;
       if ({p}_r_hs) begin
         {p}_r_cnt <= {p}_r_cnt + 1;
+        {p}_r_next <= now + {{16'd0, beat_interval}};
         if ({p}_out) mem_error <= 1'b1;
         if ({p}_rlast) begin
           {p}_beat <= 0;
@@ -192,7 +208,8 @@ def _write_port(p: str, aw: int, iw: int, bus: int, words: int, index: int) -> s
     wbits = max(1, (words - 1).bit_length())
     mask = " ".join(f"{{8{{{p}_wstrb[{i}]}}}}" + ("," if i else "") for i in reversed(range(bus)))
     return f"""\
-  // ---- write port {p}: AW queue of {REQUEST_QUEUE}, W after AW, B `write_response` after the last W
+  // ---- write port {p}: AW queue of `outstanding`, W after AW (a beat every `beat_interval`
+  // cycles), B `write_response` after the last W (`write_response + start_up` for the first)
 {_pause(f"{p}_aw", 3 * index)}{_pause(f"{p}_w", 3 * index + 1)}{_pause(f"{p}_b", 3 * index + 2)}\
   reg [{aw - 1}:0] {p}_addr [0:{RING - 1}];
   reg [7:0] {p}_len [0:{RING - 1}];
@@ -200,15 +217,16 @@ def _write_port(p: str, aw: int, iw: int, bus: int, words: int, index: int) -> s
   reg [{iw - 1}:0] {p}_id [0:{RING - 1}];
   reg [31:0] {p}_wlast_at [0:{RING - 1}];
   reg {p}_bad [0:{RING - 1}];
-  reg [31:0] {p}_aw_cnt, {p}_pop_cnt, {p}_wburst, {p}_b_cnt;
+  reg [31:0] {p}_aw_cnt, {p}_pop_cnt, {p}_wburst, {p}_b_cnt, {p}_w_next;
   reg [7:0] {p}_wbeat;
   reg {p}_b_hold;
   wire [{ring - 1}:0] {p}_wh = {p}_wburst[{ring - 1}:0];
   wire [{ring - 1}:0] {p}_bh = {p}_b_cnt[{ring - 1}:0];
-  wire {p}_aw_room = ({p}_aw_cnt < {REQUEST_QUEUE}) || ({p}_pop_cnt + {REQUEST_QUEUE - 1} >= {p}_aw_cnt);
+  wire {p}_aw_room = ({p}_aw_cnt < outstanding) || ({p}_pop_cnt + outstanding - 32'd1 >= {p}_aw_cnt);
   assign {p}_awready = !{p}_aw_pause && {p}_aw_room && ({p}_aw_cnt - {p}_b_cnt < {RING});
-  assign {p}_wready = !{p}_w_pause && ({p}_wburst < {p}_aw_cnt);
-  wire {p}_b_due = ({p}_b_cnt < {p}_wburst) && (now >= {p}_wlast_at[{p}_bh] + {{16'd0, write_response}});
+  assign {p}_wready = !{p}_w_pause && ({p}_wburst < {p}_aw_cnt) && (now >= {p}_w_next);
+  wire [31:0] {p}_b_wait = {{16'd0, write_response}} + (({p}_b_cnt == 0) ? {{16'd0, start_up}} : 32'd0);
+  wire {p}_b_due = ({p}_b_cnt < {p}_wburst) && (now >= {p}_wlast_at[{p}_bh] + {p}_b_wait);
   assign {p}_bvalid = {p}_b_hold || ({p}_b_due && !{p}_b_pause);
   assign {p}_bid = {p}_id[{p}_bh];
   assign {p}_bresp = {p}_bad[{p}_bh] ? 2'b10 : 2'b00;
@@ -223,7 +241,7 @@ def _write_port(p: str, aw: int, iw: int, bus: int, words: int, index: int) -> s
   always @(posedge clk) begin
     if (rst) begin
       {p}_aw_cnt <= 0; {p}_pop_cnt <= 0; {p}_wburst <= 0; {p}_b_cnt <= 0;
-      {p}_wbeat <= 0; {p}_b_hold <= 0;
+      {p}_wbeat <= 0; {p}_b_hold <= 0; {p}_w_next <= 0;
     end else begin
       if ({p}_aw_hs) begin
         {p}_addr[{p}_aw_cnt[{ring - 1}:0]] <= {p}_awaddr;
@@ -236,6 +254,7 @@ def _write_port(p: str, aw: int, iw: int, bus: int, words: int, index: int) -> s
       // the memory takes burst `pop_cnt` from its AW queue once the previous burst's W is done
       if ({p}_pop_cnt < {p}_aw_cnt && {p}_wburst >= {p}_pop_cnt) {p}_pop_cnt <= {p}_pop_cnt + 1;
       if ({p}_w_hs) begin
+        {p}_w_next <= now + {{16'd0, beat_interval}};
         if ({p}_out) begin
           {p}_bad[{p}_wh] <= 1'b1;
           mem_error <= 1'b1;
@@ -348,7 +367,8 @@ def wrapper(desc: dict, verilog: str, top: str = "step_top") -> str:
         f"  reg [{bus * 8 - 1}:0] mem [0:{words - 1}];",
         "  reg [31:0] now, t0, count, hs_at;",
         "  reg running, finished;",
-        "  reg [15:0] latency, write_response;",
+        "  reg [15:0] latency, write_response, beat_interval, start_up;",
+        "  reg [31:0] outstanding;",
         "  reg [31:0] seed, pattern;",
         "  integer trace_fd;",
         "  initial begin",
@@ -356,6 +376,9 @@ def wrapper(desc: dict, verilog: str, top: str = "step_top") -> str:
         '    if ($value$plusargs("MEM_IN=%s", f)) $readmemh(f, mem);',
         '    if (!$value$plusargs("LATENCY=%d", latency)) latency = 16\'d2;',
         '    if (!$value$plusargs("WRITE_RESPONSE=%d", write_response)) write_response = 16\'d2;',
+        '    if (!$value$plusargs("OUTSTANDING=%d", outstanding)) outstanding = 32\'d2;',
+        '    if (!$value$plusargs("BEAT_INTERVAL=%d", beat_interval)) beat_interval = 16\'d1;',
+        '    if (!$value$plusargs("START_UP=%d", start_up)) start_up = 16\'d0;',
         '    if (!$value$plusargs("SEED=%d", seed)) seed = 0;',
         '    if (!$value$plusargs("PATTERN=%d", pattern)) pattern = 0;',
         "    trace_fd = 0;",

@@ -420,13 +420,13 @@ def run(
     plusargs: list[str] = []
     if tier == "fast":
         from .fast_io import write_memory, write_sources
+        from .fast_top import memory_plusargs
 
         write_memory(runs / "mem_in.hex", d.desc, memory or {})
         plusargs = [
             f"+MEM_IN={runs / 'mem_in.hex'}",
             f"+MEM_OUT={runs / 'mem_out.hex'}",
-            f"+LATENCY={model.latency}",
-            f"+WRITE_RESPONSE={model.write_response}",
+            *memory_plusargs(model),
             f"+PATTERN={PATTERNS.index(pattern)}",
             f"+SEED={seed & 0xFFFFFFFF}",
             *write_sources(runs, payloads),
