@@ -2,9 +2,10 @@
 the simulation, ``step_hw/cosim/fast_top.py``) against the interpreter, the cocotbext-axi tier and
 the ``rtl`` profile.
 
-Builds: the hardware-size SwiGLU (alone on its ports and on one shared read port) and decode
-attention's dynamic schedule, each once for the fast tier; the axi-tier runs reuse the builds of
-``test_graph_verilator.py`` and ``test_validate_verilator.py``.
+Builds: the hardware-size SwiGLU (alone on its ports, on one shared read port, and with 8 bursts
+in flight per controller) and decode attention's dynamic schedule, each once for the fast tier;
+a small reconvergent graph that deadlocks, for both tiers; the other axi-tier runs reuse the
+builds of ``test_graph_verilator.py`` and ``test_validate_verilator.py``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,26 @@ from sim.profiles import RtlProfile
 from step_hw import cosim
 from step_hw.config import HwConfig
 from step_hw.memory_model import MemoryModel
-from step_lang import interpret
+from step_lang import (
+    DONE,
+    Accum,
+    Expand,
+    Graph,
+    Map,
+    Promote,
+    Sink,
+    Source,
+    Stop,
+    StreamType,
+    Tile,
+    interpret,
+)
+from step_lang.numerics import functions
+from step_lang.types import int16
+
+# every knob of the memory model away from the calibrated RAM, a queue shorter than the
+# controllers' two bursts in flight among them
+_ODD = MemoryModel(latency=5, write_response=3, outstanding=1, beat_interval=3, start_up=7)
 
 
 def _memory(seed: int = 1) -> dict:
@@ -67,7 +87,14 @@ def test_fast_tier_handshakes_equal_the_axi_tiers():
 
 @pytest.mark.parametrize(
     "memory_model",
-    [MemoryModel.axi_ram(), MemoryModel(latency=9, write_response=5), MemoryModel.hbm()],
+    [
+        MemoryModel.axi_ram(),
+        MemoryModel(latency=9, write_response=5),
+        MemoryModel.hbm(),
+        MemoryModel.paper(),
+        _ODD,
+    ],
+    ids=lambda m: m.tag,
 )
 def test_shared_port_handshakes_equal_the_rtl_profile(memory_model):
     """The four loads behind one AxiReadArbiter: the rtl profile's port model
@@ -97,6 +124,54 @@ def test_slower_memory_costs_what_the_profile_says():
     assert abs(sim.cycles - r.cycles) / r.cycles <= 0.01, (sim.cycles, r.cycles)
 
 
+@pytest.mark.parametrize("memory_model", [MemoryModel.paper(), _ODD], ids=lambda m: m.tag)
+def test_memory_model_timing_on_ports_of_their_own(memory_model):
+    """Each load and the store on a port of its own: the memory keeps its definition (the first R
+    beat ``latency + start_up`` after the first AR, beats ``beat_interval`` apart, the first B
+    ``write_response + start_up`` after the last W, at most ``outstanding`` ARs ahead of the
+    bursts the memory took), and the profile, whose port model then covers every port, gives
+    every handshake cycle for cycle."""
+    m = memory_model
+    r = cosim.run(
+        swiglu.hardware(), _memory(), tier="fast", memory_model=m, trace=True, tag=f"own_{m.tag}"
+    )
+    ports = {name.rsplit(".", 1)[0] for name in r.trace if name.startswith("m_axi_")}
+    reads = [p for p in ports if f"{p}.ar" in r.trace]
+    assert reads and len(reads) < len(ports)
+    for p in ports:
+        t = {ch: r.trace[f"{p}.{ch}"]["push"] for ch in ("ar", "r", "aw", "w", "b")
+             if f"{p}.{ch}" in r.trace}  # fmt: skip
+        beats = t.get("r", t.get("w"))
+        assert beats and min(np.diff(beats)) >= m.beat_interval, p
+        if "r" in t:
+            assert t["r"][0] - t["ar"][0] >= m.latency + m.start_up, p
+        else:
+            assert t["b"][0] - t["w"][0] >= m.write_response + m.start_up, p
+    profile = RtlProfile.for_memory(m)
+    sim = simulate(swiglu.hardware(), _memory(), profile=profile)
+    assert np.array_equal(r.outputs["out"], interpret(swiglu.hardware(), _memory()).memory["out"])
+    axi = profile.axi_trace()
+    assert set(axi) == {name for name in r.trace if name.startswith("m_axi_")}
+    assert axi == {name: r.trace[name]["push"] for name in axi}
+    assert sim.cycles == r.cycles
+
+
+def test_outstanding_requests_hide_the_latency():
+    """On the HBM-like memory, controllers with 8 bursts in flight (the memory queues 16) finish
+    far sooner than with 2, and the profile predicts both."""
+    hbm, got = MemoryModel.hbm(), {}
+    for mo in (2, 8):
+        config = HwConfig(max_outstanding=mo)
+        r = cosim.run(
+            swiglu.hardware(), _memory(), config=config, tier="fast", memory_model=hbm,
+            tag=f"hbm_mo{mo}",
+        )  # fmt: skip
+        sim = simulate(swiglu.hardware(), _memory(), profile=RtlProfile.for_memory(hbm, config))
+        assert abs(sim.cycles - r.cycles) / r.cycles <= 0.01, (mo, sim.cycles, r.cycles)
+        got[mo] = r.cycles
+    assert got[8] < 0.8 * got[2], got
+
+
 def test_fast_watchdog_reports_queue_levels():
     """As the axi tier: no queue moves for the loads' first reads, so a 4-cycle watchdog fires
     and the report lists every queue (all empty), read through the harness's level port."""
@@ -104,6 +179,39 @@ def test_fast_watchdog_reports_queue_levels():
         cosim.CosimError, match=r"(?s)no progress.*full queues \(0\).*empty queues \(11\)"
     ):
         cosim.run(swiglu.hardware(), _memory(), tier="fast", watchdog=4, tag="watchdog")
+
+
+def _reconvergent() -> Graph:
+    """x - sum(x) on int16 scalars: the sum needs the whole vector while x's direct paths fill
+    their queues, so the hardware deadlocks at the default depths."""
+    F = functions(HwConfig())
+    g = Graph("reconv")
+    x = Source(g, StreamType(Tile(int16, 1, 1), (1, 8)), name="x").out
+    total = Accum(x, fn=F.accum_add, rank=1, name="total").out
+    spread = Expand(Promote(total, 0, name="lift").out, x, 1, name="spread").out
+    Sink(Map(x, spread, fn=F.sub, name="center").out, name="sink")
+    return g
+
+
+def test_deadlock_report_names_full_queues_and_blocked_nodes():
+    """A real deadlock (not an idle wait): both tiers end it in the same report, from the
+    queue levels the fast tier's harness reads out of the design."""
+    tokens = [np.full((1, 1), i, np.int16) for i in range(1, 9)] + [Stop(1), DONE]
+    reports = {}
+    for tier in ("fast", "axi"):
+        with pytest.raises(cosim.CosimError) as err:
+            cosim.run(
+                _reconvergent(), {}, inputs={"x": tokens}, tier=tier, watchdog=200,
+                tag="deadlock",
+            )  # fmt: skip
+        text = str(err.value)
+        reports[tier] = text[text.index("full queues") : text.index("run folder")]
+    assert reports["fast"] == reports["axi"]
+    report = reports["fast"]
+    assert "full queues (3):\n  x.out -> x_out_bc (3/3)\n" in report
+    assert "x_out_bc waits for room on x_out_bc.out1 (full, 3/3)" in report
+    assert "total waits for a token on x_out_bc.out0 (empty)" in report
+    assert "likely cause: reconvergent paths" in report
 
 
 def test_fast_tier_refuses_what_it_cannot_do():
