@@ -10,10 +10,12 @@ For each design this writes one entry of ``build/bench/cosim_speed.json``:
 * per tier: ``build_s`` (Verilator and the C++ compiler; 0 when the build was cached),
   ``sim_s`` (inside the simulator, from ``start`` to ``done``), ``cycles_per_s`` (cycles over
   ``sim_s``: the speed per simulated cycle), ``run_s`` (the simulator process: cocotb start-up
-  and reading results back included), and ``cached_wall_s``, the wall time of a second
+  and reading results back included; ``cycles_per_run_s`` the cycles over it, which for short
+  runs is mostly the process's fixed cost), and ``cached_wall_s``, the wall time of a second
   :func:`step_hw.cosim.run` of the same design (design key lookup, input files, the simulator,
   results) with ``wall_over_run`` its ratio to ``run_s``;
-* ``speedup``: the fast tier's cycles per second over the axi tier's.
+* ``speedup``: the fast tier's cycles per second over the axi tier's; ``run_speedup``: the axi
+  tier's ``run_s`` over the fast tier's (whole runs, fixed costs included).
 
 Designs: the SwiGLU validation point of ``make validate`` with the most cycles (16 x 4 x 32, int16,
 tile 1 x 1), the MoE and decode-attention hardware examples, and (``fast`` tier only, the axi tier
@@ -100,6 +102,7 @@ def measure(name: str, make, memory: dict, config, tiers: tuple[str, ...]) -> di
             "sim_s": round(again.sim_s, 4),
             "run_s": round(again.run_s, 3),
             "cycles_per_s": round(again.cycles / again.sim_s),
+            "cycles_per_run_s": round(again.cycles / again.run_s),
             "cached_wall_s": round(wall, 3),
             "wall_over_run": round(wall / again.run_s, 2),
         }
@@ -107,6 +110,7 @@ def measure(name: str, make, memory: dict, config, tiers: tuple[str, ...]) -> di
         f, a = entry["fast"], entry["axi"]
         entry["cycles_equal"] = f["cycles"] == a["cycles"]
         entry["speedup"] = round(f["cycles_per_s"] / a["cycles_per_s"], 1)
+        entry["run_speedup"] = round(a["run_s"] / f["run_s"], 1)
     return entry
 
 
