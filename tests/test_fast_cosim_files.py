@@ -123,7 +123,9 @@ def test_rtl_profile_takes_the_memory_model():
     assert not RtlProfile.for_memory(MemoryModel(outstanding=1), one).memory_shapes_ports
     with pytest.raises(TypeError, match="memory must be a MemoryModel"):
         RtlProfile.for_memory(64)
-    with pytest.raises(ValueError, match="RtlProfile: beat_interval must be a positive integer, not 0"):
+    with pytest.raises(
+        ValueError, match="RtlProfile: beat_interval must be a positive integer, not 0"
+    ):
         RtlProfile(beat_interval=0)
 
 
