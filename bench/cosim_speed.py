@@ -4,10 +4,11 @@ For each design this writes one entry of ``build/bench/cosim_speed.json``:
 
 * ``cycles`` (equal on both tiers, or the entry says which differ) and whether the outputs are
   bit-exact with the interpreter on each tier;
-* ``elaborate_s``: Amaranth to Verilog, once per design (0 when an earlier run of the bench
-  left the design's key; delete ``build/cosim/keys`` to measure it again);
+* ``elaborate_s``: Amaranth to Verilog, once per design (when an earlier run left the design's
+  key, the seconds recorded then, and ``elaborate_cached`` is true);
   ``interpret_s``: the interpreter's reference run;
-* per tier: ``build_s`` (Verilator and the C++ compiler; 0 when the build was cached),
+* per tier: ``build_s`` (Verilator and the C++ compiler; for a cached build the seconds recorded
+  in its folder, and ``build_cached`` is true),
   ``sim_s`` (inside the simulator, from ``start`` to ``done``), ``cycles_per_s`` (cycles over
   ``sim_s``: the speed per simulated cycle), ``run_s`` (the simulator process: cocotb start-up
   and reading results back included; ``cycles_per_run_s`` the cycles over it, which for short
@@ -89,7 +90,8 @@ def measure(name: str, make, memory: dict, config, tiers: tuple[str, ...]) -> di
     entry: dict[str, Any] = {"design": name, "interpret_s": round(time.perf_counter() - t0, 2)}
     for tier in tiers:
         d = cosim.design(make(), config, tier=tier)
-        entry.setdefault("elaborate_s", round(d.elaborate_s, 2))
+        entry.setdefault("elaborate_s", round(d.elaborate_s or d.recorded_elaborate_s, 2))
+        entry.setdefault("elaborate_cached", d.elaborate_s == 0)
         first = cosim.run(make(), memory, config=config, tier=tier, tag=f"speed_{tier}")
         t0 = time.perf_counter()
         again = cosim.run(make(), memory, config=config, tier=tier, tag=f"speed_{tier}_cached")
@@ -98,7 +100,8 @@ def measure(name: str, make, memory: dict, config, tiers: tuple[str, ...]) -> di
         entry[tier] = {
             "cycles": first.cycles,
             "bit_exact": exact and again.cycles == first.cycles,
-            "build_s": round(first.build_s, 1),
+            "build_s": round(first.build_s or d.recorded_build_s, 1),
+            "build_cached": first.build_s == 0,
             "sim_s": round(again.sim_s, 4),
             "run_s": round(again.run_s, 3),
             "cycles_per_s": round(again.cycles / again.sim_s),

@@ -172,6 +172,20 @@ def test_outstanding_requests_hide_the_latency():
     assert got[8] < 0.8 * got[2], got
 
 
+def test_a_cached_design_reports_its_recorded_times(monkeypatch):
+    """A design found by its key on disk (a new process) converts and builds nothing, and still
+    reports what its conversion and build took when they were done."""
+    from step_hw.cosim import harness
+
+    first = cosim.design(swiglu.hardware(), HwConfig(), tier="fast", quiet=True)
+    monkeypatch.setattr(harness, "_DESIGNS", {})  # as in a new process
+    again = cosim.design(swiglu.hardware(), HwConfig(), tier="fast", quiet=True)
+    assert again.folder == first.folder
+    assert (again.build_s, again.elaborate_s) == (0.0, 0.0)
+    assert again.recorded_build_s == first.recorded_build_s > 1.0
+    assert again.recorded_elaborate_s > 0.1
+
+
 def test_fast_watchdog_reports_queue_levels():
     """As the axi tier: no queue moves for the loads' first reads, so a 4-cycle watchdog fires
     and the report lists every queue (all empty), read through the harness's level port."""

@@ -130,6 +130,10 @@ class Design:
     runs: int = 0
     #: seconds to elaborate and convert the graph to Verilog (0 when found by its design key)
     elaborate_s: float = 0.0
+    #: the seconds the folder's build and the design's conversion took when they were done
+    #: (recorded in the folder and the design key file; for reports of cached designs)
+    recorded_build_s: float = 0.0
+    recorded_elaborate_s: float = 0.0
 
 
 _DESIGNS: dict[tuple[str, bool], Design] = {}
@@ -174,13 +178,21 @@ def _tail(path: Path, lines: int = 30) -> str:
     return "\n".join(kept[-lines:])
 
 
-def _remember(known: Path | None, digest: str, folder: Path) -> None:
-    """Record that the design key file ``known`` names the build in ``folder``."""
+def _remember(known: Path | None, digest: str, folder: Path, elaborate_s: float) -> None:
+    """Record that the design key file ``known`` names the build in ``folder`` (and how long the
+    conversion took)."""
     if known is not None:
         known.parent.mkdir(parents=True, exist_ok=True)
         tmp = known.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"digest": digest, "folder": folder.name}))
+        entry = {"digest": digest, "folder": folder.name, "elaborate_s": round(elaborate_s, 2)}
+        tmp.write_text(json.dumps(entry))
         tmp.replace(known)
+
+
+def _recorded_build_s(folder: Path) -> float:
+    """The seconds the build in ``folder`` took (0 if it predates the record)."""
+    f = folder / "build_s.txt"
+    return float(f.read_text()) if f.is_file() else 0.0
 
 
 def design(
@@ -224,7 +236,11 @@ def design(
             cached = (entry["digest"], variant)
             if cached not in _DESIGNS:
                 desc = json.loads((folder / "desc.json").read_text())
-                _DESIGNS[cached] = Design(folder, desc, 0.0, waves)
+                _DESIGNS[cached] = Design(
+                    folder, desc, 0.0, waves,
+                    recorded_build_s=_recorded_build_s(folder),
+                    recorded_elaborate_s=entry.get("elaborate_s", 0.0),
+                )  # fmt: skip
             return _DESIGNS[cached]
     t_elab = time.perf_counter()
     text, desc = convert(graph, config, name=TOP)
@@ -244,7 +260,7 @@ def design(
     key = (digest, variant)
     folder = BUILD / (digest + variant)
     if key in _DESIGNS:
-        _remember(known, digest, folder)
+        _remember(known, digest, folder, elaborate_s)
         return _DESIGNS[key]
     stamp = folder / "built.ok"
     t0 = time.perf_counter()
@@ -298,6 +314,7 @@ def design(
                 os.environ.pop("MAKEFLAGS", None)
             else:
                 os.environ["MAKEFLAGS"] = saved
+        (tmp / "build_s.txt").write_text(f"{time.perf_counter() - t0:.2f}\n")
         (tmp / "built.ok").write_text(digest + "\n")
         if stamp.is_file():  # another process finished first
             shutil.rmtree(tmp, ignore_errors=True)
@@ -309,8 +326,11 @@ def design(
     else:
         build_s = 0.0
     (folder / "desc.json").write_text(json.dumps(desc))
-    _remember(known, digest, folder)
-    d = Design(folder, desc, build_s, waves, elaborate_s=elaborate_s)
+    _remember(known, digest, folder, elaborate_s)
+    d = Design(
+        folder, desc, build_s, waves, elaborate_s=elaborate_s,
+        recorded_build_s=_recorded_build_s(folder), recorded_elaborate_s=elaborate_s,
+    )  # fmt: skip
     _DESIGNS[key] = d
     return d
 
