@@ -104,7 +104,9 @@ class Node:
     #: Whether the operator passes its first input's tiles on unchanged (routers, shape
     #: operators), so tiles that sit in a memory unit stay there (the paper profile's loads).
     forwards_tiles: ClassVar[bool] = False
-    #: Whether the operator's output tiles sit in a memory unit (off-chip loads, Streamify).
+    #: Whether the operator's consumers read its output tiles out of a memory unit (the staging
+    #: of off-chip loads): the paper profile charges them the read. A Streamify is itself its
+    #: buffer's read and pays it per element, so its tiles are not counted again.
     tiles_in_memory: ClassVar[bool] = False
     #: Whether the operator computes on a compute unit (Map, Accum, Scan): the timing profiles
     #: allocate it compute bandwidth.

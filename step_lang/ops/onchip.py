@@ -99,7 +99,10 @@ class Streamify(Node):
 
     kind = "Streamify"
     zero_costs = frozenset({"offchip_bytes", "flops"})
-    tiles_in_memory = True  # its output tiles sit in a memory unit
+    # A Streamify *is* its buffer's memory-unit read (the paper profile charges it per element
+    # read), so its consumers receive tiles as from a compute unit and do not pay the read again:
+    # two operands streamed from two buffers are read in parallel (docs/simulator.md).
+    tiles_in_memory = False
 
     def __init__(
         self,
