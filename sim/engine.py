@@ -319,12 +319,11 @@ class Engine:
         self.write_bytes = 0
         self.spans: list[tuple[str, str, int, int]] = []
         self.counts = profile.counts_against_capacity
-        depths = graph.queue_depths
         order = graph.topo_order()
         self.chans: dict[Stream, _Chan] = {}
         for node in order:
             for s in node.outputs:
-                cap = depths.get(s.name, profile.channel_depth)
+                cap = graph.queue_depth(s, profile.channel_depth)
                 if not isinstance(cap, int) or cap < 1:
                     raise StepValueError(
                         f"queue depth of {s.name} must be a positive integer, not {cap!r}"

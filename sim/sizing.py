@@ -353,7 +353,7 @@ def plan_queue_sizes(
     streams = _streams(graph)
     base = max(1, int(min_depth))
     bits = {n: token_bits(s, hw_config, dims) for n, s in streams.items()}
-    default_depths = {n: graph.queue_depths.get(n, int(profile.channel_depth)) for n in streams}
+    default_depths = {n: graph.queue_depth(n, int(profile.channel_depth)) for n in streams}
 
     def run(depths: Mapping[str, int], image):
         return simulate(graph, image, profile=profile, inputs=inputs, functional=functional,

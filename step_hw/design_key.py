@@ -106,6 +106,7 @@ def design_key(graph: Graph, config: HwConfig, top: str) -> str | None:
             "nodes": nodes,
             "tensors": [_describe(t) for t in low.tensors.values()],
             "queue_depths": sorted(low.queue_depths.items()),
+            "queue_scale": sorted(low.queue_scale.items()),
         },
         sort_keys=True,
         default=str,

@@ -234,6 +234,10 @@ class Graph:
         self.nodes: dict[str, Node] = {}
         self.tensors: dict[str, OffChipTensor] = {}
         self.queue_depths: dict[str, int] = {}
+        #: Streams whose tokens are parts of a larger element (a big tile as hardware tiles,
+        #: ``hier_tiling``): a queue without a depth of its own holds ``scale`` times the
+        #: reader's default depth, so that it holds the bytes it held before (``queue_depth``).
+        self.queue_scale: dict[str, int] = {}
         self._counters: dict[str, int] = {}
         self._prefix = ""
 
@@ -286,6 +290,15 @@ class Graph:
                 f"queue depth of {stream.name} must be a positive integer, not {depth!r}"
             )
         self.queue_depths[stream.name] = depth
+
+    def queue_depth(self, stream: Stream | str, default: int) -> int:
+        """The depth of ``stream``'s queue for a reader whose default depth is ``default``:
+        the graph's depth for it (``set_queue_depth``), else ``default`` times its
+        ``queue_scale``. Every reader (simulator, hardware, queue sizing) sizes queues so."""
+        name = stream if isinstance(stream, str) else stream.name
+        if name in self.queue_depths:
+            return self.queue_depths[name]
+        return default * self.queue_scale.get(name, 1)
 
     def _propose_name(self, kind: str, name: str | None) -> str:
         if isinstance(name, str) and self._prefix:

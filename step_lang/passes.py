@@ -24,6 +24,7 @@ def copy_graph(graph: Graph) -> Graph:
     Element types, functions and parameters are shared (they are immutable)."""
     new = copy.copy(graph)
     new.nodes, new.queue_depths, new._counters = {}, dict(graph.queue_depths), dict(graph._counters)
+    new.queue_scale = dict(graph.queue_scale)
     tensors = {id(t): dataclasses.replace(t, graph=new) for t in graph.tensors.values()}
     new.tensors = {name: tensors[id(t)] for name, t in graph.tensors.items()}
     nodes: dict[int, Node] = {}
@@ -77,7 +78,7 @@ def insert_broadcasts(graph: Graph) -> Graph:
     copy. Idempotent; mutates and returns ``graph``. Broadcast nodes are named
     ``<producer>_<port>_bc``. A Broadcast output's queue gets the read stream's depth
     (``Graph.queue_depths``) unless it has one of its own (e.g. from queue sizing, which names
-    every stream of the lowered graph).
+    every stream of the lowered graph), and its ``Graph.queue_scale``.
     """
     from .ops.routing import Broadcast
 
@@ -92,6 +93,8 @@ def insert_broadcasts(graph: Graph) -> Graph:
             node.inputs[i] = bc.outputs[k]
             if s.name in graph.queue_depths:  # unless the output has a depth of its own
                 graph.queue_depths.setdefault(bc.outputs[k].name, graph.queue_depths[s.name])
+            if s.name in graph.queue_scale:  # the same tokens: the same scale
+                graph.queue_scale.setdefault(bc.outputs[k].name, graph.queue_scale[s.name])
     return graph
 
 
