@@ -33,6 +33,7 @@ from .payload import KIND_BITS, Kind, TokenFormat
 
 __all__ = [
     "BLOCKS",
+    "HELD_EMIT_DELAY",
     "KIND_BITS",
     "Block",
     "HwConfig",
@@ -78,9 +79,9 @@ def feedback_input(stream: Stream) -> Stream:
 
 def queue_depth(graph: Graph, stream: Stream | str, config: HwConfig) -> int:
     """Depth of the queue of ``stream`` in the lowered ``graph`` (:func:`step_lang.passes.lower`):
-    the graph's depth for it, else ``config.queue_depth``."""
+    the graph's depth for it, else ``config.queue_depth`` (times its ``Graph.queue_scale``)."""
     name = stream if isinstance(stream, str) else stream.name
-    return graph.queue_depths.get(name, config.queue_depth)
+    return graph.queue_depth(name, config.queue_depth)
 
 
 # -- blocks -------------------------------------------------------------------------------------
@@ -138,6 +139,12 @@ BLOCKS.add(Block(interval=Interval.PER_COPY), ops.RepeatStatic)
 # profile does not model their memory ports (docs/simulator.md).
 BLOCKS.add(Block(), ops.Bufferize, ops.Streamify)
 BLOCKS.add(Block(joins_inputs=True), ops.RandomOffChipStore)
+
+#: An Accum with held accumulators (``Accum(held=h)``, ``step_hw.compute.AccumUnit``) offers its
+#: first accumulator this many cycles later than a plain Accum after taking the stop that closes
+#: a group (the group's last position is written to the bank first); then one beat per cycle
+#: (accumulators and the stops between the held dims), taking no input until the last.
+HELD_EMIT_DELAY = 1
 BLOCKS.add(Block(), ops.LinearOffChipLoad, ops.RandomOffChipLoad, ops.LinearOffChipStore)
 BLOCKS.add(Unsupported("is a top-level port, not a block"), ops.Source, ops.Sink)
 BLOCKS.add(Unsupported("is a wire (its output aliases its input), not a block"), ops.Feedback)

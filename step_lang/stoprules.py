@@ -20,6 +20,7 @@ __all__ = [
     "flatten_stop",
     "grid_stop",
     "grid_tokens",
+    "held_stop",
     "partition_closes_chunk",
     "promote_stop",
     "reshape_outer_stop",
@@ -32,6 +33,19 @@ def accum_stop(level: int, rank: int) -> int | None:
 
 
 bufferize_stop = accum_stop
+
+
+def held_stop(index: int, shape: tuple[int, ...]) -> int:
+    """An Accum's held accumulators are emitted in the row-major order of their dims ``shape``:
+    the level of the stop after the one at ``index`` (``0``: none), the number of innermost dims
+    that end there. (After the last, the group's stop ``s`` leaves ``accum_stop(s, rank)``.)"""
+    closed = 0
+    for extent in reversed(shape):
+        index, digit = divmod(index, extent)
+        if digit != extent - 1:
+            break
+        closed += 1
+    return closed
 
 
 def flatten_stop(level: int, lo: int, hi: int) -> int | None:

@@ -400,6 +400,10 @@ class _Block(_Clocked):
         self.merge = block.selector_with_first_token
         self.count_flops = ElementFlops(node) if node.is_compute else None
         self.args: list[Any] = []
+        # An Accum with held accumulators: stops of this level or above close a group, whose
+        # accumulators leave contract.HELD_EMIT_DELAY cycles later than a plain Accum's.
+        held = getattr(node, "held", 0) if isinstance(node, ops.Accum) else 0
+        self.held_group = node.rank + held if held else None
 
     def before_recv(self, port: int) -> int | WaitFor:
         now = self.now
@@ -456,6 +460,12 @@ class _Block(_Clocked):
                 busy = self.repeat
         if self.latency:  # routers take each input on its own (per-port spacing only)
             self.busy_until = now + busy
+        if (
+            self.held_group is not None
+            and isinstance(token, Stop)
+            and token.level >= self.held_group
+        ):
+            lat += contract.HELD_EMIT_DELAY
         self.ready_at = now + lat
         return 0
 

@@ -10,10 +10,11 @@ from typing import Any
 
 from amaranth.hdl import Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from step_lang import numerics
-from step_lang.stoprules import accum_stop, partition_closes_chunk
+from step_lang.stoprules import accum_stop, held_stop, partition_closes_chunk
 
 from ..checks import check_choice, check_config, check_int, where
 from ..config import HwConfig
@@ -331,11 +332,23 @@ def with_rows(m: Module, fmt: TokenFormat, result: Any, rows: Value) -> Any:
 class FoldUnit(StreamUnit):
     """Control shared by Map (``mode="map"``), Accum and Scan units around a :class:`Datapath`."""
 
-    def __init__(self, in_formats, out_format, datapath: Datapath, *, mode: str, rank: int = 0):
+    def __init__(
+        self,
+        in_formats,
+        out_format,
+        datapath: Datapath,
+        *,
+        mode: str,
+        rank: int = 0,
+        held: tuple[int, ...] = (),
+        inner: int = 0,
+    ):
         super().__init__(in_formats, out_format, overflow=datapath.may_overflow)
         self._datapath = datapath
         self._mode = mode
         self._rank = rank
+        self._held = tuple(held)
+        self._inner = inner
 
     @property
     def initiation_interval(self) -> int:
@@ -437,6 +450,11 @@ class FoldUnit(StreamUnit):
                     self._emit(m, kind, level)
                     with m.If(~is_stop | partition_closes_chunk(level, rank)):
                         m.d.comb += clear.eq(1)
+        elif self._held:  # accum with held accumulators
+            self._held_control(
+                m, valid, take, kind, level, free, last, advance, finish, clear, acc, result,
+                emitted, layout.const(init),
+            )  # fmt: skip
         else:  # accum
             # A stop of level s >= rank emits the accumulator and, if s > rank, Stop(s - rank)
             # one cycle later (held in `pending`). The levels come from the shared rule.
@@ -467,3 +485,85 @@ class FoldUnit(StreamUnit):
                     with m.Else():
                         self._emit(m, Kind.DONE)
         return m
+
+    def _held_control(
+        self, m, valid, take, kind, level, free, last, advance, finish, clear, acc, result,
+        emitted, init,
+    ) -> None:  # fmt: skip
+        """The control of an Accum with held accumulators (``step_lang`` ``Accum(held=h,
+        inner=i)``): the working register ``acc`` holds the position being folded; the others
+        wait in ``bank`` (a memory of ``prod(H)`` accumulators). A stop that closes the inner
+        reduced dims (level ``i <= s < rank + h``) takes one cycle: ``acc`` is written to the
+        bank and the next position's accumulator loaded (its initial value while the first
+        outer element of the group is folded). The stop that closes the group writes the last
+        position, then the bank is emitted in ``H``'s order, one tile per cycle, with the stops
+        between ``H``'s dims (``held_stop``) and ``Stop(s - rank)`` after the last."""
+        held, inner, rank = self._held, self._inner, self._rank
+        n = 1
+        for d in held:
+            n *= d
+        group = rank + len(held)  # a stop of this level or above closes the group
+        outer_end = inner + len(held)  # ... of this level or above, an outer reduced element
+        bank = Memory(shape=acc.shape(), depth=n, init=[])
+        m.submodules.bank = bank
+        wr = bank.write_port()
+        rd = bank.read_port(domain="comb")
+        pos = Signal(range(n), name="held_pos")
+        nxt = Signal(range(n), name="held_next")
+        m.d.comb += nxt.eq(Mux(pos == n - 1, 0, pos + 1))
+        first = Signal(init=1, name="held_first")  # the group's first outer element
+        emitting = Signal(name="held_emitting")
+        stop_due = Signal(name="held_stop_due")  # the beat after a data beat is a stop
+        at = Signal(range(n), name="held_out")
+        final = Signal.like(level, name="held_final_level")
+        m.d.comb += [wr.addr.eq(pos), wr.data.eq(acc), rd.addr.eq(Mux(emitting, at, nxt))]
+        closes = [held_stop(i, held) for i in range(n)]
+        is_data, is_stop = kind == Kind.DATA, kind == Kind.STOP
+
+        with m.If(emitting), m.If(free):
+            with m.If(~stop_due):
+                self._emit(m, Kind.DATA, 0, emitted(rd.data))
+                with m.Switch(at):
+                    for i in range(n):
+                        with m.Case(i):
+                            if i == n - 1 or closes[i]:
+                                m.d.sync += stop_due.eq(1)
+                            else:
+                                m.d.sync += at.eq(i + 1)
+            with m.Else():
+                m.d.sync += stop_due.eq(0)
+                with m.Switch(at):
+                    for i in range(n):
+                        with m.Case(i):
+                            if i == n - 1:
+                                self._emit(m, Kind.STOP, final)
+                                m.d.sync += [emitting.eq(0), at.eq(0)]
+                            else:
+                                self._emit(m, Kind.STOP, closes[i])
+                                m.d.sync += at.eq(i + 1)
+        with m.Elif(valid):
+            with m.If(is_data):
+                with m.If(~last):
+                    m.d.comb += advance.eq(1)
+                with m.Else():
+                    m.d.comb += [take.eq(1), finish.eq(1)]
+                    m.d.sync += acc.eq(result)
+            with m.Elif(is_stop & (level < inner)):
+                m.d.comb += take.eq(1)  # closes a dim inside the chain: dropped
+            with m.Elif(is_stop & (level < group)):  # the next held position
+                m.d.comb += [take.eq(1), wr.en.eq(1)]
+                m.d.sync += pos.eq(nxt)
+                with m.If(level >= outer_end):
+                    m.d.sync += first.eq(0)
+                if n > 1:  # (one position: the chain simply continues in acc)
+                    with m.If(first & (level < outer_end)):
+                        m.d.sync += acc.eq(init)
+                    with m.Else():
+                        m.d.sync += acc.eq(rd.data)
+            with m.Elif(is_stop):  # the group ends: write the last position, then emit
+                m.d.comb += [take.eq(1), wr.en.eq(1), clear.eq(1)]
+                m.d.sync += [pos.eq(0), first.eq(1), emitting.eq(1), at.eq(0)]
+                m.d.sync += final.eq(level - rank)  # accum_stop: level >= group > rank
+            with m.Elif(free):
+                m.d.comb += take.eq(1)
+                self._emit(m, Kind.DONE)

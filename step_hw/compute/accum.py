@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from amaranth.hdl import Const, Module, Mux, Signal
@@ -273,7 +274,42 @@ def _reduce_kwargs(node: Any, config: HwConfig, ops, owner: str) -> dict[str, An
         kw["max_rows"] = out.rows
     elif op == "retile_row":
         kw["out_rows"] = out.rows
+    if getattr(node, "held", 0):
+        kw.update(held=node.held_shape, inner=node.inner)
     return kw
+
+
+def _check_held(
+    owner: str, op: Any, rank: Any, held: Any, inner: Any, level_bits: Any, max_rows: Any
+) -> tuple[tuple[int, ...], int]:
+    """Validate held accumulators: (held extents, inner)."""
+    if not isinstance(held, (tuple, list)) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in held
+    ):
+        raise ValueError(f"{owner} held must be a sequence of positive integers, not {held!r}")
+    if not held:
+        if inner != 0:
+            raise ValueError(f"{owner} inner applies to held accumulators only, not {inner!r}")
+        return (), 0
+    if op not in ("add", "max", "matmul"):
+        raise ValueError(f"{owner} held accumulators fold add, max or matmul, not op={op!r}")
+    if max_rows is not None:
+        raise ValueError(f"{owner} held accumulators take static tiles (no max_rows)")
+    if (
+        isinstance(inner, bool)
+        or not isinstance(inner, int)
+        or not (isinstance(rank, int) and 1 <= inner < rank)
+    ):
+        raise ValueError(
+            f"{owner} inner must be an integer in [1, rank) with held accumulators, "
+            f"not {inner!r} (rank {rank!r})"
+        )
+    if isinstance(level_bits, int) and rank + len(held) > max_level(level_bits):
+        raise ValueError(
+            f"{owner} rank + held dims = {rank + len(held)} exceeds the {max_level(level_bits)} "
+            f"stop levels of {level_bits} level bits"
+        )
+    return tuple(held), inner
 
 
 class AccumUnit(FoldUnit):
@@ -305,6 +341,13 @@ class AccumUnit(FoldUnit):
         register (emitted rounded to the input's dtype), ``max``, and ``matmul`` of BF16 tiles
         into an FP32 accumulator (emitted as ``out_bits``: 32 FP32, 16 BF16). ``None``: fixed
         point.
+    held : sequence of int
+        Held accumulators (``step_lang`` ``Accum(held=len(held), inner=inner)``): the extents of
+        the held dims ``H``; the unit keeps ``prod(held)`` accumulators, the one being folded in
+        its register and the others in a memory (``bank``). ``op`` ``add``, ``max`` or
+        ``matmul`` on static tiles, ``inner >= 1``. Empty: a plain Accum.
+    inner : int
+        With ``held``: the reduced dims inside the held ones (``1 <= inner < rank``).
     max_rows : int
         Dynamic tiles (``step_hw.payload``), bounded by ``max_rows`` (``HwConfig.dyn_tile_rows``):
         for ``matmul``, with ``in_shapes`` ``((None, K), (K, N))``, ``a`` and the accumulator are
@@ -331,11 +374,17 @@ class AccumUnit(FoldUnit):
     Throughput
         One data token per cycle (``ceil(M*K*N / lanes)`` cycles per tile pair for ``matmul``);
         a stop of level ``s >= b`` takes one cycle, plus one for ``s > b`` (two output beats).
+        With ``held``: every stop takes one cycle; the stop that closes a group is followed by
+        ``prod(held)`` data beats and a stop beat after each position where a held dim ends
+        (``stoprules.held_stop``) and after the last, during which no input is taken.
     Stop tokens
         The rule of ``step_lang.stoprules.accum_stop``: a stop of level ``s < b`` is dropped; a
         stop of level ``s >= b`` emits the accumulator (the initial value for an empty group:
         zeros, or the smallest value for ``max``) and restarts it, then ``s > b`` is written as
-        ``Stop(s - b)``. The done token passes through.
+        ``Stop(s - b)``. The done token passes through. With ``held`` (``h`` dims): stops below
+        ``inner`` are dropped, those of levels ``inner .. b + h - 1`` move to the next held
+        position, and one of level ``s >= b + h`` emits the ``prod(held)`` accumulators,
+        the last followed by ``Stop(s - b)``.
     """
 
     def __init__(
@@ -354,7 +403,10 @@ class AccumUnit(FoldUnit):
         out_rows: int | None = None,
         max_rows: int | None = None,
         float_dtype: str | None = None,
+        held: Sequence[int] = (),
+        inner: int = 0,
     ):
+        held, inner = _check_held("AccumUnit", op, rank, held, inner, level_bits, max_rows)
         ins, out, datapath = _reduce_unit(
             "AccumUnit",
             ACCUM_OPS,
@@ -373,7 +425,7 @@ class AccumUnit(FoldUnit):
             float_dtype=float_dtype,
         )
         self._op = op
-        super().__init__(ins, out, datapath, mode="accum", rank=rank)
+        super().__init__(ins, out, datapath, mode="accum", rank=rank, held=held, inner=inner)
 
     @property
     def op(self) -> str:

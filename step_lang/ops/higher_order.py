@@ -13,7 +13,7 @@ from typing import Any
 from ..dims import Dim, absorb, dims_equal, product, shape_str
 from ..functions import AccumFn, FlatMapFn, MapFn, retile_cols, retile_rows, retile_rows_masked
 from ..graph import Node, Stream
-from ..stoprules import BlockWriter, accum_stop, partition_closes_chunk
+from ..stoprules import BlockWriter, accum_stop, held_stop, partition_closes_chunk
 from ..tokens import DONE, Stop, is_data, to_tokens
 from ..types import ElemType, StreamType, Tile, TupleType
 from ._io import recv_aligned
@@ -116,19 +116,37 @@ class Map(Node):
 class _Reduce(Node):
     """Shared construction of Accum and Scan."""
 
-    def _build(self, inputs: Sequence[Stream], fn: AccumFn, rank: int, keep_shape: bool) -> None:
+    def _build(
+        self,
+        inputs: Sequence[Stream],
+        fn: AccumFn,
+        rank: int,
+        keep_shape: bool,
+        held: int = 0,
+        inner: int = 0,
+    ) -> None:
         _check_fn(self, fn, AccumFn, "an AccumFn")
         ins, shape = _zip_inputs(self, inputs)
-        rank_in = len(shape) - 1
+        rank_in = len(shape) - 1 - held
         if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= rank_in:
             raise self.error(
                 "in0",
-                f"rank must be an integer in [1, {rank_in}] for input shape {shape_str(shape)}, not {rank!r}",
+                f"rank must be an integer in [1, {rank_in}] for input shape {shape_str(shape)}"
+                + (f" with {held} held dims" if held else "")
+                + f", not {rank!r}",
             )
         self.fn, self.rank = fn, rank
         self.arg_types = _arg_types([s for _, s in ins], fn.arity)
         n = len(shape)
-        reduced = shape[n - rank :]
+        hshape = shape[n - inner - held : n - inner]
+        bad = [d for d in hshape if not isinstance(d, int) or d < 1]
+        if bad:
+            raise self.error(
+                "in0",
+                f"held dims {shape_str(hshape)} of input shape {shape_str(shape)} must be static "
+                f"and positive",
+            )
+        reduced = (*shape[n - rank - held : n - inner - held], *shape[n - inner :])
         elem = fn.out_type(self.error, self.arg_types, reduced)
         if isinstance(elem, Tile):
             elem = Tile(
@@ -136,8 +154,8 @@ class _Reduce(Node):
                 absorb(elem.rows, lambda: self.fresh_ragged("rows")),
                 absorb(elem.cols, lambda: self.fresh_ragged("cols")),
             )
-        out_shape = shape if keep_shape else shape[: n - rank]
-        self._finish(ins, [("out", StreamType(elem, out_shape))])
+        out_shape = shape if keep_shape else (*shape[: n - rank - held], *hshape)
+        self._finish(ins, [("out", StreamType(elem, tuple(out_shape)))])
 
     def params(self) -> dict[str, Any]:
         return {"fn": str(self.fn), "rank": self.rank}
@@ -154,25 +172,81 @@ class Accum(_Reduce):
 
     ``[.., D_{b-1}..D_0]`` becomes ``[..]`` (``b = rank``). A stop of level ``s >= b`` emits the
     accumulator and re-initialises it; ``s > b`` is then written as ``Stop(s - b)``.
+
+    **Held accumulators** (``held=h``, ``inner=i``): the innermost ``rank + h`` dims are
+    ``[*R_out, *H, *R_in]`` with ``h`` static *held* dims ``H`` between ``rank - i`` outer and
+    ``i`` inner reduced dims. The node keeps one accumulator per position of ``H`` (``prod(H)``
+    of them), folds every element into the accumulator of its position, and at the end of a
+    group (a stop of level ``s >= rank + h``) emits the ``prod(H)`` accumulators in ``H``'s
+    order, as a stream ``[.., *H]``, the last followed by ``Stop(s - rank)``. So
+    ``[.., D, M, N, K]`` with ``rank=2, held=2, inner=1`` folds ``D`` and ``K`` for each
+    ``(m, n)`` without buffering ``D``: each accumulator sees its elements in stream order,
+    ``D``-major, ``K``-minor (the hardware-tiled form of an Accum over big tiles,
+    ``docs/hierarchical_tiling.md``).
     """
 
     kind = "Accum"
     is_compute = True
     zero_costs = frozenset({"offchip_bytes"})
 
-    def __init__(self, *inputs: Stream, fn: AccumFn, rank: int, name: str | None = None):
+    def __init__(
+        self,
+        *inputs: Stream,
+        fn: AccumFn,
+        rank: int,
+        held: int = 0,
+        inner: int = 0,
+        name: str | None = None,
+    ):
         graph = inputs[0].graph if inputs and isinstance(inputs[0], Stream) else None
         super().__init__(graph, name)
-        self._build(inputs, fn, rank, keep_shape=False)
+        self.held, self.inner = self._check_held(inputs, rank, held, inner)
+        self._build(inputs, fn, rank, keep_shape=False, held=self.held, inner=self.inner)
+
+    def _check_held(
+        self, inputs: Sequence[Any], rank: Any, held: Any, inner: Any
+    ) -> tuple[int, int]:
+        for what, v in (("held", held), ("inner", inner)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise self.error(None, f"{what} must be a non-negative integer, not {v!r}")
+        if held == 0:
+            if inner:
+                raise self.error(None, f"inner = {inner} needs held dims (held = 0)")
+            return 0, 0
+        if isinstance(rank, bool) or not isinstance(rank, int) or not inner < rank:
+            raise self.error(
+                None,
+                f"held dims must lie inside an outer reduced dim: inner = {inner} must be "
+                f"below rank = {rank!r}",
+            )
+        return held, inner
+
+    @property
+    def held_shape(self) -> tuple[int, ...]:
+        """The held dims ``H`` (empty for a plain Accum)."""
+        if not self.held:
+            return ()
+        shape = self.inputs[0].shape
+        n = len(shape)
+        return tuple(shape[n - self.inner - self.held : n - self.inner])
+
+    def params(self) -> dict[str, Any]:
+        out = super().params()
+        if self.held:
+            out.update(held=self.held, inner=self.inner)
+        return out
 
     def onchip_bytes(self, convention: str) -> Dim:
-        out = self.out_types[0].elem.size_bytes
+        out = self.out_types[0].elem.size_bytes * product(self.held_shape)
         if convention == "paper" and self.fn.name.startswith("matmul"):
             a, w = self.arg_types
             return 16 * a.cols * a.dtype.nbytes + w.size_bytes + out
         return out
 
     def execute(self, io: Any) -> Iterator[Any]:
+        if self.held:
+            yield from self._execute_held(io)
+            return
         out = self.out_types[0].elem
         acc, started = None, False
         while True:
@@ -196,6 +270,49 @@ class Accum(_Reduce):
             if not started:
                 acc, started = self._init(args), True
             acc = self.fn.update(out, acc, *args)
+
+    def _execute_held(self, io: Any) -> Iterator[Any]:
+        """Held accumulators: one per position of ``H``; the position advances after every
+        element (``inner = 0``) or at every stop that closes the inner reduced dims."""
+        out = self.out_types[0].elem
+        hshape = self.held_shape
+        n_pos = int(product(hshape))
+        group = self.rank + self.held  # a stop of this level or above closes a group
+        accs: list[Any] = [None] * n_pos
+        pos, busy = 0, False  # busy: the group has taken a token (data or stop)
+        while True:
+            toks = yield from recv_aligned(io)
+            first = toks[0]
+            if first is DONE:
+                if busy:
+                    raise io.fail("in0", "stream ended inside an accumulation group")
+                yield from io.send(0, DONE)
+                return
+            busy = True
+            if isinstance(first, Stop):
+                if first.level >= self.inner > 0:
+                    pos = (pos + 1) % n_pos
+                if first.level < group:
+                    continue
+                if pos != 0:
+                    raise io.fail(
+                        "in0", f"a group ended at held position {pos} of {n_pos} ({list(hshape)})"
+                    )
+                for i, acc in enumerate(accs):
+                    value = acc if acc is not None else self._init(None)
+                    yield from io.send(0, self.fn.emit(out, value))
+                    if i == n_pos - 1:
+                        yield from io.send(0, Stop(accum_stop(first.level, self.rank)))
+                    elif held_stop(i, hshape):
+                        yield from io.send(0, Stop(held_stop(i, hshape)))
+                accs, busy = [None] * n_pos, False
+                continue
+            args = _args(toks, len(self.arg_types))
+            if accs[pos] is None:
+                accs[pos] = self._init(args)
+            accs[pos] = self.fn.update(out, accs[pos], *args)
+            if self.inner == 0:
+                pos = (pos + 1) % n_pos
 
 
 class Scan(_Reduce):
