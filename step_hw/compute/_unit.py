@@ -465,11 +465,7 @@ class FoldUnit(StreamUnit):
                 self._emit(m, Kind.STOP, pending_level)
             with m.Elif(valid):
                 with m.If(is_data):
-                    with m.If(~last):
-                        m.d.comb += advance.eq(1)
-                    with m.Else():
-                        m.d.comb += [take.eq(1), finish.eq(1)]
-                        m.d.sync += acc.eq(result)
+                    _fold_data(m, last, advance, take, finish, acc, result)
                 with m.Elif(is_stop & (level < rank)):
                     m.d.comb += take.eq(1)  # closes a dim inside the group: dropped
                 with m.Elif(free):
@@ -543,11 +539,7 @@ class FoldUnit(StreamUnit):
                                 m.d.sync += at.eq(i + 1)
         with m.Elif(valid):
             with m.If(is_data):
-                with m.If(~last):
-                    m.d.comb += advance.eq(1)
-                with m.Else():
-                    m.d.comb += [take.eq(1), finish.eq(1)]
-                    m.d.sync += acc.eq(result)
+                _fold_data(m, last, advance, take, finish, acc, result)
             with m.Elif(is_stop & (level < inner)):
                 m.d.comb += take.eq(1)  # closes a dim inside the chain: dropped
             with m.Elif(is_stop & (level < group)):  # the next held position
@@ -567,3 +559,13 @@ class FoldUnit(StreamUnit):
             with m.Elif(free):
                 m.d.comb += take.eq(1)
                 self._emit(m, Kind.DONE)
+
+
+def _fold_data(m: Module, last, advance, take, finish, acc, result) -> None:
+    """An Accum's data token: a step of the datapath, or (in its last step) the token taken and
+    the accumulator updated."""
+    with m.If(~last):
+        m.d.comb += advance.eq(1)
+    with m.Else():
+        m.d.comb += [take.eq(1), finish.eq(1)]
+        m.d.sync += acc.eq(result)
