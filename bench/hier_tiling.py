@@ -12,9 +12,15 @@ layer 64 x 256 x 512) this writes one row of ``build/bench/hier_tiling.json``:
 The interpreter check (bit-exact outputs) is in ``tests/test_hier_tiling.py`` at smaller sizes;
 ``--check`` runs it here at paper size as well (slow: minutes per point).
 
+``--moe`` adds the MoE layer at 16 experts, hidden 256 (``MOE_LAYER``, BF16) on 16x16 hardware
+tiles under the time-multiplexed schedules of ``MOE_POINTS`` (``moe`` rows of the JSON): the
+rewritten graph's interpreter outputs against the original's (bit-exact), off-chip bytes, and
+with ``--elaborate`` its elaboration, Verilog and lint as above. (The static schedule, one
+pipeline per expert, is 16 such pipelines; its rewrite is checked in the tests.)
+
 Usage::
 
-    python -m bench.hier_tiling [--elaborate] [--check] [--only 64x256 ...]
+    python -m bench.hier_tiling [--elaborate] [--check] [--only 64x256 ...] [--moe]
 """
 
 from __future__ import annotations
@@ -113,12 +119,61 @@ def point(tile_b: int, tile_i: int, *, elaborate: bool, check: bool, folder: pat
     return row
 
 
+MOE_LAYER = ("hw16", 256, 64, 16, 2)  # MoEConfig: name, hidden, intermediate, experts, top-k
+#: (label, MoESchedule arguments, batch)
+MOE_POINTS = [
+    ("timemux1_n16_b16", {"tiling": "static", "tile_n": 16, "tile_f": 16, "regions": 1}, 16),
+    ("timemux2_n16_b32", {"tiling": "static", "tile_n": 16, "tile_f": 16, "regions": 2}, 32),
+]
+
+
+def moe_point(label: str, schedule: dict, batch: int, *, elaborate: bool, folder) -> dict:
+    """One MoE row: the rewrite, its bit-exactness and costs (and the hardware, if asked)."""
+    import ml_dtypes
+    import numpy as np
+
+    from examples import moe, traces
+    from step_lang import interpret
+    from step_lang.hier_tiling import hier_tile, tiling_report
+
+    config = hw_config()
+    layer = moe.MoEConfig(*MOE_LAYER, dtype="bfloat16")
+    graph = moe.build(
+        layer, moe.MoESchedule(**schedule), batch, elem_bytes=None, fns=moe.hardware_fns(config)
+    )
+    choices = traces.synthetic_routing(batch, layer.experts, layer.top_k, skew=1.5, seed=batch)
+    memory = moe.inputs(moe.MoEConfig(*MOE_LAYER, dtype="float32"), choices, seed=1)
+    memory = {
+        k: v.astype(ml_dtypes.bfloat16) if v.dtype == np.float32 else v for k, v in memory.items()
+    }
+    t0 = time.perf_counter()
+    tiled = hier_tile(graph, HW_TILE, HW_TILE)
+    pass_s = time.perf_counter() - t0
+    report = tiling_report(graph, tiled)
+    a = interpret(graph, {k: v.copy() for k, v in memory.items()}).memory["out"]
+    b = interpret(tiled, {k: v.copy() for k, v in memory.items()}).memory["out"]
+    row = {
+        "point": label,
+        "schedule": schedule,
+        "batch": batch,
+        "pass_s": round(pass_s, 3),
+        "nodes": [len(graph.nodes), len(tiled.nodes)],
+        "offchip_bytes": [int(report.offchip_before), int(report.offchip_after)],
+        "onchip_bytes": [int(report.onchip_before), int(report.onchip_after)],
+        "bit_exact": bool(np.array_equal(a.view(np.uint16), b.view(np.uint16))),
+    }
+    if elaborate:
+        row.update(_elaborate(tiled, config, folder))
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.hier_tiling", description=__doc__)
     parser.add_argument("--elaborate", action="store_true", help="also elaborate and lint")
     parser.add_argument("--check", action="store_true", help="also compare interpreter outputs")
     parser.add_argument("--only", action="append", default=[], metavar="BxI",
                         help="one point, e.g. 64x256 (repeatable)")  # fmt: skip
+    parser.add_argument("--moe", action="store_true", help="also the 16-expert MoE layer")
     args = parser.parse_args(argv)
     points = swiglu.SWEEP
     if args.only:
@@ -144,6 +199,26 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['onchip_bytes'][0]} -> {row['onchip_bytes'][1]} B{extra}",
             flush=True,
         )
+    if args.moe:
+        moe_rows = []
+        for label, schedule, batch in MOE_POINTS:
+            row = moe_point(label, schedule, batch, elaborate=args.elaborate, folder=folder)
+            moe_rows.append(row)
+            data = json.loads(OUT.read_text()) if OUT.exists() else {}
+            data["moe"] = moe_rows
+            OUT.write_text(json.dumps(data, indent=2) + "\n")
+            extra = ""
+            if "elaborate_s" in row:
+                extra = (
+                    f"  elaborate {row['elaborate_s']} s, Verilog {row['verilog_s']} s "
+                    f"{row['verilog_bytes'] / 1e6:.1f} MB, lint "
+                    f"{'ok' if row['lint_ok'] else 'FAILED'}"
+                )
+            print(
+                f"moe {label}: bit-exact {row['bit_exact']}, off-chip {row['offchip_bytes']}, "
+                f"on-chip {row['onchip_bytes']} B{extra}",
+                flush=True,
+            )
     return 0
 
 

@@ -69,6 +69,7 @@ __all__ = [
     "MoESchedule",
     "build",
     "dim_values",
+    "hardware_fns",
     "inputs",
     "reference",
 ]
@@ -163,11 +164,23 @@ def hardware(batch: int = 8, schedule: MoESchedule | None = None, hw: Any = None
     from dataclasses import replace
 
     from step_hw.config import HwConfig
-    from step_lang import numerics
 
     hw = hw or HwConfig()
+    schedule = schedule or MoESchedule("static", tile_n=4, tile_f=4)
+    if schedule.tile_f > hw.tile_cols:
+        schedule = replace(schedule, tile_f=hw.tile_cols)
+    return build(
+        replace(HW, dtype=hw.elem_dtype), schedule, batch, elem_bytes=None, fns=hardware_fns(hw)
+    )
+
+
+def hardware_fns(hw: Any) -> SimpleNamespace:
+    """The functions of :func:`build` with the hardware's arithmetic (``numerics.functions(hw)``;
+    time-multiplexing's addresses are ``numerics.expert_addr``, int32)."""
+    from step_lang import numerics
+
     fx = numerics.functions(hw)
-    fns = SimpleNamespace(
+    return SimpleNamespace(
         matmul=fx.matmul_out(hw.elem_dtype),
         silu=fx.silu,
         mul=fx.mul,
@@ -175,10 +188,6 @@ def hardware(batch: int = 8, schedule: MoESchedule | None = None, hw: Any = None
         accum_add=fx.accum_add,
         expert_addr=numerics.expert_addr,
     )
-    schedule = schedule or MoESchedule("static", tile_n=4, tile_f=4)
-    if schedule.tile_f > hw.tile_cols:
-        schedule = replace(schedule, tile_f=hw.tile_cols)
-    return build(replace(HW, dtype=hw.elem_dtype), schedule, batch, elem_bytes=None, fns=fns)
 
 
 def _rows(load: Stream) -> Stream:

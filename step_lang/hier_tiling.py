@@ -12,7 +12,8 @@ stream, is refused with an error naming the node, its tile and the hardware tile
 
 * ``LinearOffChipLoad`` reads the same bytes as hardware tiles: the big tile's affine read
   plus two inner dims (refused when the read's tile numbers carry across a row of the tensor,
-  which no affine read of hardware tiles can reproduce, or when its ``ref`` is blocked).
+  which no affine read of hardware tiles can reproduce); a blocked ``ref`` is counted down to
+  one token per big tile first.
 * ``LinearOffChipStore`` writes the blocked stream when its order is the tensor's row-major
   order of hardware tiles (big tiles one hardware tile high, or spanning the tensor's width).
 * Element-wise ``Map`` (every input tile the output's shape) runs on the hardware tiles.
@@ -28,6 +29,9 @@ stream, is refused with an error naming the node, its tile and the hardware tile
   rank ``rank`` folds ``D`` (each element's order is the original's).
 * ``Flatten`` and ``Promote`` of outer dims of a blocked stream (their ranks move up by two);
   ``RepeatStatic`` of a blocked stream replays each block (``Bufferize`` + ``Streamify``).
+* Routing (``Partition``, ``Reassemble``, ``EagerMerge``), ``RandomOffChipLoad`` of
+  ``expert_addr`` addresses, ``Reshape`` with padding, ``Accum`` of ``retile_row``,
+  ``RetileStreamify`` and broadcasting ``Map``: :mod:`step_lang.hier_tiling_routing`.
 
 Accumulation order
     A hardware-tiled matmul sums its products in the original ``k`` order: big tiles in stream
@@ -53,6 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import functions as F
+from . import hier_tiling_routing as routing
 from .dims import is_static, product
 from .errors import StepTypeError
 from .graph import Graph, Node, OffChipTensor, Stream
@@ -131,10 +136,13 @@ class _Rewrite:
         return self.new.tensors[t.name]
 
     def bind(self, node: Node, new: Node | Stream, info: Blocked | None = None) -> None:
-        out = new if isinstance(new, Stream) else new.out
-        self.streams[(node.name, 0)] = out
+        self.bind_port(node, 0, new if isinstance(new, Stream) else new.out, info)
+
+    def bind_port(self, node: Node, port: int, out: Stream, info: Blocked | None) -> None:
+        """Output ``port`` of the user's ``node`` is ``out`` (blocked as ``info``)."""
+        self.streams[(node.name, port)] = out
         if info is not None:
-            self.blocked[(node.name, 0)] = info
+            self.blocked[(node.name, port)] = info
 
     # -- the walk ---------------------------------------------------------------------------
 
@@ -155,8 +163,38 @@ class _Rewrite:
             if any(self.info(s) is not None for s in node.inputs):
                 raise self.refuse(node, "a loop carrying big tiles cannot be split")
             c.inputs = [self.src(s) for s in node.inputs]
+        self._prune()
         self.new.queue_depths = self._depths()
+        self.new.queue_scale = self._scales()
         return self.new
+
+    def _scales(self) -> dict[str, int]:
+        """Every blocked stream's queue holds, at a reader's default depth, the bytes it held
+        before: ``n_rows * n_cols`` hardware tiles per big tile (``Graph.queue_scale``)."""
+        return {
+            self.streams[key].name: b.n_rows * b.n_cols
+            for key, b in self.blocked.items()
+            if self.streams[key].node.name in self.new.nodes and b.n_rows * b.n_cols > 1
+        }
+
+    def _prune(self) -> None:
+        """Drop the copied nodes that only fed rewritten ones (an ``expert_addr`` generator of
+        big-tile addresses, replaced by one per load): every output of the user's graph is
+        consumed, so an unconsumed copy fed nodes that now read something else."""
+        # A node the user left unconsumed (an unfinished graph) stays.
+        used = {s for s, _, _ in self.graph.edges()}
+        kept = {n.name for n in self.graph.nodes.values() if not all(s in used for s in n.outputs)}
+        while True:
+            consumed = {s for s, _, _ in self.new.edges()}
+            dead = [
+                n
+                for n in self.new.nodes.values()
+                if n.outputs and n.name not in kept and not any(s in consumed for s in n.outputs)
+            ]
+            if not dead:
+                return
+            for n in dead:
+                del self.new.nodes[n.name]
 
     def _depths(self) -> dict[str, int]:
         """The user's queue depths on the same streams: in tokens of the new stream, so a queue
@@ -164,12 +202,11 @@ class _Rewrite:
         depths = {}
         for node in self.graph.nodes.values():
             for port, s in enumerate(node.outputs):
-                if s.name in self.graph.queue_depths:
+                new = self.streams[(node.name, port)]
+                if s.name in self.graph.queue_depths and new.node.name in self.new.nodes:
                     b = self.blocked.get((node.name, port))
                     scale = b.n_rows * b.n_cols if b is not None else 1
-                    depths[self.streams[(node.name, port)].name] = (
-                        self.graph.queue_depths[s.name] * scale
-                    )
+                    depths[new.name] = self.graph.queue_depths[s.name] * scale
         return depths
 
     def _why(self, node: Node) -> str:
@@ -197,8 +234,26 @@ class _Rewrite:
     # -- loads and stores -------------------------------------------------------------------
 
     def _load(self, node: LinearOffChipLoad) -> None:
-        if node.inputs and self.info(node.inputs[0]) is not None:
-            raise self.refuse(node, f"its ref stream reads big tiles {node.inputs[0].elem}")
+        ref = None
+        if node.inputs:
+            ref = self.src(node.inputs[0])
+            if self.info(node.inputs[0]) is not None:  # one read per big tile, as before
+                ref = routing.blocked_ref(self, node, node.inputs[0])
+        if self.fits(node.tile_type):  # only the ref was blocked: the same read
+            same = LinearOffChipLoad(
+                self.tensor(node.tensor),
+                tile=node.tile,
+                out_shape=node.out_shape,
+                stride=node.stride,
+                base=node.base,
+                ref=ref,
+                elem_bytes=node.elem_bytes,
+                on_demand=node.on_demand,
+                fetch=node.fetch,
+                name=node.name,
+            )
+            self.bind(node, same)
+            return
         b = self.split_of(node, node.tile_type)
         big = node.tiled  # (*outer, TR, TC) in big tiles
         hw = (*big[:-2], big[-2] * b.n_rows, big[-1] * b.n_cols)
@@ -239,7 +294,7 @@ class _Rewrite:
             out_shape=(*node.out_shape, b.n_rows, b.n_cols),
             stride=stride,
             base=hw_index(base),
-            ref=self.src(node.inputs[0]) if node.inputs else None,
+            ref=ref,
             elem_bytes=node.elem_bytes,
             on_demand=node.on_demand,
             fetch=(b.n_rows, b.n_cols),
@@ -300,6 +355,8 @@ class _Rewrite:
         same = isinstance(out, Tile) and all(
             isinstance(t, Tile) and (t.rows, t.cols) == (out.rows, out.cols) for t in node.arg_types
         )
+        if meta == "broadcast" and not same and routing.split_broadcast_map(self, node):
+            return
         if meta not in ("same", "broadcast") or not same or len(node.inputs) != len(node.arg_types):
             raise self.refuse(
                 node,
@@ -317,12 +374,19 @@ class _Rewrite:
         meta = node.fn.meta
         reduced = node.inputs[0].shape[len(node.inputs[0].shape) - node.rank :]
         if not all(isinstance(d, int) for d in reduced):
-            raise self.refuse(
-                node,
-                f"its reduced dims {list(reduced)} are dynamic; buffering them needs static sizes",
+            x, out = node.inputs[0].elem, node.out_types[0].elem
+            why = (
+                f"packing {x} rows into {out} needs each column block's rows in turn (a strided "
+                f"read of a dynamically sized buffer), which no hardware operator does"
+                if node.fn is F.retile_row
+                else f"buffering {x} tiles over them needs static sizes"
             )
+            raise self.refuse(node, f"its reduced dims {list(reduced)} are dynamic; {why}")
         if meta in ("matmul", "matmul_t"):
             self._matmul(node, meta == "matmul_t", reduce_dims=tuple(reduced))
+            return
+        if node.fn is F.retile_row:
+            routing.split_concat_rows(self, node)
             return
         out = node.out_types[0].elem
         t = node.arg_types[0] if len(node.arg_types) == 1 else None
@@ -354,7 +418,10 @@ class _Rewrite:
         self.bind(node, new, b)
 
     def _matmul(self, node: Node, transpose_b: bool, reduce_dims: tuple[int, ...]) -> None:
-        """``node``'s matmul over hardware tiles in the order ``(m, n, *reduce_dims, k)``."""
+        """``node``'s matmul over hardware tiles: each big tile's operands buffered and read in
+        the order ``(m, n, k)``; over reduced big-tile dims ``D`` (an Accum of ``matmul_acc``),
+        one accumulator per output hardware tile ``(m, n)`` held across ``D`` (``Accum(held=2,
+        inner=1)``), so each big tile is consumed as it arrives, as the big-tile Accum does."""
         a_s, b_s = node.inputs
         ta = node.arg_types[0]
         out = node.out_types[0].elem
@@ -373,41 +440,36 @@ class _Rewrite:
                 f"functions (bit-exact K chains) or K <= {h}",
             )
         n_red = len(reduce_dims)
-        red_stride = [int(product(reduce_dims[i + 1 :])) for i in range(n_red)]
-        # A: buffer (*D, nm, nk); read (nm, nn, *D, nk).
-        a_buf = self._buffer(node, "a", a_s, n_red)
         # An output tile that fits (nm = nn = 1) stays a plain stream: no (m, n) dims.
         lead = 2 if (nm, nn) != (1, 1) else 0
+        # A: buffer (nm, nk) per big tile; read (nm, nn, nk).
         a_rd = Streamify(
-            a_buf,
-            out_shape=(nm, nn, *reduce_dims, nk)[2 - lead :],
-            stride=(nk, 0, *[s * nm * nk for s in red_stride], 1)[2 - lead :],
+            self._buffer(node, "a", a_s),
+            out_shape=(nm, nn, nk)[2 - lead :],
+            stride=(nk, 0, 1)[2 - lead :],
             name=f"{node.name}_a_read",
         ).out
-        # B: buffer (*D, nk, nn) (transposed: (*D, nn, nk)); read (nm, nn, *D, nk).
-        b_buf = self._buffer(node, "b", b_s, n_red)
-        nb_stride = (
-            (0, nk, *[s * nk * nn for s in red_stride], 1)
-            if transpose_b
-            else (0, 1, *[s * nk * nn for s in red_stride], nn)
-        )
+        # B: buffer (nk, nn) (transposed: (nn, nk)) per big tile; read (nm, nn, nk).
         b_rd = Streamify(
-            b_buf,
-            out_shape=(nm, nn, *reduce_dims, nk)[2 - lead :],
-            stride=nb_stride[2 - lead :],
+            self._buffer(node, "b", b_s),
+            out_shape=(nm, nn, nk)[2 - lead :],
+            stride=((0, nk, 1) if transpose_b else (0, 1, nn))[2 - lead :],
             name=f"{node.name}_b_read",
         ).out
         fn = _acc_fn(node.fn, out, transpose_b)
-        new = Accum(a_rd, b_rd, fn=fn, rank=n_red + 1, name=node.name)
+        if n_red and lead:  # fold (*D, k) for each (m, n): the (m, n) accumulators are held
+            new = Accum(a_rd, b_rd, fn=fn, rank=n_red + 1, held=2, inner=1, name=node.name)
+        else:  # (*D, k) are the innermost dims
+            new = Accum(a_rd, b_rd, fn=fn, rank=n_red + 1, name=node.name)
         self.bind(node, new, Blocked(m_r, n_c, nm, nn) if lead else None)
 
-    def _buffer(self, node: Node, which: str, s: Stream, n_red: int) -> Stream:
-        """The operand's hardware tiles of one big tile (and the reduced dims) in a buffer."""
+    def _buffer(self, node: Node, which: str, s: Stream) -> Stream:
+        """The operand's hardware tiles of one big tile in a buffer."""
         x = self.src(s)
         if self.info(s) is None:  # a tile that fits: one hardware tile, two dims of 1
             x = Promote(x, 0, name=f"{node.name}_{which}_row").out
             x = Promote(x, 0, name=f"{node.name}_{which}_col").out
-        return Bufferize(x, n_red + 2, name=f"{node.name}_{which}_buf").out
+        return Bufferize(x, 2, name=f"{node.name}_{which}_buf").out
 
 
 #: How each operator splits (:meth:`_Rewrite.run` copies every other node whose tiles fit and
@@ -420,6 +482,7 @@ SPLITS.add(_Rewrite._accum, Accum)
 SPLITS.add(_Rewrite._flatten, Flatten)
 SPLITS.add(_Rewrite._promote, Promote)
 SPLITS.add(_Rewrite._repeat, RepeatStatic)
+routing.register(SPLITS)
 
 
 def _is_fixed(fn: Any) -> bool:

@@ -28,3 +28,15 @@ def _is_float(x: np.ndarray) -> bool:
 
 def _bits(x: np.ndarray) -> np.ndarray:
     return x.view(f"uint{x.dtype.itemsize * 8}").astype(np.int64)
+
+
+def built_not_elaborated(graph, config):
+    """``ElaboratedGraph(graph, config)``, built to see that every node has a hardware block and
+    never elaborated: Amaranth's UnusedElaboratable (an error under pytest) is silenced for the
+    top level, its blocks and its arbiters."""
+    from step_hw.elaborate import ElaboratedGraph
+
+    top = ElaboratedGraph(graph, config)
+    for block in [top, *top.blocks.values(), *top._arbiters.values()]:
+        block._MustUse__silence = True
+    return top
