@@ -85,8 +85,12 @@ def check_elem(elem: ElemType, value: Any, b: Bindings, where: str) -> None:
             )
         if arr.dtype != elem.dtype.numpy:
             raise StepRuntimeError(f"{where}: expected dtype {elem.dtype}, got {arr.dtype}")
-        b.observe(elem.rows, arr.shape[0], f"{where}: tile rows of {elem}")
-        b.observe(elem.cols, arr.shape[1], f"{where}: tile cols of {elem}")
+        for what, dim, got in (
+            ("rows", elem.rows, arr.shape[0]),
+            ("cols", elem.cols, arr.shape[1]),
+        ):
+            if not (isinstance(dim, int) and dim == got):  # (a static match needs no message)
+                b.observe(dim, got, f"{where}: tile {what} of {elem}")
     elif isinstance(elem, Selector):
         arr = np.asarray(value)
         if arr.dtype != np.bool_ or arr.shape != (elem.n,):
@@ -111,14 +115,20 @@ def check_elem(elem: ElemType, value: Any, b: Bindings, where: str) -> None:
 
 def _walk(nested: list[Any], stype: StreamType, b: Bindings, where: str) -> None:
     shape, r = stype.shape, stype.rank
+    # The messages are formatted once per stream, not once per sub-tensor: printing symbolic
+    # shapes costs far more than checking them.
+    head = f"{where} {stype}"
+    dims = shape_str(shape)
+    dim_what = [f"{head}: dim {idx} of {dims}" for idx in range(r + 1)]
+    elem_where = f"{head}: element"
 
     def walk(sub: list[Any], idx: int) -> None:
         if idx > 0 and len(sub) == 1 and not _has_data(sub, r - idx + 1):
             return
-        b.observe(shape[idx], len(sub), f"{where} {stype}: dim {idx} of {shape_str(shape)}")
+        b.observe(shape[idx], len(sub), dim_what[idx])
         if idx == r:
             for e in sub:
-                check_elem(stype.elem, e, b, f"{where} {stype}: element")
+                check_elem(stype.elem, e, b, elem_where)
         else:
             for child in sub:
                 walk(child, idx + 1)
