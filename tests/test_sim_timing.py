@@ -21,8 +21,8 @@ from step_lang import (
     Selector,
     Sink,
     Source,
-    StreamType,
     Streamify,
+    StreamType,
     Tile,
 )
 from step_lang import functions as F
