@@ -15,6 +15,8 @@ What it holds:
   it takes all its inputs together, what sets its initiation interval;
 * the memory controllers' internal queues and pipeline latencies (``memory/load.py``,
   ``memory/store.py``);
+* the on-chip buffers (``memory/buffer.py``): slots, words per element, Streamify's output
+  queue and the latencies of its sequencer and read port;
 * the graph's ports: which memory operators share which AXI port (:func:`axi_managers`), when
   Sources start and Sinks count as done.
 """
@@ -33,14 +35,17 @@ from .payload import KIND_BITS, Kind, TokenFormat
 
 __all__ = [
     "BLOCKS",
+    "BUFFER_SLOTS",
     "HELD_EMIT_DELAY",
     "KIND_BITS",
+    "STREAMIFY_QUEUE_DEPTH",
     "Block",
     "HwConfig",
     "Interval",
     "Kind",
     "TokenFormat",
     "axi_managers",
+    "buffer_words",
     "feedback_input",
     "is_load",
     "is_memory_operator",
@@ -49,6 +54,7 @@ __all__ = [
     "queue_depth",
     "queue_interval",
     "queue_latency",
+    "streamify_first_element",
 ]
 
 # -- queues (step_hw/queue.py) ------------------------------------------------------------------
@@ -135,8 +141,8 @@ BLOCKS.add(Block(joins_inputs=True, expands=True), ops.FlatMap)
 BLOCKS.add(Block(joins_inputs=True, expands=True, interval=Interval.PER_ROW), ops.RetileStreamify)
 BLOCKS.add(Block(), ops.Flatten, ops.Reshape, ops.Promote, ops.Expand)
 BLOCKS.add(Block(interval=Interval.PER_COPY), ops.RepeatStatic)
-# Bufferize and Streamify are timed as registered blocks (one element per cycle); the rtl
-# profile does not model their memory ports (docs/simulator.md).
+# Bufferize and Streamify share a memory (``memory/buffer.py``); the rtl profile models their
+# memory ports, slots and Streamify's output queue from the constants under "on-chip buffers".
 BLOCKS.add(Block(), ops.Bufferize, ops.Streamify)
 BLOCKS.add(Block(joins_inputs=True), ops.RandomOffChipStore)
 
@@ -178,6 +184,45 @@ LOAD_ISSUE = 3
 STORE_ISSUE = 3
 #: Cycles from AW to the first W beat (the W-information queue).
 AW_TO_W = 2
+
+# -- on-chip buffers (memory/buffer.py, memory/sequence.py) -----------------------------------
+
+#: Buffers (slots) in a Bufferize's memory: one fills while the other drains. Bufferize stalls
+#: its input's elements while every slot holds a complete buffer that Streamify has not released.
+BUFFER_SLOTS = 2
+#: Cycles from Streamify's release pulse (the cycle it takes the last entry of a buffer's reads)
+#: to Bufferize writing into the freed slot: the count of full slots is a register.
+BUFFER_RELEASE = 1
+#: Cycles from Bufferize taking the stop that closes a buffer (or its done token) to offering
+#: the buffer reference (done token) from its output register; a stop that follows the
+#: reference is offered the cycle after the reference is taken.
+BUFFER_REF_LATENCY = 1
+#: Cycles of a sequencer's take of a driving token that starts a block (no entry that cycle).
+SEQUENCER_TAKE = 1
+#: Cycles from Streamify's last memory word of an entry (the entry's commit) to the entry
+#: entering its output queue: a synchronous read port.
+BUFFER_READ_LATENCY = 1
+#: Depth of Streamify's credit-managed output queue: an entry commits only while fewer than this
+#: many committed entries have not left it.
+STREAMIFY_QUEUE_DEPTH = 5
+
+
+def buffer_words(fmt: TokenFormat, port_elems: int) -> int:
+    """Memory words per element of ``fmt`` (``HwConfig.mem_port_elems`` tile elements per word):
+    ``ceil(rows * cols / port_elems)`` for a tile, 1 for a selector. Bufferize writes, and
+    Streamify reads, one word per cycle."""
+    if fmt.kind != "tile":
+        return 1
+    return -(-fmt.rows * fmt.cols // port_elems)
+
+
+def streamify_first_element(words: int) -> int:
+    """Cycles from a buffer reference offered to an idle Streamify to the buffer's first element
+    offered on its output: the take (:data:`SEQUENCER_TAKE`), ``words`` reads (the last one in the
+    cycle the entry commits, so ``words - 1`` after the first), the read port
+    (:data:`BUFFER_READ_LATENCY`) and the output queue (:func:`queue_latency`). ``3 + words``."""
+    return SEQUENCER_TAKE + words - 1 + BUFFER_READ_LATENCY + queue_latency(STREAMIFY_QUEUE_DEPTH)
+
 
 # -- the graph's ports (elaborate.py) -----------------------------------------------------------
 

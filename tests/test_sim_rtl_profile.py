@@ -24,6 +24,7 @@ from sim import simulate
 from sim.profiles import PROFILES, RtlProfile
 from step_hw.config import HwConfig
 from step_lang import (
+    Bufferize,
     EagerMerge,
     Feedback,
     Graph,
@@ -32,10 +33,12 @@ from step_lang import (
     Map,
     Sink,
     Source,
+    Streamify,
     StreamType,
     Tile,
     numerics,
 )
+from step_lang.dims import ragged
 from step_lang.types import DTYPES
 
 INT16 = DTYPES["int16"]
@@ -389,3 +392,250 @@ def test_a_profile_runs_twice():
     assert simulate(graph, mem, profile=profile).cycles == 30
     assert simulate(graph, mem, profile=profile).cycles == 30
     assert profile.axi_trace()["m_axi_rd0.ar"] == [5, 6, 7, 9]
+
+
+# -- on-chip buffers: Bufferize and Streamify (step_hw/memory/buffer.py) -------------------------
+#
+# Every count below is the generated RTL's, taken from an Amaranth simulation of the elaborated
+# graph (`amaranth_pushes`, run by test_buffers_match_an_amaranth_simulation on these graphs and
+# more). `sends[s]` lists the cycles tokens entered the queue of stream s (its input handshakes).
+# An element is `words` memory words (HwConfig.mem_port_elems tile elements each): a 4x4 tile
+# is 1 word with the default 16-element port, 4 with a 4-element one.
+
+
+def buffered(shape, rank, *, consumer_lanes=None, ref=None, **read) -> tuple[Graph, dict]:
+    """Source (4x4 int16 tiles) -> Bufferize(rank) -> Streamify(**read) -> Sink; with
+    ``consumer_lanes`` a MAC array (matmul with a second Source) reads the Streamify first."""
+    g = Graph("buffers")
+    src = Source(g, StreamType(Tile(INT16, 4, 4), shape), name="src").out
+    count = iter(range(1, 1 << 15))
+
+    def nest(dims, leaf):
+        return leaf() if not dims else [nest(dims[1:], leaf) for _ in range(dims[0])]
+
+    inputs = {"src": nest(shape, lambda: np.full((4, 4), next(count), np.int16))}
+    if ref is not None:
+        ref_data, ref_shape = ref
+        read["ref"] = Source(g, StreamType(Tile(DTYPES["int32"], 1, 1), ref_shape), name="r").out
+        zero = np.zeros((1, 1), np.int32)
+        inputs["r"] = [[zero] * n for n in ref_data]
+    y = Streamify(Bufferize(src, rank, name="bz").out, name="sf", **read).out
+    if consumer_lanes is not None:
+        w = Source(g, StreamType(Tile(INT16, 4, 4), y.type.shape), name="w").out
+        inputs["w"] = nest(tuple(y.type.shape), lambda: np.ones((4, 4), np.int16))
+        y = Map(y, w, fn=FX.matmul_out("int16"), name="mm").out
+    Sink(y, name="sink")
+    return g, inputs
+
+
+def sends(graph: Graph, inputs: dict, config: HwConfig) -> tuple[dict[str, list[int]], int]:
+    r = simulate(graph, inputs=inputs, profile=RtlProfile(config), trace=True)
+    return {s: [int(t) for t in ts] for s, ts in r.sends.items()}, r.cycles
+
+
+@pytest.mark.parametrize("words", [1, 4])
+def test_streamify_reads_a_word_per_cycle(words):
+    # Two buffers of 3 elements, each read twice: src d d d S1 d d d S2 D enters its queue at 1..9
+    # and is visible 2 cycles later.
+    #
+    # words = 1. Bufferize takes an element per cycle (3, 4, 5), the closing S1 at 6 and offers
+    # the reference at 7; buffer 1 follows (7..9, S2 at 10: reference at 11, then S1 at 12, the
+    # stop after it, a cycle after the reference's take); done waits for the empty output
+    # register (13) and leaves at 14. Streamify takes reference 0 (visible 9) at 9 and walks
+    # from 10, one entry per cycle (10..15, the closing S2 held); an entry enters its output
+    # queue a cycle after its read and is offered 2 later: the first element at 13, 3 + words
+    # cycles after reference 0 was offered (contract.streamify_first_element). At 16 reference
+    # 1 is there: the held S2 is an entry of its own (16), the take costs 17, the walk 18..23;
+    # S1 of the buffer stream becomes S3 (24), done 25. Out of the queue one token per cycle,
+    # an element and its stop two beats: 13..29.
+    #
+    # words = 4. Bufferize writes each element in 4 cycles (takes at 6, 10, 14; the source's
+    # queue of 3 fills and refills one per take), S1 at 15: reference at 16. Streamify: reference
+    # 0 visible at 18, taken at 18, elements read in 19..22 (commit 22, offered 25), 23..26 (29),
+    # 27..30 (33, its S1 at 34), ...; the 4 read cycles per element are the bottleneck.
+    config = HwConfig(mem_port_elems=16 // words)
+    got, cycles = sends(*buffered((1, 2, 3), 1, repeat=(2,)), config)
+    if words == 1:
+        assert got == {
+            "src.out": list(range(1, 10)),
+            "bz.out": [7, 11, 12, 14],
+            "sf.out": list(range(13, 30)),
+        }
+        assert cycles == 33  # the sink takes done at 29 + 2, the bench counts 2 more
+    else:
+        assert got == {
+            "src.out": [1, 2, 3, 7, 11, 15, 16, 20, 24],
+            "bz.out": [16, 29, 30, 32],
+            "sf.out": [25, 29, 33, 34, 37, 41, 45, 46, 51, 55, 59, 60, 63, 67, 71, 72, 73],
+        }
+        assert cycles == 77
+
+
+def test_bufferize_waits_for_a_released_slot():
+    # Four buffers of 2 elements, each read 3 times (6 entries per buffer). Buffers 0 and 1 fill
+    # at once (references at 6, 9). Buffer 2's first element waits until both slots are free
+    # again: Streamify (reference 0 taken at 8, entries 9..14) releases slot 0 when it takes
+    # the walk's last entry (14), and Bufferize writes the cycle after (BUFFER_RELEASE): elements
+    # taken at 15 and 16 (the source's queue refills at 16, 17, 18), S1 at 17, reference 2 at 18.
+    # Buffer 3 waits for slot 1's release: the held S2 (15), the take of reference 1 (16), the
+    # walk 17..22; elements at 23, 24, S2 at 25: reference 3 at 26, its S1 at 27, done at 29.
+    # Streamify keeps its one token per cycle throughout (12..48).
+    got, cycles = sends(*buffered((1, 4, 2), 1, repeat=(3,)), HwConfig())
+    assert got == {
+        "src.out": [*range(1, 10), 16, 17, 18, 24],
+        "bz.out": [6, 9, 18, 26, 27, 29],
+        "sf.out": list(range(12, 49)),
+    }
+    assert cycles == 52
+
+
+def test_streamify_affine_and_referenced_reads():
+    # Affine: two 2x2 buffers read transposed (stride (1, 2)). The buffer stream has rank 0, so
+    # each walk's closing stop leaves with its last element (eager). References at 9 and 15, done
+    # at 17 (the output register held reference 1 until 15). Reference 0 is taken at 11, entries
+    # 12..15 (offered 15..20: d d S1 d d S2); reference 1 (visible 17) is taken at 17, entries
+    # 18..21 (21..26); the done entry at 22 leaves after them, at 27.
+    got, cycles = sends(*buffered((2, 2, 2), 2, out_shape=(2, 2), stride=(1, 2)), HwConfig())
+    assert got == {
+        "src.out": list(range(1, 14)),
+        "bz.out": [9, 15, 17],
+        "sf.out": list(range(15, 28)),
+    }
+    assert cycles == 31
+    # Referenced: one buffer of 2 elements, read once per element of r (r r r S1 D, c = 1).
+    # Reference 0 (visible 8) is taken at 8; each r element is taken the cycle before its walk
+    # (9, 13, 17), whose closing S1 is held and written as an entry of its own when the next
+    # element comes (12, 16); r's S1 becomes S2 (20), done pairs both streams' done tokens (21).
+    # r's queue of 3 refills the cycle after each take: S1 at 10, done at 14.
+    got, cycles = sends(*buffered((1, 2), 1, ref=([3], (1, ragged("n")))), HwConfig())
+    assert got == {
+        "src.out": [1, 2, 3, 4],
+        "bz.out": [6, 8],
+        "r.out": [1, 2, 3, 10, 14],
+        "sf.out": [13, 14, 15, 17, 18, 19, 21, 22, 23, 24],
+    }
+    assert cycles == 28
+
+
+def test_streamify_output_back_pressure_delays_the_release():
+    # test_bufferize_waits_for_a_released_slot behind a MAC array of 8 lanes (8 cycles per 4x4
+    # tile pair): Streamify's output queue (STREAMIFY_QUEUE_DEPTH = 5) is credit-managed, so an
+    # entry commits only once the entry 5 before it has left. Its beats: entry 0 at 12, entry
+    # 1 (d, S1) at 13, 14, then as the MAC array takes them: 22, (30, 31), 39, 47, the held S2
+    # at 48, 56, (64, 65), ... Entries 0..5 commit at 9..14 (release of slot 0 at 14, as without
+    # back-pressure); the S2 entry at 15 (entry 1 left at 14), reference 1 is taken at 16, and
+    # buffer 1's entries wait for credit: 23, 32, 40, 48, 49, 57 (entries 2..7 left at 22, 31,
+    # 39, 47, 48, 56). Slot 1 is released at 57, so buffer 3's first element is written at 58
+    # (the source's done token enters the queue it frees at 59); reference 3 at 61, its S1 at
+    # 62. The buffer stream's queue (3) then holds reference 2, reference 3 and S1 until
+    # Streamify takes reference 2 after the next held S2 (entry 13, credit at 66): at 67, so
+    # Bufferize's done enters it at 68.
+    got, cycles = sends(*buffered((1, 4, 2), 1, repeat=(3,), consumer_lanes=8), HwConfig(lanes=8))
+    assert got["src.out"] == [*range(1, 10), 16, 17, 18, 59]
+    assert got["bz.out"] == [6, 9, 18, 61, 62, 68]
+    assert got["sf.out"][:13] == [12, 13, 14, 22, 30, 31, 39, 47, 48, 56, 64, 65, 73]
+    assert cycles == 223
+
+
+# An Amaranth simulation of the elaborated graph, its Sources offering a token every cycle
+# (from the cycle after `start`) and its Sinks always ready, as the co-simulation bench does:
+# the cycles every graph queue takes a token, keyed by stream name as `SimResult.sends`, and the
+# bench's cycle count (the first cycle `done` is high, plus one).
+
+
+def amaranth_pushes(graph: Graph, inputs: dict, config: HwConfig) -> tuple[dict, int]:
+    from amaranth.hdl import Value
+    from amaranth.sim import Simulator
+
+    import step_hw.elaborate as elaborate
+    from step_lang.interpret import check_inputs, source_tokens
+    from step_lang.ops import Sink as SinkOp
+    from step_lang.ops import Source as SourceOp
+
+    queues = []
+
+    class Recorded(elaborate.Queue):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            queues.append(self)
+
+    top = elaborate.ElaboratedGraph(graph, config)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(elaborate, "Queue", Recorded)
+        sim = Simulator(top)  # elaborates: one queue per (non-Feedback) input, in this order
+    g = top.graph
+    names = [s.name for n in g.nodes.values() if not n.is_feedback for s in n.inputs]
+    tokens = check_inputs(g, inputs)
+    srcs = [
+        (getattr(top, f"src_{n.name}"), top._formats[n.name], source_tokens(n, tokens))
+        for n in g.nodes.values()
+        if isinstance(n, SourceOp)
+    ]
+    sinks = [getattr(top, f"snk_{n.name}") for n in g.nodes.values() if isinstance(n, SinkOp)]
+    pushes: dict[str, list[int]] = {name: [] for name in names}
+    end = []
+
+    async def bench(ctx):
+        ctx.set(top.start, 1)
+        for port in sinks:
+            ctx.set(port.ready, 1)
+        signals = [x for q in queues for x in (q.i.valid, q.i.ready)]
+        signals += [port.ready for port, _, _ in srcs] + [top.done]
+        at = [0] * len(srcs)
+        for cycle in range(2000):
+            for k, (port, fmt, toks) in enumerate(srcs):
+                ctx.set(port.valid, at[k] < len(toks))
+                if at[k] < len(toks):
+                    ctx.set(Value.cast(port.payload), fmt.pack(toks[at[k]]))
+            *_, done = values = (await ctx.tick().sample(*signals))[2:]
+            ctx.set(top.start, 0)
+            for q, name in enumerate(names):
+                if values[2 * q] and values[2 * q + 1]:
+                    pushes[name].append(cycle)
+            for k in range(len(srcs)):
+                at[k] += bool(values[2 * len(queues) + k])
+            if done:
+                end.append(cycle + 1)
+                return
+
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert len(queues) == len(names) and end, "the graph did not finish"
+    return pushes, end[0]
+
+
+W4 = HwConfig(mem_port_elems=4)
+
+
+@pytest.mark.parametrize(
+    ("shape", "rank", "read", "config"),
+    [
+        ((1, 2, 3), 1, {"repeat": (2,)}, HwConfig()),
+        ((1, 2, 3), 1, {"repeat": (2,)}, W4),
+        ((1, 4, 2), 1, {"repeat": (3,)}, HwConfig()),
+        ((2, 2, 2), 2, {"out_shape": (2, 2), "stride": (1, 2)}, HwConfig()),
+        ((2, 4), 1, {"out_shape": (2, 3), "stride": (0, 1), "base": 1}, W4),
+        ((1, 2), 1, {"ref": ([3], (1, ragged("n")))}, HwConfig()),
+        ((3, 2), 1, {"ref": ([1, 0, 2], (3, ragged("n")))}, HwConfig(mem_port_elems=8)),
+        # the reads of a hardware-tiled matmul operand (step_lang.hier_tiling)
+        ((1, 2, 2, 2, 2), 2, {"out_shape": (2, 2, 2), "stride": (0, 1, 2)}, HwConfig()),
+        ((1, 4, 2), 1, {"repeat": (3,), "consumer_lanes": 8}, HwConfig(lanes=8)),
+        ((1, 2, 2, 2, 2), 2, {"out_shape": (2, 2, 2), "stride": (0, 1, 2), "consumer_lanes": 16},
+         HwConfig(mem_port_elems=8)),
+    ],
+)  # fmt: skip
+def test_buffers_match_an_amaranth_simulation(shape, rank, read, config):
+    graph, inputs = buffered(shape, rank, **read)
+    want, cycles = amaranth_pushes(graph, inputs, config)
+    assert sends(graph, inputs, config) == (want, cycles)
+
+
+def test_buffer_contract():
+    from step_hw import contract
+    from step_hw.memory.buffer import Streamify as StreamifyBlock
+
+    assert [contract.streamify_first_element(w) for w in (1, 4)] == [4, 7]  # 3 + words
+    assert StreamifyBlock.QUEUE_DEPTH == contract.STREAMIFY_QUEUE_DEPTH == 5
+    fmt = contract.TokenFormat.for_elem(Tile(INT16, 4, 4), W4)
+    assert contract.buffer_words(fmt, W4.mem_port_elems) == 4

@@ -18,6 +18,16 @@ of every hardware block (their docstrings; ``docs/hardware.md``), it predicts th
   cycle after it took the last input's. A MAC array spends ``ceil(M*K*N / lanes)`` cycles per
   tile pair (``compute/matmul.py``), RetileStreamify one cycle per row of a tile, RepeatStatic
   one cycle per copy.
+* **On-chip buffers** (``memory/buffer.py``, static buffers). An element is
+  ``contract.buffer_words`` memory words, one per cycle on either side. Bufferize takes an
+  element after its writes, the closing stop (and done) once its output register is empty, and
+  offers the reference (done) a cycle later; the first element of buffer *n* waits until the
+  Streamify reading it released buffer *n* - ``BUFFER_SLOTS`` (``BUFFER_RELEASE`` cycles after).
+  Streamify replays its sequencer (``memory/sequence.py``) cycle by cycle: driving-token takes,
+  entries committed with credit from its output queue (``STREAMIFY_QUEUE_DEPTH``), each offered
+  ``BUFFER_READ_LATENCY`` + 2 cycles after its commit as one beat, or two (an element and its
+  stop); a buffer is released when its last entry commits (:class:`_Streamify`). Both take their
+  inputs at the hardware's cycles while their nodes wait to send (:class:`_TakesEarly`).
 * **Loads** (``memory/load.py``). Entries (tiles and stops) leave the sequencer one per cycle,
   :attr:`RtlProfile.load_start` cycles after start or one cycle after the reference token that
   starts a walk; a tile's bursts issue ``load_issue`` cycles after its entry, one per cycle, at
@@ -85,9 +95,9 @@ __all__ = ["RTL_TIMING", "RtlProfile"]
 _AXI_RAM = MemoryModel.axi_ram()
 
 #: The operators with a timing model of their own under the rtl profile: ``(profile, node) ->
-#: NodeTiming`` (the memory operators' AXI pipelines, the top level's ports and wires). Every
-#: other operator is timed as a block from its hardware-contract entry (``step_hw.contract.BLOCKS``:
-#: latency, input joining, initiation interval).
+#: NodeTiming`` (the memory operators' AXI pipelines, the on-chip buffers, the top level's ports
+#: and wires). Every other operator is timed as a block from its hardware-contract entry
+#: (``step_hw.contract.BLOCKS``: latency, input joining, initiation interval).
 RTL_TIMING: NodeRegistry = NodeRegistry("rtl-profile timing")
 _TILE_QUEUE = contract.TILE_QUEUE_DEPTH
 _BOUNDARY = 4096  # AXI4 bursts never cross a 4 KiB boundary
@@ -129,6 +139,10 @@ class RtlProfile(TimingProfile):
     _axi: tuple[Any, int, dict, dict, Any] = field(
         default=(None, 0, {}, {}, None), init=False, repr=False, compare=False
     )
+    # Bufferize node name -> the timing of the Streamify that reads it (the current run's), and
+    # the engine processes of Bufferizes waiting for a slot's release
+    _buffer_readers: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _buffer_waiting: set = field(default_factory=set, init=False, repr=False, compare=False)
     # Ports with at least this many operators get the cycle-by-cycle port model (tests set 1 to
     # check that the port model of one manager is the per-operator model).
     _port_model_from = 2
@@ -1021,6 +1035,477 @@ class _RandomStore(_Store):
             io.send = send_when_written
 
 
+# -- on-chip buffers (``step_hw/memory/buffer.py``, ``sequence.py``) -----------------------------
+
+
+def _static_shape(shape: Any) -> tuple[int, ...] | None:
+    shape = tuple(shape)
+    return shape if all(isinstance(d, int) and not isinstance(d, bool) for d in shape) else None
+
+
+def _buffer_words(profile: RtlProfile, node: Node) -> int:
+    """Memory words per element of the buffers ``node`` (a Bufferize or Streamify) moves."""
+    elem = node.inputs[0].elem if isinstance(node, ops.Bufferize) else node.inputs[0].elem.tile
+    fmt = contract.TokenFormat.for_elem(elem, profile.config)
+    return contract.buffer_words(fmt, profile.config.mem_port_elems)
+
+
+class _TakesEarly(_Clocked):
+    """A block that takes input tokens while earlier results wait to leave, unlike its node.
+
+    The interpreter's Bufferize sends a buffer reference (and the stop after it) before it takes
+    the next element; the hardware's output register holds them while its input goes on. The
+    interpreter's Streamify takes a driving token only once it has sent the block before; the
+    hardware's sequencer takes it as soon as its walk is done (the output queue holds the rest).
+    The node's ``send`` is wrapped (``attach``) to take input tokens at the hardware's cycles
+    while it waits to send (for its cycle, or for room), and its ``recv`` returns those first:
+    the input queues' slots free when they do in hardware. A subclass says when the hardware
+    takes the next input token (``_next_take``) and sends the next token (``_beat_time``).
+    """
+
+    def _next_take(self) -> tuple[int, int | None]:
+        """The port and cycle of the next input token the hardware takes before the node asks
+        for it (None: not known now)."""
+        raise NotImplementedError
+
+    def _more_inputs(self) -> bool:
+        """Whether the hardware may still take an input token before the node asks for it."""
+        raise NotImplementedError
+
+    def _beat_time(self, port: int, token: Any) -> float:
+        """The first cycle ``token`` can leave on output ``port``, room permitting."""
+        raise NotImplementedError
+
+    def attach(self, io: Any) -> None:
+        super().attach(io)
+        recv, send = io.recv, io.send
+        self.early: list[deque] = [deque() for _ in self.node.inputs]
+
+        def recv_early(i: int) -> Any:
+            if self.early[i]:
+                return self.early[i].popleft()
+            return (yield from recv(i))
+
+        def send_taking(j: int, token: Any) -> Any:
+            t = self._beat_time(j, token)
+            polled = self.now
+            while True:
+                now = self.now
+                port, c = self._next_take()
+                if c is not None and c <= max(now, t - 1):
+                    if c > now:
+                        yield ("sleep", c - now)
+                    self.early[port].append((yield from recv(port)))
+                    continue
+                more = c is None and self._more_inputs()  # a take may become known
+                if t > now:
+                    yield ("sleep", 1 if more else t - now)
+                    continue
+                if self._room(j) or (not more and c is None) or self._stuck(polled):
+                    break
+                yield ("sleep", 1)  # no room yet: the hardware may take an input meanwhile
+            self.p._buffer_waiting.discard(self.io.proc.idx)
+            yield from send(j, token)
+
+        io.recv, io.send = recv_early, send_taking
+
+    def _room(self, j: int) -> bool:
+        ch = self.io.outputs[j]
+        return ch.occ - sum(1 for f in ch.frees if f <= self.now) < ch.cap
+
+    def _stuck(self, since: float) -> bool:
+        """Whether only waiting nodes are left (for 64 cycles): then the node waits for room as
+        the engine does, which reports the deadlock."""
+        waiting = self.p._buffer_waiting
+        waiting.add(self.io.proc.idx)
+        return self.now - since > 64 and _only_waiting(self.io.engine, waiting)
+
+
+class _Streamify(_TakesEarly):
+    """Streamify: its sequencer, memory reads and credit-managed output queue in absolute time.
+
+    The sequencer (``memory/sequence.py``) is replayed as the hardware runs it, one action per
+    cycle at most: taking a driving token that starts a block (a cycle of its own), and entries
+    (``ELEM``, ``STOP``, ``DONE``), each taken (committed) when the output queue has credit,
+    an element after its ``words`` memory reads (the reads before the last need no credit). A
+    committed entry enters the output queue ``BUFFER_READ_LATENCY`` cycles later and leaves as
+    one beat, or two (an element and the stop after it). The replay goes as far as what is known:
+    the input tokens sent so far (with the cycles they became visible) and the beats that left
+    (credit). The output beats are the node's tokens; the slot of a buffer is released when the
+    last entry of its reads commits (``release``), which Bufferize waits for.
+    """
+
+    def __init__(self, profile: RtlProfile, node: Node):
+        super().__init__(profile, node)
+        self.words = _buffer_words(profile, node)
+        self.ref = len(node.inputs) > 1
+        read = tuple(node.read_shape) if node.affine else tuple(node.read_dims)
+        if self.ref:
+            self.c = node.ref_inner
+            shape, eager = read, node.inputs[1].rank == 0
+        else:
+            self.c = None
+            shape, eager = (*node.repeat, *read), node.inputs[0].rank == 0
+        self.k = len(shape)
+        from itertools import product
+
+        from step_lang.stoprules import grid_stop
+
+        cells = list(product(*(range(n) for n in shape)))
+        self.levels = [grid_stop(m, shape) for m in cells]
+        if self.k and not eager:
+            self.levels[-1] = 0  # the closing S_k is held (``pending``)
+        self.depth = contract.STREAMIFY_QUEUE_DEPTH
+        self.queue_latency = contract.BUFFER_READ_LATENCY + contract.queue_latency(self.depth)
+        # the replay: the sequencer's state and the cycle of its next action
+        self.state, self.t, self.pos, self.pending = "IDLE", 0, 0, False
+        self.taken = [0] * len(node.inputs)  # input tokens the hardware has taken, per port
+        self.takes: list[list[int]] = [[] for _ in node.inputs]  # their cycles
+        self.got: list[list[tuple[float, Any]]] = [[] for _ in node.inputs]  # the node's takes
+        self.commit: list[int] = []  # per entry
+        self.beats: list[int] = []  # per entry: 1, or 2 for an element with a stop after it
+        self.pops: list[float] = []  # per entry: the cycle its last beat left
+        self.releases: list[int] = []
+        self.entry_of: list[tuple[int, int]] = []  # per output token: (entry, beat)
+        self.sent_tokens = 0
+
+    # -- what is known ---------------------------------------------------------------------------
+
+    def _input(self, port: int) -> tuple[float, Any] | None:
+        """The next input token the hardware takes on ``port`` with its visible cycle, if sent."""
+        k, got = self.taken[port], self.got[port]
+        if k < len(got):
+            return got[k]
+        q = self.io.inputs[port].q
+        return q[k - len(got)] if k - len(got) < len(q) else None
+
+    def _credit(self, j: int) -> float | None:
+        """The first cycle entry ``j`` may commit for credit (None: not known yet)."""
+        if j < self.depth:
+            return -math.inf
+        i = j - self.depth
+        return self.pops[i] + 1 if i < len(self.pops) else None
+
+    # -- the replay ------------------------------------------------------------------------------
+
+    def _take(self, port: int, cycle: int) -> None:
+        self.taken[port] += 1
+        self.takes[port].append(cycle)
+
+    def _entry(self, at: float, level: int = 0, elem: bool = False, limit: float = math.inf):
+        """Commit the next entry at ``at`` or when it has credit; its cycle, or None if that is
+        not known or beyond ``limit``."""
+        credit = self._credit(len(self.commit))
+        if credit is None:
+            return None
+        c = int(max(at, credit))
+        if c > limit:
+            return None
+        self.commit.append(c)
+        beats = 2 if elem and level else 1
+        self.beats.append(beats)
+        self.entry_of += [(len(self.commit) - 1, b) for b in range(beats)]
+        self.t = c + 1
+        return c
+
+    def _step(self, limit: float) -> bool:
+        """One action of the sequencer, if it is known and no later than ``limit``."""
+        s, c, k = self.state, self.c, self.k
+        if s == "END":
+            return False
+        if s == "WALK":
+            level = self.levels[self.pos]
+            at = self.t + self.words - 1
+            done = self._entry(at, level, elem=True, limit=limit)
+            if done is None:
+                return False
+            self.pos += 1
+            if self.pos == len(self.levels):
+                self.pos = 0
+                self.pending = k > 0 and self.levels[-1] == 0
+                if c is None or c == 0:
+                    self.releases.append(done)
+                    self.state = "IDLE"
+                else:
+                    self.state = "BUF"
+            return True
+        port = 1 if s == "BUF" else 0
+        head = self._input(port)
+        if head is None:
+            return False
+        x = max(self.t, int(head[0]))
+        if x > limit:
+            return False
+        tok = head[1]
+        if s == "SKIP":  # the buffer stream's stop that a reference stop above c pairs with
+            self._take(0, x)
+            self.state, self.t = "IDLE", x + 1
+            return True
+        if self.pending and (is_data(tok) or tok is DONE):  # write the held S_k first
+            if self._entry(x, k, limit=limit) is None:
+                return False
+            self.pending = False
+            return True
+        if s == "BUF":
+            if is_data(tok):  # a read of the buffer
+                self._take(1, x)
+                self.state, self.t = "WALK", x + contract.SEQUENCER_TAKE
+                return True
+            if isinstance(tok, Stop):
+                at = self._entry(x, tok.level + k, limit=limit)
+                if at is None:
+                    return False
+                self._take(1, at)
+                self.pending = False  # merged into this stop
+                if tok.level >= c:
+                    self.releases.append(at)
+                    self.state = "SKIP" if tok.level > c else "IDLE"
+                return True
+            self._take(1, x)  # the reference ended inside a buffer (an error in hardware)
+            self.releases.append(x)
+            self.state, self.t = "IDLE", x + 1
+            return True
+        # IDLE: a buffer reference, a stop or done of the buffer stream
+        if isinstance(tok, Stop) and c is not None and c > 0:  # an error: consumed at once
+            self._take(0, x)
+            self.t = x + 1
+            return True
+        both = c == 0 or (tok is DONE and self.ref)
+        if both:  # taken together with the reference stream's token
+            ref = self._input(1)
+            if ref is None:
+                return False
+            x = max(x, int(ref[0]))
+            if x > limit:
+                return False
+        if is_data(tok):
+            self._take(0, x)
+            if both:
+                self._take(1, x)
+            self.state = "BUF" if c is not None and c > 0 else "WALK"
+            self.t = x + contract.SEQUENCER_TAKE
+            return True
+        at = self._entry(x, tok.level + k if isinstance(tok, Stop) else 0, limit=limit)
+        if at is None:
+            return False
+        self._take(0, at)
+        if both:
+            self._take(1, at)
+        self.pending = False  # merged into this stop
+        if tok is DONE:
+            self.state = "END"
+        return True
+
+    def advance(self, limit: float) -> None:
+        """Replay the sequencer up to cycle ``limit`` (or as far as is known)."""
+        while self._step(limit):
+            pass
+
+    def released(self, n: int, limit: float) -> int | None:
+        """The cycle buffer ``n`` was released, if known by cycle ``limit``."""
+        if n >= len(self.releases):
+            self.advance(limit)
+        return self.releases[n] if n < len(self.releases) else None
+
+    # -- the node (``_TakesEarly``) -------------------------------------------------------------
+
+    def _next_take(self) -> tuple[int, int | None]:
+        while self._step(math.inf):
+            pass
+        best: tuple[int, int | None] = (0, None)
+        for port, takes in enumerate(self.takes):
+            n = len(self.got[port])
+            if n < len(takes) and (best[1] is None or takes[n] < best[1]):
+                best = (port, takes[n])
+        return best
+
+    def _more_inputs(self) -> bool:
+        return self.state != "END"
+
+    def _beat_time(self, port: int, token: Any) -> float:
+        i = self.sent_tokens
+        while len(self.entry_of) <= i and self._step(math.inf):
+            pass
+        if len(self.entry_of) <= i:
+            raise RuntimeError(f"rtl profile: no entry for token {i} of '{self.node.name}'")
+        j, beat = self.entry_of[i]
+        t = self.last_push[port] + self.spacing[port]
+        if beat == 0:
+            t = max(t, self.commit[j] + self.queue_latency)
+        return t
+
+    def before_recv(self, port: int) -> int:
+        n = len(self.got[port])
+        while len(self.takes[port]) <= n and self._step(math.inf):
+            pass
+        if len(self.takes[port]) <= n:
+            return 0
+        t = self.takes[port][n]
+        return max(0, math.ceil(t - self.now)) if t > self.now else 0
+
+    def on_recv(self, port: int, token: Any) -> int:
+        self.got[port].append((self.io.visible, token))
+        return 0
+
+    def on_send(self, port: int, token: Any) -> int:
+        t = self._beat_time(port, token)
+        return max(0, math.ceil(t - self.now)) if t > self.now else 0
+
+    def sent(self, port: int, token: Any) -> None:
+        super().sent(port, token)
+        j, beat = self.entry_of[self.sent_tokens]
+        self.sent_tokens += 1
+        if beat == self.beats[j] - 1:
+            self.pops.append(self.now)
+
+
+class _Bufferize(_TakesEarly):
+    """Bufferize: ``words`` cycles per element written; the stop that closes a buffer (and the
+    done token) is taken once the output register is empty, and the buffer reference leaves
+    ``BUFFER_REF_LATENCY`` cycles later, a stop after it the cycle after its take; elements of
+    buffer ``n`` wait until ``BUFFER_SLOTS`` buffers ago was released by the Streamify that reads
+    this one (:class:`_Streamify`), plus ``BUFFER_RELEASE``."""
+
+    def __init__(self, profile: RtlProfile, node: Node):
+        super().__init__(profile, node)
+        self.words = _buffer_words(profile, node)
+        self.slots = contract.BUFFER_SLOTS
+        self.rank = node.rank
+        self.closed = 0  # buffers closed (their closing stops taken)
+        self.last_take = -math.inf
+        self.last_close = -math.inf  # the take of the last closing stop or done token
+        self.reader: _Streamify | None = None
+
+    def _reader(self) -> _Streamify | None:
+        """The Streamify of this run that reads the buffers (the hardware's ``rd`` port)."""
+        if self.reader is None:
+            reader = self.p._buffer_readers.get(self.node.name)
+            if reader is not None and reader.io is not None and reader.io.engine is self.io.engine:
+                self.reader = reader
+        return self.reader
+
+    def _release(self) -> float | None:
+        """When the slot for the next buffer's elements is free (None: not known yet)."""
+        n = self.closed - self.slots
+        if n < 0:
+            return -math.inf
+        reader = self._reader()
+        if reader is None:
+            return None  # nothing releases the slot: the hardware stalls
+        r = reader.released(n, self.now - 1)
+        return None if r is None else r + contract.BUFFER_RELEASE
+
+    def attach(self, io: Any) -> None:
+        super().attach(io)  # ``_TakesEarly``
+        recv = io.recv
+
+        def recv_when_free(i: int) -> Any:
+            if not self.early[i]:
+                token = yield from io.peek(i)
+                if is_data(token) and self._release() is None:
+                    yield from self._wait_release()
+            return (yield from recv(i))
+
+        io.recv = recv_when_free
+
+    def _wait_release(self) -> Any:
+        """Sleep a cycle at a time until the reader's release of the slot is known (the engine
+        cannot wake a node on another node's state); a deadlock when only such waiting nodes
+        are left for 64 cycles."""
+        engine, proc = self.io.engine, self.io.proc
+        waiting = self.p._buffer_waiting
+        waiting.add(proc.idx)
+        since = self.now
+        try:
+            while self._release() is None:
+                run = self.p._axi[4]
+                ports = run.waiting if run is not None else set()
+                if self.now - since > 64 and _only_waiting(engine, waiting | ports):
+                    proc.waiting = "the release of a buffer slot by its Streamify"
+                    engine._deadlock()
+                yield ("sleep", 1)
+        finally:
+            waiting.discard(proc.idx)
+
+    def _closes(self, token: Any) -> bool:
+        """Whether ``token`` closes a buffer (a stop of level ``rank`` or above) or is done."""
+        return not is_data(token) and not (isinstance(token, Stop) and token.level < self.rank)
+
+    def _take_time(self, visible: float, token: Any) -> float | None:
+        """The cycle the hardware takes ``token`` (None: the release it waits for is not known):
+        an element after its ``words`` writes, once its slot is free; a stop inside a buffer at
+        once; a closing stop or done once the output register is empty."""
+        t = max(visible, self.last_take + 1)
+        if is_data(token):
+            release = self._release()
+            return None if release is None else max(t, release) + self.words - 1
+        if self._closes(token):
+            t = max(t, self.last_push[0] + 1)
+        return t
+
+    def _next_take(self) -> tuple[int, int | None]:
+        q = self.io.inputs[0].q
+        if not q or self._closes(q[0][1]):  # not while the output register is full
+            return 0, None
+        t = self._take_time(*q[0])
+        return 0, None if t is None else math.ceil(t)
+
+    def _more_inputs(self) -> bool:
+        q = self.io.inputs[0].q
+        return not q or not self._closes(q[0][1])
+
+    def before_recv(self, port: int) -> int:
+        now = self.now
+        visible, token = self.io.inputs[port].q[0]
+        t = self._take_time(visible, token)
+        t = now if t is None else t
+        return max(0, math.ceil(t - now)) if t > now else 0
+
+    def on_recv(self, port: int, token: Any) -> int:
+        self.last_take = self.now
+        if self._closes(token):
+            self.last_close = self.now
+            self.closed += isinstance(token, Stop)  # the buffer's slot is full from now on
+        return 0
+
+    def _beat_time(self, port: int, token: Any) -> float:
+        t = self.last_push[port] + self.spacing[port]
+        if not isinstance(token, Stop):  # a reference or done: from the closing take
+            t = max(t, self.last_close + contract.BUFFER_REF_LATENCY)
+        return t
+
+    def on_send(self, port: int, token: Any) -> int:
+        t = self._beat_time(port, token)
+        return max(0, math.ceil(t - self.now)) if t > self.now else 0
+
+
+def _buffer_pair(kind: type) -> Any:
+    """The timing of a Bufferize (``_Bufferize``) or Streamify (``_Streamify``) that the
+    hardware builds: a static buffer, read by one Streamify straight from its Bufferize
+    (``step_hw.elaborate``). Anything else has no hardware: timed as a plain block."""
+
+    def make(profile: RtlProfile, node: Node) -> NodeTiming:
+        if kind is _Bufferize:
+            buffers = node.outputs[0]
+            readers = [
+                n
+                for n in node.graph.nodes.values()
+                if isinstance(n, ops.Streamify) and contract.feedback_input(n.inputs[0]) == buffers
+            ]
+            paired = len(readers) == 1
+        else:
+            buffers = node.inputs[0]
+            paired = isinstance(contract.feedback_input(buffers).node, ops.Bufferize)
+        if not paired or _static_shape(buffers.elem.shape) is None:
+            return _Block(profile, node)
+        timing = kind(profile, node)
+        if kind is _Streamify:
+            profile._buffer_readers[contract.feedback_input(buffers).node.name] = timing
+        return timing
+
+    return make
+
+
 # -- each operator's timing ----------------------------------------------------------------------
 
 
@@ -1042,5 +1527,7 @@ RTL_TIMING.add(_store, ops.LinearOffChipStore, ops.RandomOffChipStore)
 RTL_TIMING.add(lambda profile, node: _Sink(profile), ops.Sink)
 RTL_TIMING.add(_Source, ops.Source)
 RTL_TIMING.add(lambda profile, node: NodeTiming(), ops.Feedback)  # a wire: no timing of its own
+RTL_TIMING.add(_buffer_pair(_Bufferize), ops.Bufferize)
+RTL_TIMING.add(_buffer_pair(_Streamify), ops.Streamify)
 # Every other operator is timed as the block its hardware-contract entry describes
 # (``step_hw.contract.BLOCKS``; ``_Block``): a new operator needs no entry here.

@@ -38,6 +38,7 @@ from ..checks import (
     where,
 )
 from ..config import HwConfig
+from ..contract import BUFFER_SLOTS, STREAMIFY_QUEUE_DEPTH, buffer_words
 from ..payload import KIND_BITS, Kind, TokenFormat
 from ..payload_fields import token_layout
 from ..queue import Queue
@@ -62,10 +63,8 @@ class BufferGeometry:
 
     @property
     def words(self) -> int:
-        """Memory words per element."""
-        if self.fmt.kind != "tile":
-            return 1
-        return -(-self.fmt.rows * self.fmt.cols // self.port_elems)
+        """Memory words per element (:func:`step_hw.contract.buffer_words`)."""
+        return buffer_words(self.fmt, self.port_elems)
 
     @property
     def word_bits(self) -> int:
@@ -189,7 +188,7 @@ class Bufferize(wiring.Component):
         rank: int,
         in_rank: int,
         buffer_shape: Sequence[int],
-        slots: int = 2,
+        slots: int = BUFFER_SLOTS,
         src_loc_at: int = 0,
     ):
         who = type(self).__name__
@@ -215,7 +214,7 @@ class Bufferize(wiring.Component):
         )
 
     @classmethod
-    def from_node(cls, node: Any, config: HwConfig, *, slots: int = 2) -> Bufferize:
+    def from_node(cls, node: Any, config: HwConfig, *, slots: int = BUFFER_SLOTS) -> Bufferize:
         """The block of a ``Bufferize`` node; its buffer shape must be static."""
 
         def build() -> Bufferize:
@@ -380,7 +379,7 @@ class Streamify(wiring.Component):
         elem_format: TokenFormat,
         buffer_shape: Sequence[int],
         in_rank: int,
-        slots: int = 2,
+        slots: int = BUFFER_SLOTS,
         repeat: Sequence[int] = (),
         read_shape: Sequence[int] | None = None,
         read_stride: Sequence[int] | None = None,
@@ -444,7 +443,7 @@ class Streamify(wiring.Component):
         super().__init__(members)
 
     @classmethod
-    def from_node(cls, node: Any, config: HwConfig, *, slots: int = 2) -> Streamify:
+    def from_node(cls, node: Any, config: HwConfig, *, slots: int = BUFFER_SLOTS) -> Streamify:
         """The block of a ``Streamify`` node; its buffers must be statically sized."""
 
         def build() -> Streamify:
@@ -481,7 +480,7 @@ class Streamify(wiring.Component):
         return [self.o]
 
     #: Output queue depth: covers the credit round trip (commit, read, queue latency) for II 1.
-    QUEUE_DEPTH = 5
+    QUEUE_DEPTH = STREAMIFY_QUEUE_DEPTH
 
     def elaborate(self, platform) -> Module:
         m = Module()
