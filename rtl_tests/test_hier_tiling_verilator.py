@@ -51,7 +51,6 @@ def test_hier_tiled_swiglu_matches_interpreter(pattern, seed):
     )
     got = result.outputs["out"]
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
-    assert result.cycles > 0
 
 
 def test_rtl_profile_gives_every_queue_of_the_hier_tiled_swiglu():

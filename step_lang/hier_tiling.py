@@ -463,12 +463,19 @@ class _Rewrite:
             new = Accum(a_rd, b_rd, fn=fn, rank=n_red + 1, name=node.name)
         self.bind(node, new, Blocked(m_r, n_c, nm, nn) if lead else None)
 
+    def as_blocked(self, node: Node, s: Stream, tag: str) -> tuple[Stream, Blocked]:
+        """``s`` on the new graph, blocked; a stream of tiles that fit as blocks of one tile
+        (two new dims of 1, ``<node>_<tag>_row`` and ``_col``)."""
+        b = self.info(s)
+        if b is not None:
+            return self.src(s), b
+        x = Promote(self.src(s), 0, name=f"{node.name}_{tag}_row").out
+        x = Promote(x, 0, name=f"{node.name}_{tag}_col").out
+        return x, Blocked(s.elem.rows, s.elem.cols, 1, 1)
+
     def _buffer(self, node: Node, which: str, s: Stream) -> Stream:
         """The operand's hardware tiles of one big tile in a buffer."""
-        x = self.src(s)
-        if self.info(s) is None:  # a tile that fits: one hardware tile, two dims of 1
-            x = Promote(x, 0, name=f"{node.name}_{which}_row").out
-            x = Promote(x, 0, name=f"{node.name}_{which}_col").out
+        x, _ = self.as_blocked(node, s, which)
         return Bufferize(x, 2, name=f"{node.name}_{which}_buf").out
 
 

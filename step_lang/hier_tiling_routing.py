@@ -278,19 +278,6 @@ def split_reshape(rw: _Rewrite, node: Reshape) -> None:
         rw.bind_port(node, 1, first, None)
 
 
-def _as_blocked(rw: _Rewrite, node: Node, s: Stream, tag: str) -> tuple[Stream, Blocked]:
-    """``s`` blocked; a stream of fitting tiles as one block of one tile."""
-    from .hier_tiling import Blocked
-
-    b = rw.info(s)
-    if b is not None:
-        return rw.src(s), b
-    t = s.elem
-    x = Promote(rw.src(s), 0, name=f"{node.name}_{tag}_row").out
-    x = Promote(x, 0, name=f"{node.name}_{tag}_col").out
-    return x, Blocked(t.rows, t.cols, 1, 1)
-
-
 def split_concat_rows(rw: _Rewrite, node: Accum) -> None:
     """``Accum(retile_row)`` over ``t`` tiles of ``[a, C]``: the ``[t * a, C]`` result in
     hardware tiles of ``r`` rows. Each group is buffered; a result tile ``(m, c)`` concatenates
@@ -304,7 +291,7 @@ def split_concat_rows(rw: _Rewrite, node: Accum) -> None:
         raise rw.refuse(
             node, f"an Accum of retile_row into {out} over rank {node.rank} has no static rows"
         )
-    src, bin_ = _as_blocked(rw, node, x, "in")
+    src, bin_ = rw.as_blocked(node, x, "in")
     r, c = hw_split(out.rows, rw.rows), bin_.cols
     if r % bin_.rows:
         raise rw.refuse(

@@ -76,6 +76,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import product
 from typing import Any
 
 from step_hw import contract
@@ -84,6 +85,7 @@ from step_hw.memory_model import REQUEST_QUEUE, MemoryModel
 from step_lang import ops
 from step_lang.graph import Node
 from step_lang.registry import NodeRegistry
+from step_lang.stoprules import grid_stop
 from step_lang.tokens import DONE, Stop, is_data, to_tokens
 
 from ..memory import MemoryConfig
@@ -101,6 +103,10 @@ _AXI_RAM = MemoryModel.axi_ram()
 RTL_TIMING: NodeRegistry = NodeRegistry("rtl-profile timing")
 _TILE_QUEUE = contract.TILE_QUEUE_DEPTH
 _BOUNDARY = 4096  # AXI4 bursts never cross a 4 KiB boundary
+#: Cycles a node that waits a cycle at a time (for a shared port, a buffer slot, room) keeps
+#: waiting while only such nodes are left before the run is a deadlock (a block's own latencies
+#: are a few cycles).
+_SETTLE = 64
 _MAX_BEATS = 256
 
 
@@ -339,7 +345,7 @@ class _Clocked(NodeTiming):
         must wait for time to pass before it can tell when it sends or takes a token, so the
         shared-port nodes wrap their ``SimIO.send`` / ``SimIO.recv`` (``attach``) with this.
 
-        If only such waiting nodes are left and for 64 cycles no shared port has moved and no
+        If only such waiting nodes are left and for ``_SETTLE`` cycles no shared port has moved and no
         node has started to wait (a port's own latencies are a few cycles), nothing can change
         any more: a deadlock, which the engine reports as usual (e.g. loads whose R beats are
         stuck behind a tile that its load's full tile queue cannot take)."""
@@ -351,7 +357,7 @@ class _Clocked(NodeTiming):
         run.moved = max(run.moved, self.now)
         try:
             while not settled():
-                if self.now - run.moved > 64 and _only_waiting(engine, run.waiting):
+                if self.now - run.moved > _SETTLE and _only_waiting(engine, run.waiting):
                     for i in run.waiting:
                         engine.procs[i].waiting = engine.procs[i].timing._waits_for
                     engine._deadlock()
@@ -416,8 +422,8 @@ class _Block(_Clocked):
         self.args: list[Any] = []
         # An Accum with held accumulators: stops of this level or above close a group, whose
         # accumulators leave contract.HELD_EMIT_DELAY cycles later than a plain Accum's.
-        held = getattr(node, "held", 0) if isinstance(node, ops.Accum) else 0
-        self.held_group = node.rank + held if held else None
+        held = isinstance(node, ops.Accum) and node.held
+        self.held_group = node.rank + node.held if held else None
 
     def before_recv(self, port: int) -> int | WaitFor:
         now = self.now
@@ -1114,11 +1120,11 @@ class _TakesEarly(_Clocked):
         return ch.occ - sum(1 for f in ch.frees if f <= self.now) < ch.cap
 
     def _stuck(self, since: float) -> bool:
-        """Whether only waiting nodes are left (for 64 cycles): then the node waits for room as
+        """Whether only waiting nodes are left (for ``_SETTLE`` cycles): then the node waits for room as
         the engine does, which reports the deadlock."""
         waiting = self.p._buffer_waiting
         waiting.add(self.io.proc.idx)
-        return self.now - since > 64 and _only_waiting(self.io.engine, waiting)
+        return self.now - since > _SETTLE and _only_waiting(self.io.engine, waiting)
 
 
 class _Streamify(_TakesEarly):
@@ -1147,10 +1153,6 @@ class _Streamify(_TakesEarly):
             self.c = None
             shape, eager = (*node.repeat, *read), node.inputs[0].rank == 0
         self.k = len(shape)
-        from itertools import product
-
-        from step_lang.stoprules import grid_stop
-
         cells = list(product(*(range(n) for n in shape)))
         self.levels = [grid_stop(m, shape) for m in cells]
         if self.k and not eager:
@@ -1411,7 +1413,7 @@ class _Bufferize(_TakesEarly):
     def _wait_release(self) -> Any:
         """Sleep a cycle at a time until the reader's release of the slot is known (the engine
         cannot wake a node on another node's state); a deadlock when only such waiting nodes
-        are left for 64 cycles."""
+        are left for ``_SETTLE`` cycles."""
         engine, proc = self.io.engine, self.io.proc
         waiting = self.p._buffer_waiting
         waiting.add(proc.idx)
@@ -1420,7 +1422,7 @@ class _Bufferize(_TakesEarly):
             while self._release() is None:
                 run = self.p._axi[4]
                 ports = run.waiting if run is not None else set()
-                if self.now - since > 64 and _only_waiting(engine, waiting | ports):
+                if self.now - since > _SETTLE and _only_waiting(engine, waiting | ports):
                     proc.waiting = "the release of a buffer slot by its Streamify"
                     engine._deadlock()
                 yield ("sleep", 1)

@@ -244,11 +244,15 @@ class Accum(_Reduce):
         return out
 
     def execute(self, io: Any) -> Iterator[Any]:
-        if self.held:
-            yield from self._execute_held(io)
-            return
+        """One accumulator per held position (one without held dims); the position advances
+        after every element (``inner = 0``) or at every stop that closes the inner reduced
+        dims."""
         out = self.out_types[0].elem
-        acc, started = None, False
+        hshape = self.held_shape
+        n_pos = int(product(hshape))
+        group = self.rank + self.held  # a stop of this level or above closes a group
+        accs: list[Any] = [None] * n_pos
+        pos, started = 0, False
         while True:
             toks = yield from recv_aligned(io)
             first = toks[0]
@@ -258,39 +262,7 @@ class Accum(_Reduce):
                 yield from io.send(0, DONE)
                 return
             if isinstance(first, Stop):
-                if first.level < self.rank:
-                    continue
-                yield from io.send(0, self.fn.emit(out, acc if started else self._init(None)))
-                acc, started = None, False
-                outer = accum_stop(first.level, self.rank)
-                if outer is not None:
-                    yield from io.send(0, Stop(outer))
-                continue
-            args = _args(toks, len(self.arg_types))
-            if not started:
-                acc, started = self._init(args), True
-            acc = self.fn.update(out, acc, *args)
-
-    def _execute_held(self, io: Any) -> Iterator[Any]:
-        """Held accumulators: one per position of ``H``; the position advances after every
-        element (``inner = 0``) or at every stop that closes the inner reduced dims."""
-        out = self.out_types[0].elem
-        hshape = self.held_shape
-        n_pos = int(product(hshape))
-        group = self.rank + self.held  # a stop of this level or above closes a group
-        accs: list[Any] = [None] * n_pos
-        pos, busy = 0, False  # busy: the group has taken a token (data or stop)
-        while True:
-            toks = yield from recv_aligned(io)
-            first = toks[0]
-            if first is DONE:
-                if busy:
-                    raise io.fail("in0", "stream ended inside an accumulation group")
-                yield from io.send(0, DONE)
-                return
-            busy = True
-            if isinstance(first, Stop):
-                if first.level >= self.inner > 0:
+                if self.inner and first.level >= self.inner:
                     pos = (pos + 1) % n_pos
                 if first.level < group:
                     continue
@@ -301,17 +273,18 @@ class Accum(_Reduce):
                 for i, acc in enumerate(accs):
                     value = acc if acc is not None else self._init(None)
                     yield from io.send(0, self.fn.emit(out, value))
-                    if i == n_pos - 1:
-                        yield from io.send(0, Stop(accum_stop(first.level, self.rank)))
-                    elif held_stop(i, hshape):
-                        yield from io.send(0, Stop(held_stop(i, hshape)))
-                accs, busy = [None] * n_pos, False
+                    last = i == n_pos - 1
+                    level = accum_stop(first.level, self.rank) if last else held_stop(i, hshape)
+                    if level:
+                        yield from io.send(0, Stop(level))
+                accs, started = [None] * n_pos, False
                 continue
             args = _args(toks, len(self.arg_types))
             if accs[pos] is None:
                 accs[pos] = self._init(args)
             accs[pos] = self.fn.update(out, accs[pos], *args)
-            if self.inner == 0:
+            started = True
+            if self.held and not self.inner:
                 pos = (pos + 1) % n_pos
 
 
