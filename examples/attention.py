@@ -158,6 +158,7 @@ __all__ = [
     "reference",
     "region_id",
     "region_select",
+    "PAPER_HW",
 ]
 
 SCHEDULES = ("interleaved", "coarse", "dynamic")
@@ -238,18 +239,23 @@ def _scalar(err, t, port: str, fn: str) -> Tile:
     return t
 
 
-def _pad_tiles(name: str, kv_tile: int, dt, valid: float, pad: float) -> F.FlatMapFn:
+def _pad_tiles(
+    name: str, kv_tile: int, dt, valid: float, pad: float, pieces: int = 1
+) -> F.FlatMapFn:
     """``(n_tiles, offset)`` → ``n_tiles`` ``[1, kv_tile]`` tiles: ``valid`` on the valid KV rows,
     ``pad`` on the padding rows past ``offset`` in the last tile.
 
     ``kv_tile``, ``valid`` and ``pad`` are the function's parameters (``params``), which is what
-    the hardware block (``step_hw.addrgen.PadTiles``) reads.
+    the hardware block (``step_hw.addrgen.PadTiles``) reads. With ``pieces = p`` (hierarchical
+    tiling, ``FlatMapFn.pieces``) every tile is emitted as ``p`` tiles of ``[1, kv_tile / p]``,
+    left to right (parameter ``pieces``).
     """
+    width = kv_tile // pieces
 
     def type_rule(err, tiles, offset):
         _scalar(err, tiles, "in0", name)
         _scalar(err, offset, "in1", name)
-        return Tile(dt, 1, kv_tile), (), None
+        return Tile(dt, 1, width), (), None
 
     def apply(out, tiles, offset):
         n, k = int(tiles[0, 0]), int(offset[0, 0])
@@ -259,10 +265,17 @@ def _pad_tiles(name: str, kv_tile: int, dt, valid: float, pad: float) -> F.FlatM
             )
         res = [np.full((1, kv_tile), valid, dtype=dt.numpy) for _ in range(n)]
         res[-1][0, k + 1 :] = pad
-        return res
+        return [t[:, j * width : (j + 1) * width] for t in res for j in range(pieces)]
+
+    def split(p: int) -> F.FlatMapFn:
+        if kv_tile % (pieces * p):
+            raise ValueError(f"function '{name}': {pieces * p} pieces do not divide {kv_tile}")
+        return _pad_tiles(name, kv_tile, dt, valid, pad, pieces * p)
 
     params = (("kv_tile", kv_tile), ("valid", valid), ("pad", pad))
-    return F.FlatMapFn(name, 2, 0, type_rule, apply, params)
+    if pieces > 1:
+        params = (*params, ("pieces", pieces))
+    return F.FlatMapFn(name, 2, 0, type_rule, apply, params, pieces=split)
 
 
 def pad_bias(kv_tile: int, dtype_: str = "float32") -> F.FlatMapFn:
@@ -678,16 +691,28 @@ def _region(
 
 
 def hardware(
-    schedule: str = "interleaved", batch: int = 4, regions: int = 2, hw: Any = None
+    schedule: str = "interleaved",
+    batch: int = 4,
+    regions: int = 2,
+    hw: Any = None,
+    config: AttentionConfig | None = None,
 ) -> Graph:
     """The graph at hardware size (:data:`HW`, ``hw.elem_dtype`` data) with the hardware's
     fixed-point arithmetic (``step_lang.numerics.functions(hw)``) and int32 metadata; its memory
-    image is :func:`hardware_inputs`."""
+    image is :func:`hardware_inputs`. ``config`` replaces :data:`HW` (its dtype becomes
+    ``hw.elem_dtype``): :data:`PAPER_HW`, tiles larger than the hardware's, is for
+    :func:`step_lang.hier_tiling.hier_tile`."""
     from step_hw.config import HwConfig
 
     hw = hw or HwConfig()
-    config = replace(HW, dtype=hw.elem_dtype)
+    config = replace(config or HW, dtype=hw.elem_dtype)
     return build(config, schedule, batch, regions, fns=_hardware_functions(hw))
+
+
+PAPER_HW = AttentionConfig(head_dim=64, kv_tile=32, max_len=320)
+"""The paper's head dim and KV tile (:data:`QWEN`) with room for KV lengths up to 319 (10 tiles
+per request): decode attention at paper tile sizes for hierarchical tiling onto 16x16 hardware
+tiles (``hardware(config=PAPER_HW, hw=...)``, BF16)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -752,16 +777,19 @@ def control_inputs(
 
 
 def hardware_inputs(
-    kv_lengths: Sequence[int] | np.ndarray, seed: int = 0, hw: Any = None
+    kv_lengths: Sequence[int] | np.ndarray,
+    seed: int = 0,
+    hw: Any = None,
+    config: AttentionConfig | None = None,
 ) -> dict[str, np.ndarray]:
-    """The memory image of :func:`hardware`'s graphs: :func:`inputs` of :data:`HW` with every
-    float tensor rounded to fixed point (``hw.frac_bits`` fraction bits, saturated to
-    ``hw.elem_dtype``), or to BF16 under a BF16 ``hw``, and the metadata as int32
+    """The memory image of :func:`hardware`'s graphs: :func:`inputs` of :data:`HW` (or
+    ``config``) with every float tensor rounded to fixed point (``hw.frac_bits`` fraction bits,
+    saturated to ``hw.elem_dtype``), or to BF16 under a BF16 ``hw``, and the metadata as int32
     (``dispatch_keep`` as 0/1)."""
     from step_hw.config import HwConfig
 
     hw = hw or HwConfig()
-    config = replace(HW, dtype=hw.elem_dtype)
+    config = replace(config or HW, dtype=hw.elem_dtype)
     mem = inputs(replace(config, dtype="float32"), kv_lengths, seed)
     out = {}
     for name, x in mem.items():

@@ -52,7 +52,14 @@ from .functions import AccumFn, MapFn, broadcast_dim, retile_row
 from .numerics import FunctionSet
 from .types import DType, ElemType, Tile, dtype
 
-__all__ = ["FloatAccumFn", "FloatFunctions", "FloatMapFn", "functions", "max_bits"]
+__all__ = [
+    "FloatAccumFn",
+    "FloatFunctions",
+    "FloatMapFn",
+    "functions",
+    "max_bits",
+    "row_sum_acc",
+]
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 ErrorFn = Any
@@ -331,6 +338,42 @@ def _matmul_acc(nm: Any, transpose_b: bool, out_dtype: DType | None = None) -> F
     return FloatAccumFn(
         name, 2, type_rule, init, update, mm._flops, mm.params, mm.meta, "matmul", nm, transpose_b,
         _emit=_emit_rounded,
+    )  # fmt: skip
+
+
+@functools.cache
+def row_sum_acc(nm: Any) -> FloatAccumFn:
+    """``row_sum`` continued across tiles (hierarchical tiling splits a ``row_sum`` of a wide
+    tile into an Accum of this over its column blocks): per row, the FP32 chain
+    ``s = s + x[c]`` started from the accumulator (``+0`` at first), emitted rounded to the
+    input's dtype. Over the column blocks of a tile in order it is that tile's ``row_sum``, bit
+    for bit. ``op`` ``row_sum`` (the hardware's AccumUnit)."""
+    name = "row_sum_acc"
+
+    def type_rule(err: ErrorFn, in_types: tuple, reduced: tuple) -> ElemType:
+        t = _float_tile(in_types[0], err, "in0", name, _FLOAT_TILES)
+        return Tile(t.dtype, t.rows, 1)
+
+    def init(t: Tile, first: tuple | None) -> np.ndarray:
+        if first is None:
+            _empty_group(name, t)
+        rows = np.shape(first[0])[0] if first is not None else t.rows
+        return np.zeros((rows, 1), dtype=np.float32)
+
+    def update(out: Tile, acc: np.ndarray, x: np.ndarray) -> np.ndarray:
+        bits = _f32_bits(x)
+        s = np.asarray(acc, dtype=np.float32).view(np.uint32)
+        if s.shape[0] != bits.shape[0]:
+            raise StepRuntimeError(
+                f"function '{name}': accumulator of {s.shape[0]} rows and tile {bits.shape} differ"
+            )
+        for c in range(bits.shape[1]):  # left to right, as row_sum's adder chain
+            s = floats.add_f32(s, bits[:, c : c + 1])
+        return s.view(np.float32)
+
+    return FloatAccumFn(
+        name, 1, type_rule, init, update, lambda a: a.elements, nm.params, "rowsum", "row_sum",
+        nm, _emit=_emit_rounded,
     )  # fmt: skip
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "accum_max",
     "accum_mul",
     "add",
+    "block_row_offsets",
     "cache_read_addr",
     "cache_write_addr",
     "div",
@@ -49,6 +50,7 @@ __all__ = [
     "retile_row",
     "retile_rows",
     "row_append",
+    "row_append_part",
     "row_sum",
     "scalar_op",
     "silu",
@@ -378,6 +380,44 @@ def _row_append(out: Tile, tile: np.ndarray, row: np.ndarray, offset: np.ndarray
 row_append = MapFn("row_append", 3, _row_append_type, lambda *a: 0, _row_append, meta="same")
 
 
+def _row_append_part(out: Tile, tile: np.ndarray, row: np.ndarray, offset: np.ndarray) -> np.ndarray:
+    k = int(offset[0, 0])
+    if not 0 <= k < tile.shape[0]:
+        return np.array(tile, copy=True)
+    return _row_append(out, tile, row, offset)
+
+
+row_append_part = MapFn(
+    "row_append_part", 3, _row_append_type, lambda *a: 0, _row_append_part, meta="same"
+)
+"""``row_append`` on one hardware tile of a big tile (:mod:`step_lang.hier_tiling`): the row
+is written at ``offset`` when ``0 <= offset < rows``; any other offset names a row of another
+hardware tile, and the tile passes unchanged."""
+
+
+def block_row_offsets(rows: int, n_rows: int, n_cols: int) -> FlatMapFn:
+    """A row offset ``k`` in a big tile of ``n_rows x n_cols`` hardware tiles of ``rows`` rows
+    as ``n_rows * n_cols`` offsets, one per hardware tile in row-major order: ``k - i * rows``
+    for the tiles of row block ``i`` (a ``[1,1]`` integer tile in, the same type out)."""
+    for what, v in (("rows", rows), ("n_rows", n_rows), ("n_cols", n_cols)):
+        _check_int("block_row_offsets", what, v, 1)
+
+    def type_rule(err: ErrorFn, k: ElemType) -> tuple[ElemType, tuple[Dim, ...], Dim]:
+        t = _scalar_tile(err, k, "in0", "block_row_offsets")
+        return t, (), n_rows * n_cols
+
+    def apply(out: Tile, k: np.ndarray) -> list[Any]:
+        v = int(k[0, 0])
+        return [
+            checked_cast(np.array([[v - i * rows]]), out.dtype, "block_row_offsets")
+            for i in range(n_rows)
+            for _ in range(n_cols)
+        ]
+
+    params = (("rows", rows), ("n_rows", n_rows), ("n_cols", n_cols))
+    return FlatMapFn("block_row_offsets", 1, 0, type_rule, apply, params)
+
+
 # ---------------------------------------------------------------------------------------------
 # Accum functions
 
@@ -586,6 +626,10 @@ class FlatMapFn:
     _apply: Callable[..., list[Any]] = field(repr=False)
     params: tuple = ()
     meta: str | None = None
+    #: ``pieces(p)``: the same function emitting each ``[R, C]`` tile as ``p`` tiles of
+    #: ``[R, C / p]``, left to right (hierarchical tiling splits a FlatMap with it); ``None``:
+    #: the function has no such form.
+    pieces: Callable[[int], FlatMapFn] | None = field(default=None, repr=False, compare=False)
 
     def out_type(self, err: ErrorFn, *in_types: ElemType) -> tuple[ElemType, tuple[Dim, ...], Dim]:
         if len(in_types) != self.arity:

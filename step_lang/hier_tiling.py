@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import functions as F
+from . import hier_tiling_requests as requests
 from . import hier_tiling_routing as routing
 from .dims import is_static, product
 from .errors import StepTypeError
@@ -351,6 +352,12 @@ class _Rewrite:
         if meta in ("matmul", "matmul_t"):
             self._matmul(node, meta == "matmul_t", reduce_dims=())
             return
+        if node.fn is F.row_append:
+            requests.split_row_append(self, node)
+            return
+        if meta == "rowsum":
+            requests.split_row_sum(self, node)
+            return
         out = node.out_types[0].elem
         same = isinstance(out, Tile) and all(
             isinstance(t, Tile) and (t.rows, t.cols) == (out.rows, out.cols) for t in node.arg_types
@@ -372,21 +379,23 @@ class _Rewrite:
 
     def _accum(self, node: Accum) -> None:
         meta = node.fn.meta
+        if meta == "ignores_values":  # a count: one token per big tile
+            requests.split_count(self, node)
+            return
         reduced = node.inputs[0].shape[len(node.inputs[0].shape) - node.rank :]
-        if not all(isinstance(d, int) for d in reduced):
-            x, out = node.inputs[0].elem, node.out_types[0].elem
-            why = (
-                f"packing {x} rows into {out} needs each column block's rows in turn (a strided "
-                f"read of a dynamically sized buffer), which no hardware operator does"
-                if node.fn is F.retile_row
-                else f"buffering {x} tiles over them needs static sizes"
-            )
-            raise self.refuse(node, f"its reduced dims {list(reduced)} are dynamic; {why}")
+        if node.fn is F.retile_row:
+            if not all(isinstance(d, int) for d in reduced):
+                raise self.refuse(
+                    node,
+                    f"its reduced dims {list(reduced)} are dynamic; packing "
+                    f"{node.inputs[0].elem} rows into {node.out_types[0].elem} needs each column "
+                    f"block's rows in turn (a strided read of a dynamically sized buffer), which "
+                    f"no hardware operator does",
+                )
+            routing.split_concat_rows(self, node)
+            return
         if meta in ("matmul", "matmul_t"):
             self._matmul(node, meta == "matmul_t", reduce_dims=tuple(reduced))
-            return
-        if node.fn is F.retile_row:
-            routing.split_concat_rows(self, node)
             return
         out = node.out_types[0].elem
         t = node.arg_types[0] if len(node.arg_types) == 1 else None
@@ -396,25 +405,20 @@ class _Rewrite:
                 f"an Accum of '{node.fn.name}' on tiles {[str(a) for a in node.arg_types]} has "
                 f"no hardware-tile form (matmul_acc and element-wise folds split)",
             )
-        self._fold(node, tuple(reduced))
+        self._fold(node)
 
-    def _fold(self, node: Accum, reduced: tuple[int, ...]) -> None:
-        """An element-wise fold over big tiles: each hardware tile position folds on its own, so
-        the blocked stream is buffered over the reduced dims and read position-major."""
+    def _fold(self, node: Accum) -> None:
+        """An element-wise fold over big tiles: each hardware tile position folds on its own.
+        The blocked stream ``[.., *D, nr, nc]`` gets a unit dim inside (``Promote``) and one
+        ``Accum(held=2, inner=1)`` keeps the ``nr * nc`` accumulators while ``D`` streams by,
+        so each element sees the original order and nothing is buffered (``D`` may be
+        dynamic)."""
         x = node.inputs[0]
         b = self.info(x)
         if b is None:
             raise self.refuse(node, "its input is not split")
-        nr, nc, n_red = b.n_rows, b.n_cols, len(reduced)
-        buf = Bufferize(self.src(x), n_red + 2, name=f"{node.name}_buf").out
-        red_stride = [int(product(reduced[i + 1 :])) * nr * nc for i in range(n_red)]
-        rd = Streamify(
-            buf,
-            out_shape=(nr, nc, *reduced),
-            stride=(nc, 1, *red_stride),
-            name=f"{node.name}_read",
-        ).out
-        new = Accum(rd, fn=node.fn, rank=n_red, name=node.name)
+        unit = Promote(self.src(x), 0, name=f"{node.name}_unit").out
+        new = Accum(unit, fn=node.fn, rank=node.rank + 1, held=2, inner=1, name=node.name)
         self.bind(node, new, b)
 
     def _matmul(self, node: Node, transpose_b: bool, reduce_dims: tuple[int, ...]) -> None:
@@ -490,6 +494,7 @@ SPLITS.add(_Rewrite._flatten, Flatten)
 SPLITS.add(_Rewrite._promote, Promote)
 SPLITS.add(_Rewrite._repeat, RepeatStatic)
 routing.register(SPLITS)
+requests.register(SPLITS)
 
 
 def _is_fixed(fn: Any) -> bool:

@@ -444,6 +444,5 @@ def register(splits: Any) -> None:
     splits.add(split_parallelize, Parallelize)
     splits.add(split_broadcast, Broadcast)
     splits.add(split_sink, Sink)
-    splits.add(split_random_load, RandomOffChipLoad)
     splits.add(split_reshape, Reshape)
     splits.add(split_retile_streamify, RetileStreamify)

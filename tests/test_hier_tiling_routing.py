@@ -383,19 +383,6 @@ def test_random_load_of_partial_rows_is_refused():
         hier_tile(g, 4, 4)
 
 
-def test_attention_is_refused_at_its_query_load():
-    from examples import attention
-
-    cfg = replace(attention.QWEN, dtype="bfloat16")
-    g = attention.build(cfg, "interleaved", 16, fns=attention._hardware_functions(BF16_CONFIG))
-    with pytest.raises(
-        StepTypeError,
-        match=r"^RandomOffChipLoad 'qload0': hierarchical tiling to 16x16: its addresses name "
-        r"big tiles Tile<bfloat16, 1x64>",
-    ):
-        hier_tile(g, 16, 16)
-
-
 def test_reassemble_of_tiles_without_count_is_refused():
     g = Graph("ra")
     rows, (sel, gsel) = _rows_and_selectors(g, 2, 1, 8, 2)

@@ -341,6 +341,23 @@ class LinearOffChipStore(_OffChip):
             )
 
 
+def block_tiles(
+    tensor_shape: Sequence[int], tile: tuple[int, int], fetch: tuple[int, int], k: int
+) -> list[int]:
+    """The tile numbers (row-major over ``tensor_shape`` tiled by ``tile``) of block ``k`` of the
+    tensor tiled by ``fetch`` blocks of ``tile``, in the block's row-major order."""
+    *outer, r, c = tensor_shape
+    nr, nc = fetch
+    big = (*outer, r // (tile[0] * nr), c // (tile[1] * nc))
+    *lead, bi, bj = np.unravel_index(k, big)
+    small = (*outer, r // tile[0], c // tile[1])
+    return [
+        int(np.ravel_multi_index((*lead, bi * nr + i, bj * nc + j), small))
+        for i in range(nr)
+        for j in range(nc)
+    ]
+
+
 def _address(node: Node, s: Stream, port: str) -> Stream:
     e = s.elem
     if not isinstance(e, Tile) or e.rows != 1 or e.cols != 1 or not e.dtype.is_integer:
@@ -348,8 +365,31 @@ def _address(node: Node, s: Stream, port: str) -> Stream:
     return s
 
 
+def _is_token(tok: Any, want: Any) -> bool:
+    """``tok`` is the stop or done token ``want`` (data tokens are arrays: never)."""
+    return (isinstance(tok, Stop) or tok is DONE) and tok == want
+
+
+def _checked_address(io: Any, node: Any, tok: Any, port: str) -> int:
+    k = int(np.asarray(tok).reshape(-1)[0])
+    if not 0 <= k < node.n_addresses:
+        what = "block" if node.fetch is not None else "tile"
+        raise io.fail(
+            port,
+            f"{what} address {k} outside tensor '{node.tensor.name}' of {node.n_addresses} "
+            f"{what}s",
+        )
+    return k
+
+
 class RandomOffChipLoad(_OffChip):
-    """Read the tile whose index arrives on ``raddr``; the output has the shape of ``raddr``."""
+    """Read the tile whose index arrives on ``raddr``; the output has the shape of ``raddr``.
+
+    With ``fetch=(nr, nc)`` an index names a block of ``nr x nc`` tiles (tile ``k`` of the
+    tensor tiled by ``nr*rows x nc*cols``), read as one transfer; the output is
+    ``[*raddr.shape, nr, nc]``, each block's tiles row-major (its stops: ``raddr``'s, two
+    levels higher, and the block's own).
+    """
 
     kind = "RandomOffChipLoad"
     zero_costs = frozenset({"flops"})
@@ -363,6 +403,7 @@ class RandomOffChipLoad(_OffChip):
         tile: tuple[int, int],
         elem_bytes: int | None = None,
         on_demand: bool = False,
+        fetch: tuple[int, int] | None = None,
         name: str | None = None,
     ):
         graph = raddr.graph if isinstance(raddr, Stream) else None
@@ -372,16 +413,33 @@ class RandomOffChipLoad(_OffChip):
         self.tensor = _tensor(self, tensor, "tensor")
         self.tile = _positive_pair(self, tile, "tile")
         self.tiled = tiled_shape(self, self.tensor, self.tile, "tile")
+        shape = tuple(raddr.shape)
+        if fetch is not None:
+            self.fetch = _positive_pair(self, fetch, "fetch")
+            block = (self.tile[0] * self.fetch[0], self.tile[1] * self.fetch[1])
+            self.n_blocks = int(product(tiled_shape(self, self.tensor, block, "fetch")))
+            shape = (*shape, *self.fetch)
         self.n_tiles = int(product(self.tiled))
-        self._finish([("raddr", raddr)], [("out", StreamType(self.tile_type, raddr.shape))])
+        self._finish([("raddr", raddr)], [("out", StreamType(self.tile_type, shape))])
 
     def params(self) -> dict[str, Any]:
-        return {"tensor": self.tensor.name, "tile": self.tile}
+        p: dict[str, Any] = {"tensor": self.tensor.name, "tile": self.tile}
+        if self.fetch is not None:
+            p["fetch"] = self.fetch
+        return p
+
+    @property
+    def n_addresses(self) -> int:
+        """Valid indices: tiles, or blocks with ``fetch``."""
+        return self.n_blocks if self.fetch is not None else self.n_tiles
 
     def offchip_bytes(self, convention: str) -> Dim:
         return self.out_types[0].cardinality * self.tile_bytes
 
     def execute(self, io: Any) -> Iterator[Any]:
+        if self.fetch is not None:
+            yield from self._execute_blocks(io)
+            return
         while True:
             tok = yield from io.recv(0)
             if not is_data(tok):
@@ -389,19 +447,33 @@ class RandomOffChipLoad(_OffChip):
                 if tok is DONE:
                     return
                 continue
-            k = int(np.asarray(tok).reshape(-1)[0])
-            if not 0 <= k < self.n_tiles:
-                raise io.fail(
-                    "raddr",
-                    f"tile address {k} outside tensor '{self.tensor.name}' of {self.n_tiles} tiles",
-                )
+            k = _checked_address(io, self, tok, "raddr")
             yield from io.send(0, io.read_tile(self.tensor, self.tile, k))
+
+    def _execute_blocks(self, io: Any) -> Iterator[Any]:
+        writer = BlockWriter(lambda t: io.send(0, t), 2, input_rank=self.inputs[0].rank)
+        while True:
+            tok = yield from io.recv(0)
+            if tok is DONE:
+                yield from writer.done()
+                return
+            if isinstance(tok, Stop):
+                yield from writer.outer_stop(tok.level)
+                continue
+            k = _checked_address(io, self, tok, "raddr")
+            tiles = block_tiles(self.tensor.shape, self.tile, self.fetch, k)
+            it = iter(tiles)
+            block = grid_tokens(self.fetch, lambda m: [io.read_tile(self.tensor, self.tile, next(it))])
+            yield from writer.block(block)
 
 
 class RandomOffChipStore(_OffChip):
     """Write each ``wdata`` tile at the tile index from ``waddr``; emit a Bool ack per write.
 
     ``waddr`` and ``wdata`` have the same shape; the ack stream (``[1,1]`` bool tiles) has it too.
+    With ``fetch=(nr, nc)`` an index names a block of ``nr x nc`` tiles (as
+    :class:`RandomOffChipLoad`): ``wdata`` is ``[*waddr.shape, nr, nc]``, the block's tiles
+    row-major, written as one transfer and acknowledged once (the ack has ``waddr``'s shape).
     """
 
     kind = "RandomOffChipStore"
@@ -414,6 +486,7 @@ class RandomOffChipStore(_OffChip):
         tensor: OffChipTensor,
         *,
         elem_bytes: int | None = None,
+        fetch: tuple[int, int] | None = None,
         name: str | None = None,
     ):
         graph = waddr.graph if isinstance(waddr, Stream) else None
@@ -421,6 +494,8 @@ class RandomOffChipStore(_OffChip):
         self._cost_options(elem_bytes, False)
         waddr = _address(self, self._stream(waddr, "waddr"), "waddr")
         wdata = self._stream(wdata, "wdata")
+        if fetch is not None:
+            self._fetch_option(fetch, wdata.shape)
         self.tensor = _tensor(self, tensor, "tensor")
         elem = wdata.elem
         if not isinstance(elem, Tile) or not elem.is_static:
@@ -430,31 +505,44 @@ class RandomOffChipStore(_OffChip):
                 "wdata",
                 f"tile dtype {elem.dtype} differs from tensor '{self.tensor.name}' dtype {self.tensor.dtype}",
             )
-        if waddr.rank != wdata.rank or any(
+        data_shape = wdata.shape[:-2] if self.fetch is not None else wdata.shape
+        if len(waddr.shape) != len(data_shape) or any(
             isinstance(a, int) and isinstance(b, int) and a != b
-            for a, b in zip(waddr.shape, wdata.shape, strict=True)
+            for a, b in zip(waddr.shape, data_shape, strict=True)
         ):
             from ..dims import shape_str
 
             raise self.error(
                 "wdata",
-                f"shape {shape_str(wdata.shape)} differs from waddr shape {shape_str(waddr.shape)}",
+                f"shape {shape_str(wdata.shape)} differs from waddr shape {shape_str(waddr.shape)}"
+                + (f" plus the fetch block {list(self.fetch)}" if self.fetch is not None else ""),
             )
         self.tile = (elem.rows, elem.cols)
         self.tiled = tiled_shape(self, self.tensor, self.tile, "wdata")
         self.n_tiles = int(product(self.tiled))
+        if self.fetch is not None:
+            block = (self.tile[0] * self.fetch[0], self.tile[1] * self.fetch[1])
+            self.n_blocks = int(product(tiled_shape(self, self.tensor, block, "fetch")))
         self._finish(
             [("waddr", waddr), ("wdata", wdata)],
             [("ack", StreamType(Tile(bool_, 1, 1), waddr.shape))],
         )
 
     def params(self) -> dict[str, Any]:
-        return {"tensor": self.tensor.name}
+        p: dict[str, Any] = {"tensor": self.tensor.name}
+        if self.fetch is not None:
+            p["fetch"] = self.fetch
+        return p
+
+    n_addresses = RandomOffChipLoad.n_addresses
 
     def offchip_bytes(self, convention: str) -> Dim:
-        return self.out_types[0].cardinality * self.tile_bytes
+        return self.inputs[1].type.cardinality * self.tile_bytes
 
     def execute(self, io: Any) -> Iterator[Any]:
+        if self.fetch is not None:
+            yield from self._execute_blocks(io)
+            return
         while True:
             addr, data = yield from recv_aligned(io)
             if not is_data(addr):
@@ -462,11 +550,48 @@ class RandomOffChipStore(_OffChip):
                 if addr is DONE:
                     return
                 continue
-            k = int(np.asarray(addr).reshape(-1)[0])
-            if not 0 <= k < self.n_tiles:
-                raise io.fail(
-                    "waddr",
-                    f"tile address {k} outside tensor '{self.tensor.name}' of {self.n_tiles} tiles",
-                )
+            k = _checked_address(io, self, addr, "waddr")
             io.write_tile(self.tensor, self.tile, k, io.check_tile(data, self.tile, "wdata"))
             yield from io.send(0, np.ones((1, 1), dtype=bool))
+
+    def _execute_blocks(self, io: Any) -> Iterator[Any]:
+        """One address, then its block's tiles (row stops inside, one closing stop ``>= 2``
+        after, which carries ``waddr``'s following stop two levels up)."""
+        nr, nc = self.fetch
+        inner = grid_tokens(self.fetch, lambda m: ["tile"])[:-1]  # the block without its close
+        merged = None  # waddr's stop already seen on wdata (closing a block)
+        while True:
+            addr = yield from io.recv(0)
+            if merged is not None:
+                if not _is_token(addr, Stop(merged)):
+                    raise io.fail("waddr", f"{addr!r} where wdata closed a block with S{merged + 2}")
+                yield from io.send(0, addr)
+                merged = None
+                continue
+            if addr is DONE or isinstance(addr, Stop):
+                want = DONE if addr is DONE else Stop(addr.level + 2)
+                got = yield from io.recv(1)
+                if not _is_token(got, want):
+                    raise io.fail("wdata", f"{got!r} where waddr's {addr!r} needs {want!r}")
+                yield from io.send(0, addr)
+                if addr is DONE:
+                    return
+                continue
+            k = _checked_address(io, self, addr, "waddr")
+            tiles = []
+            for expect in inner:
+                tok = yield from io.recv(1)
+                if expect == "tile" and is_data(tok):
+                    tiles.append(io.check_tile(tok, self.tile, "wdata"))
+                elif expect == "tile" or not _is_token(tok, expect):
+                    raise io.fail(
+                        "wdata", f"{tok!r} inside a block of {nr}x{nc} tiles (expected {expect!r})"
+                    )
+            close = yield from io.recv(1)
+            if not (isinstance(close, Stop) and close.level >= 2):
+                raise io.fail("wdata", f"{close!r} after a block of {nr}x{nc} tiles (expected S2+)")
+            for t, number in zip(tiles, block_tiles(self.tensor.shape, self.tile, self.fetch, k), strict=True):
+                io.write_tile(self.tensor, self.tile, number, t)
+            yield from io.send(0, np.ones((1, 1), dtype=bool))
+            if close.level > 2:
+                merged = close.level - 2
