@@ -171,12 +171,21 @@ class _Rewrite:
 
     def _scales(self) -> dict[str, int]:
         """Every blocked stream's queue holds, at a reader's default depth, the bytes it held
-        before: ``n_rows * n_cols`` hardware tiles per big tile (``Graph.queue_scale``)."""
-        return {
-            self.streams[key].name: b.n_rows * b.n_cols
-            for key, b in self.blocked.items()
-            if self.streams[key].node.name in self.new.nodes and b.n_rows * b.n_cols > 1
-        }
+        before: ``n_rows * n_cols`` hardware tiles per big tile (``Graph.queue_scale``). A
+        stream read only by Bufferizes holds half of that: the Bufferize's second buffer takes
+        the place of the queue slot the big-tile consumer had (the queue keeps half a block to
+        take the producer's burst; ``docs/hierarchical_tiling.md``, "Queues")."""
+        readers: dict[str, set[type]] = {}
+        for s, n, _ in self.new.edges():
+            readers.setdefault(s.name, set()).add(type(n))
+        scales = {}
+        for key, b in self.blocked.items():
+            s = self.streams[key]
+            n = b.n_rows * b.n_cols
+            if s.node.name not in self.new.nodes or n == 1:
+                continue
+            scales[s.name] = max(1, n // 2) if readers.get(s.name) == {Bufferize} else n
+        return scales
 
     def _prune(self) -> None:
         """Drop the copied nodes that only fed rewritten ones (an ``expert_addr`` generator of

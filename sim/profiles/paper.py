@@ -12,6 +12,9 @@
   first; RepeatStatic, Expand: 1 cycle per output element; Streamify: ``ceil(bytes / pmu_bw)`` per
   element read; address generators (FlatMap): 1 cycle per output element; RetileStreamify and
   the shape operators: free.
+* Bufferize: free, double-buffered (the reference's ``2 * ||buffer||`` bytes, the hardware's two
+  slots): it starts filling a buffer only once the reference of the one before has been taken
+  from its output queue (the buffer two back has been read), :class:`_DoubleBuffer`.
 * Stop and done tokens are fused into the data in the paper's simulator: they cost nothing and
   take no queue slot (``stops_take_slots=True``: they take a slot, as in the generated hardware,
   still at no cost; queue sizing uses it).
@@ -26,7 +29,7 @@ from typing import Any
 from step_lang import ops
 from step_lang.graph import Node
 from step_lang.registry import NodeRegistry
-from step_lang.tokens import is_data
+from step_lang.tokens import Stop, is_data
 
 from ..memory import MemoryConfig
 from .base import ElementFlops, MemRequest, NodeTiming, TimingProfile, check_int
@@ -162,13 +165,44 @@ def _address_generator(profile: PaperProfile, node: Node, resident: list[bool]) 
     return _SendCost(lambda tok: 1)
 
 
-# Free: shape operators, RetileStreamify, Broadcast, Zip, Bufferize (its Streamify pays the
-# reads), and the graph's plumbing.
+# Free: shape operators, RetileStreamify, Broadcast, Zip, and the graph's plumbing.
 PAPER_TIMING.add(
     lambda profile, node, resident: NodeTiming(),
     ops.Broadcast, ops.Flatten, ops.Reshape, ops.Promote, ops.Zip, ops.RetileStreamify,
-    ops.Bufferize, ops.Source, ops.Sink, ops.Feedback,
+    ops.Source, ops.Sink, ops.Feedback,
 )  # fmt: skip
+
+
+@PAPER_TIMING.register(ops.Bufferize)
+def _bufferize(profile: PaperProfile, node: Node, resident: list[bool]) -> NodeTiming:
+    return _DoubleBuffer(node.rank)
+
+
+class _DoubleBuffer(NodeTiming):
+    """Bufferize (free; its Streamify pays the reads) with two buffers: the first element of a
+    buffer is taken only when no reference waits in the output queue, so at most two buffers
+    are held, one being read and one filled (``docs/simulator.md``)."""
+
+    def __init__(self, rank: int):
+        self.rank = rank
+        self.filling = False  # elements of the current buffer have been taken
+
+    def attach(self, io: Any) -> None:
+        recv, out = io.recv, io.outputs[0]
+
+        def recv_double_buffered(i: int) -> Any:
+            token = yield from io.peek(i)
+            if is_data(token) and not self.filling:
+                while any(is_data(t) for _, t in out.q):
+                    yield ("send", out)  # woken when the reader takes a token
+            token = yield from recv(i)
+            if is_data(token):
+                self.filling = True
+            elif not (isinstance(token, Stop) and token.level < self.rank):
+                self.filling = False  # the buffer closed
+            return token
+
+        io.recv = recv_double_buffered
 
 
 class _SendCost(NodeTiming):
