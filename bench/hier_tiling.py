@@ -12,6 +12,11 @@ layer 64 x 256 x 512) this writes one row of ``build/bench/hier_tiling.json``:
 The interpreter check (bit-exact outputs) is in ``tests/test_hier_tiling.py`` at smaller sizes;
 ``--check`` runs it here at paper size as well (slow: minutes per point).
 
+``--attention`` adds decode attention at paper tile sizes (``ATTENTION_POINTS``: head dim 64,
+KV tile 32, 16 requests of KV length 256 to 318, BF16, ``attention.PAPER_HW``) on 16x16
+hardware tiles (``attention`` rows): bit-exactness of outputs and caches, off-chip bytes, the
+paper profile's cycles before and after, and with ``--elaborate`` the hardware as above.
+
 ``--moe`` adds the MoE layer at 16 experts, hidden 256 (``MOE_LAYER``, BF16) on 16x16 hardware
 tiles under the time-multiplexed schedules of ``MOE_POINTS`` (``moe`` rows of the JSON): the
 rewritten graph's interpreter outputs against the original's (bit-exact), off-chip bytes, and
@@ -20,7 +25,7 @@ pipeline per expert, is 16 such pipelines; its rewrite is checked in the tests.)
 
 Usage::
 
-    python -m bench.hier_tiling [--elaborate] [--check] [--only 64x256 ...] [--moe]
+    python -m bench.hier_tiling [--elaborate] [--check] [--only 64x256 ...] [--moe] [--attention]
 """
 
 from __future__ import annotations
@@ -171,6 +176,73 @@ def moe_point(label: str, schedule: dict, batch: int, *, elaborate: bool, folder
     return row
 
 
+#: (label, schedule, batch, regions)
+ATTENTION_POINTS = [("interleaved_b16_r2", "interleaved", 16, 2)]
+ATTENTION_KV = (256, 319)  # KV lengths drawn from [256, 319)
+
+
+def attention_point(
+    label: str, schedule: str, batch: int, regions: int, *, elaborate: bool, folder
+) -> dict:
+    """One attention row: the rewrite, its bit-exactness, costs and paper-profile cycles (and
+    the hardware, if asked)."""
+    import numpy as np
+
+    from examples import attention
+    from sim import simulate
+    from sim.profiles.paper import PaperProfile
+    from step_lang import interpret, metrics
+    from step_lang.hier_tiling import hier_tile
+
+    config = hw_config()
+    graph = attention.hardware(schedule, batch, regions, hw=config, config=attention.PAPER_HW)
+    kv = np.random.default_rng(batch).integers(*ATTENTION_KV, size=batch)
+    memory = attention.hardware_inputs(kv, seed=1, hw=config, config=attention.PAPER_HW)
+    t0 = time.perf_counter()
+    tiled = hier_tile(graph, HW_TILE, HW_TILE)
+    pass_s = time.perf_counter() - t0
+    runs = [interpret(g, {k: v.copy() for k, v in memory.items()}) for g in (graph, tiled)]
+    costs = [
+        metrics(g, "paper").evaluate(r.bindings.regular)
+        for g, r in zip((graph, tiled), runs, strict=True)
+    ]
+    cycles = [
+        simulate(
+            g, {k: v.copy() for k, v in memory.items()}, profile=PaperProfile.hdl_validation()
+        ).cycles
+        for g in (graph, tiled)
+    ]
+    same = all(
+        np.array_equal(runs[0].memory[t].view(np.uint16), runs[1].memory[t].view(np.uint16))
+        for t in ("out", "k_cache", "v_cache")
+    )
+    row = {
+        "point": label,
+        "schedule": schedule,
+        "batch": batch,
+        "regions": regions,
+        "kv_lengths": [int(v) for v in kv],
+        "pass_s": round(pass_s, 3),
+        "nodes": [len(graph.nodes), len(tiled.nodes)],
+        "offchip_bytes": [int(c.offchip_bytes) for c in costs],
+        "onchip_bytes": [int(c.onchip_bytes) for c in costs],
+        "paper_cycles": cycles,
+        "bit_exact": bool(same),
+    }
+    if elaborate:
+        row.update(_elaborate(tiled, config, folder))
+    return row
+
+
+def _hardware_text(row: dict) -> str:
+    if "elaborate_s" not in row:
+        return ""
+    return (
+        f"  elaborate {row['elaborate_s']} s, Verilog {row['verilog_s']} s "
+        f"{row['verilog_bytes'] / 1e6:.1f} MB, lint {'ok' if row['lint_ok'] else 'FAILED'}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.hier_tiling", description=__doc__)
     parser.add_argument("--elaborate", action="store_true", help="also elaborate and lint")
@@ -178,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", default=[], metavar="BxI",
                         help="one point, e.g. 64x256 (repeatable)")  # fmt: skip
     parser.add_argument("--moe", action="store_true", help="also the 16-expert MoE layer")
+    parser.add_argument("--attention", action="store_true", help="also decode attention")
     args = parser.parse_args(argv)
     points = swiglu.SWEEP
     if args.only:
@@ -191,18 +264,28 @@ def main(argv: list[str] | None = None) -> int:
         rows = [r for r in rows if (r["tile_b"], r["tile_i"]) != (tb, ti)] + [row]
         OUT.write_text(json.dumps({"layer": dataclasses.asdict(LAYER), "hw_tile": HW_TILE,
                                    "points": rows}, indent=2) + "\n")  # fmt: skip
-        extra = ""
-        if "elaborate_s" in row:
-            extra = (
-                f"  elaborate {row['elaborate_s']} s, Verilog {row['verilog_s']} s "
-                f"{row['verilog_bytes'] / 1e6:.1f} MB, lint {'ok' if row['lint_ok'] else 'FAILED'}"
-            )
         print(
             f"{tb:>3} x {ti:<3} paper cycles {row['paper_cycles'][0]:>6} -> "
             f"{row['paper_cycles'][1]:>6} ({row['paper_cycles_change']:+.1%})  on-chip "
-            f"{row['onchip_bytes'][0]} -> {row['onchip_bytes'][1]} B{extra}",
+            f"{row['onchip_bytes'][0]} -> {row['onchip_bytes'][1]} B{_hardware_text(row)}",
             flush=True,
         )
+    if args.attention:
+        rows = []
+        for label, schedule, batch, regions in ATTENTION_POINTS:
+            row = attention_point(
+                label, schedule, batch, regions, elaborate=args.elaborate, folder=folder
+            )
+            rows.append(row)
+            data = json.loads(OUT.read_text()) if OUT.exists() else {}
+            data["attention"] = rows
+            OUT.write_text(json.dumps(data, indent=2) + "\n")
+            print(
+                f"attention {label}: bit-exact {row['bit_exact']}, off-chip "
+                f"{row['offchip_bytes']}, paper cycles {row['paper_cycles']}, on-chip "
+                f"{row['onchip_bytes']} B{_hardware_text(row)}",
+                flush=True,
+            )
     if args.moe:
         moe_rows = []
         for label, schedule, batch in MOE_POINTS:
@@ -211,16 +294,9 @@ def main(argv: list[str] | None = None) -> int:
             data = json.loads(OUT.read_text()) if OUT.exists() else {}
             data["moe"] = moe_rows
             OUT.write_text(json.dumps(data, indent=2) + "\n")
-            extra = ""
-            if "elaborate_s" in row:
-                extra = (
-                    f"  elaborate {row['elaborate_s']} s, Verilog {row['verilog_s']} s "
-                    f"{row['verilog_bytes'] / 1e6:.1f} MB, lint "
-                    f"{'ok' if row['lint_ok'] else 'FAILED'}"
-                )
             print(
                 f"moe {label}: bit-exact {row['bit_exact']}, off-chip {row['offchip_bytes']}, "
-                f"on-chip {row['onchip_bytes']} B{extra}",
+                f"on-chip {row['onchip_bytes']} B{_hardware_text(row)}",
                 flush=True,
             )
     return 0
