@@ -184,6 +184,9 @@ LOAD_ISSUE = 3
 STORE_ISSUE = 3
 #: Cycles from AW to the first W beat (the W-information queue).
 AW_TO_W = 2
+#: Cycles from a store's last B response of a tile to its acknowledgement on the output (the
+#: count of completed tiles is a register).
+ACK_AFTER_B = 1
 
 # -- on-chip buffers (memory/buffer.py, memory/sequence.py) -----------------------------------
 

@@ -34,10 +34,13 @@ of every hardware block (their docstrings; ``docs/hardware.md``), it predicts th
   most ``max_outstanding`` between AR and the last R beat (a slot is reused the cycle after);
   R beats return ``memory_latency`` cycles after AR, one per cycle per port; a tile is offered
   two cycles after its last beat. Its tile queue (3) and order queue (``max_outstanding + 8``)
-  bound how far a load reads ahead of its consumer.
+  bound how far a load reads ahead of its consumer. A RandomLoad with ``fetch`` blocks replays
+  its sequencer cycle by cycle (:class:`_BlockLoad`).
 * **Stores** (``memory/store.py``). A tile's AW leaves ``store_issue`` cycles after the take, its
   W beats ``aw_to_w`` cycles after AW, one per cycle; B follows the last beat after
-  ``write_response`` cycles; ``done`` rises ``done_latency`` cycles after the last B.
+  ``write_response`` cycles; ``done`` rises ``done_latency`` cycles after the last B. A
+  RandomStore with ``fetch`` blocks takes a block's address, tiles and stops one per cycle and
+  acknowledges the block after its last B (:class:`_BlockStore`).
 * **Shared AXI ports** (``HwConfig.axi_ports``). The memory operators share ports as the
   elaborator assigns them (``step_hw.elaborate.axi_managers``); a port with several is an
   ``AxiReadArbiter`` / ``AxiWriteArbiter`` (``step_hw/memory/arbiter.py``) in front of one
@@ -691,7 +694,7 @@ class _Load(_Clocked):
         self.r_last: list[int] = []  # per burst: last R beat
         self.tile_r: list[int] = []  # per tile: last R beat
         self._out: list[Any] = []
-        if self.node.inputs and not self.random:
+        if self.node.inputs and (not self.random or self.node.fetch is not None):
             from step_lang.stoprules import BlockWriter
 
             def put(token: Any) -> Any:
@@ -699,7 +702,8 @@ class _Load(_Clocked):
                 return iter(())
 
             rank = self.node.inputs[0].rank
-            self.writer = BlockWriter(put, len(self.node.out_shape), input_rank=rank)
+            levels = 2 if self.random else len(self.node.out_shape)  # a fetch block's, a walk's
+            self.writer = BlockWriter(put, levels, input_rank=rank)
 
     def attach(self, io: Any) -> None:
         super().attach(io)
@@ -725,11 +729,17 @@ class _Load(_Clocked):
         self.port.advance(self.now)
         return w < len(self.tile_r)
 
-    def _walk(self) -> list[Any]:
-        """The tokens of one walk, tiles as their tensor tile numbers."""
+    def _walk(self, token: Any = None) -> list[Any]:
+        """The tokens of one walk, tiles as their tensor tile numbers (a RandomLoad's fetch
+        block: that of address ``token``, an out-of-range one read as block 0)."""
         from step_lang.stoprules import grid_tokens
 
         n = self.node
+        if self.random:
+            nr, nc = n.fetch
+            a = int(token.reshape(-1)[0])
+            first = a * nr * nc if 0 <= a < n.n_addresses else 0
+            return grid_tokens(n.fetch, lambda m: [first + m[0] * nc + m[1]])
         return grid_tokens(
             n.out_shape, lambda m: [n.base + sum(i * s for i, s in zip(m, n.stride, strict=True))]
         )
@@ -765,7 +775,8 @@ class _Load(_Clocked):
         else:
             return False
         self.used += 1
-        if self.random:  # an address is a command at once; stops and done are commands too
+        if self.random and node.fetch is None:
+            # An address is a command at once; stops and done are commands too.
             if is_data(token):
                 k = int(token.reshape(-1)[0])
                 token = k if 0 <= k < len(self.bursts) else 0
@@ -778,7 +789,7 @@ class _Load(_Clocked):
         elif isinstance(token, Stop):
             steps = w.outer_stop(token.level)
         else:
-            steps = w.block(self._walk())
+            steps = w.block(self._walk(token))
         for _ in steps:
             pass
         for t in out:  # a reference's tokens are entries of their own, stops included
@@ -1039,6 +1050,202 @@ class _RandomStore(_Store):
                 yield from send(j, token)
 
             io.send = send_when_written
+
+
+class _BlockLoad(_Clocked):
+    """RandomLoad with ``fetch`` blocks on a port of its own: its sequencer, TileReader and
+    output stage in absolute time.
+
+    The sequencer (``memory/sequence.py``) acts at most once a cycle: the take of an address
+    that starts a block (a cycle of its own, :data:`~step_hw.contract.SEQUENCER_TAKE`), then
+    one ``ELEM`` entry per tile of the block; a ``STOP`` entry for an address stop (merging
+    the held ``S2``), for a held ``S2`` that a data token or done releases, and a ``DONE``
+    entry. An entry waits for room in the order queue (``contract.order_queue_depth``; a slot
+    frees the cycle after its entry's last beat left) and, for a read, in the address queue
+    (``contract.ADDR_QUEUE_DEPTH``; a slot frees the cycle after the burst generator took it).
+    The burst generator takes a tile ``LOAD_ISSUE - 1`` cycles after its entry, or in the cycle
+    of the previous tile's last AR; bursts, R beats and the tile queue as :class:`_Load`. An
+    entry's tile (a zero tile: no read) or stop is offered when the order queue offers it
+    (``queue_latency``) or its tile was assembled; the stop after a tile in the same entry (a
+    block's ``S1``, a rank-0 block's ``S2``) the cycle after the tile.
+    """
+
+    def __init__(self, profile: RtlProfile, node: Node):
+        super().__init__(profile, node)
+        mo = profile.config.max_outstanding
+        self.bursts, _ = _geometry(node, profile.config)
+        self.tile_bytes = math.prod(node.tile) * node.tensor.dtype.nbytes
+        self.axi = _Axi(mo)
+        self.order_depth = contract.order_queue_depth(mo)
+        self.order_latency = contract.queue_latency(self.order_depth)
+        self.tile_latency = contract.queue_latency(_TILE_QUEUE)
+        self.nr, self.nc = node.fetch
+        self.eager = node.inputs[0].rank == 0  # the block's S2 leaves with its last tile
+        self.held = False  # a block's closing S2 is held
+        self.seq_t = 0.0  # the first cycle the sequencer may act
+        self.plan: deque[tuple] = deque()  # per output beat (and take): what the hardware does
+        self.entries = 0
+        self.order_pop: list[float] = []  # per entry: the cycle its last beat left
+        self.gen_take: list[float] = []  # per read tile: the burst generator's take
+        self.gen_free = -math.inf  # the previous tile's last AR: the generator takes the next
+        self.tile_pops: list[float] = []  # per read tile: its departure from the tile queue
+        self.pops: int | None = None  # the entry that the beat being sent completes
+        self.read = False  # the beat being sent is a tile read from memory
+
+    def on_recv(self, port: int, token: Any) -> int:
+        v, plan, n = self.io.visible, self.plan, self.nr * self.nc
+        if self.held and not isinstance(token, Stop):
+            plan.append(("entry", v, False))  # the held S2, released
+        self.held = False
+        if not is_data(token):
+            plan.append(("entry", v, False))
+            return 0
+        a = int(token.reshape(-1)[0])
+        first = a * n if 0 <= a < self.node.n_addresses else None
+        plan.append(("take", v))
+        for i in range(n):
+            r, c = divmod(i, self.nc)
+            two = (c == self.nc - 1 and r < self.nr - 1) or (i == n - 1 and self.eager)
+            plan.append(("entry", v, True, None if first is None else first + i, two))
+            if two:
+                plan.append(("beat2",))
+        self.held = not self.eager
+        return 0
+
+    def _emit(self, earliest: float, read: bool) -> float:
+        """The cycle of the sequencer's next entry (``read``: a tile read, which needs room in
+        the address queue)."""
+        c = max(earliest, self.seq_t)
+        x, w = self.entries, len(self.gen_take)
+        if x >= self.order_depth:
+            c = max(c, self.order_pop[x - self.order_depth] + contract.QUEUE_SLOT_RELEASE)
+        if read and w >= contract.ADDR_QUEUE_DEPTH:
+            c = max(c, self.gen_take[w - contract.ADDR_QUEUE_DEPTH] + contract.QUEUE_SLOT_RELEASE)
+        self.entries += 1
+        self.seq_t = c + 1
+        return c
+
+    def _read(self, k: int, entry: float) -> float:
+        """Tile ``k``'s bursts from its entry in cycle ``entry``; the cycle it is offered."""
+        p, axi = self.p, self.axi
+        self.offchip_read += self.tile_bytes
+        w = len(self.gen_take)
+        ar = max(entry + p.load_issue - 1, self.gen_free)
+        self.gen_take.append(ar)
+        bursts = self.bursts[k]
+        for i, beats in enumerate(bursts):
+            ar = max(ar + 1, axi.slots[0])
+            first = max(ar + p.memory_latency, axi.data_free)
+            last = first + beats - 1
+            if i == len(bursts) - 1 and w >= _TILE_QUEUE:  # room in the tile queue
+                last = max(last, self.tile_pops[w - _TILE_QUEUE] + 1)
+            axi.data_free = last + 1
+            axi.slots.popleft()
+            axi.slots.append(last + 1)
+        self.gen_free = ar
+        return last + self.tile_latency
+
+    def on_send(self, port: int, token: Any) -> int:
+        while self.plan[0][0] == "take":
+            _, v = self.plan.popleft()
+            self.seq_t = max(v, self.seq_t) + contract.SEQUENCER_TAKE
+        step = self.plan.popleft()
+        ready = -math.inf
+        if step[0] == "beat2":
+            self.pops, self.read = self.entries - 1, False
+        else:
+            elem = step[2]
+            k = step[3] if elem else None
+            c = self._emit(step[1], k is not None)
+            self.pops = None if elem and step[4] else self.entries - 1
+            self.read = k is not None
+            ready = self._read(k, c) if k is not None else c + self.order_latency
+        t = max(ready, self.last_push[port] + self.spacing[port])
+        return max(0, math.ceil(t - self.now)) if t > self.now else 0
+
+    def sent(self, port: int, token: Any) -> None:
+        now = self.now
+        self.last_push[port] = now
+        if self.pops is not None:
+            self.order_pop.append(now)
+        if self.read:
+            self.tile_pops.append(now)
+            self.read = False
+
+
+class _BlockStore(_RandomStore):
+    """RandomStore with ``fetch`` blocks: the address alone, then the block's tokens from
+    ``wdata``, one take per cycle (stores as :class:`_Store`; an out-of-range block writes
+    nothing); ``waddr``'s stop announced by the block's closing stop is taken alone, another
+    with ``wdata``'s. The acks leave at once (as :class:`_RandomStore`), but the done token
+    leaves when the hardware's would: each ack-stream token is offered ``ACK_AFTER_B`` cycles
+    after its block's last B response (a false ack or a stop: ``queue_latency`` after its
+    take, through the order queue), one per cycle, in order.
+    """
+
+    def __init__(self, profile: RtlProfile, node: Node):
+        super().__init__(profile, node)
+        self.n = node.fetch[0] * node.fetch[1]
+        self.first: int | None = None  # the current block's first tile (None: out of range)
+        self.k_in = 0  # tiles of the current block taken
+        self.merged = 0  # the closing stop stood for waddr's S_merged (0: none)
+        self.pair: float | None = None  # the cycle a waddr stop or done was taken (with wdata's)
+        self.ready: deque[float] = deque()  # per ack-stream token: its earliest cycle
+        self.virt = -math.inf  # the hardware's last ack-stream beat
+        depth = contract.order_queue_depth(profile.config.max_outstanding)
+        self.order_latency = contract.queue_latency(depth)
+
+    def before_recv(self, port: int) -> int | WaitFor:
+        t = self.last_take + 1
+        if port == 0:
+            if not is_data(self.io.head(0)) and not self.merged and not self.io.has(1):
+                return WaitFor(1)  # taken with wdata's stop or done
+        elif self.pair is not None:
+            t = self.pair
+        elif is_data(self.io.head(1)) and self.first is not None and self.k >= _TILE_QUEUE:
+            t = max(t, self.w_last[self.k - _TILE_QUEUE] + 1)  # the tile queue has room
+        return max(0, math.ceil(t - self.now)) if t > self.now else 0
+
+    def on_recv(self, port: int, token: Any) -> int:
+        now = self.now
+        if port == 0:
+            if is_data(token):
+                self.last_take = now
+                a = int(token.reshape(-1)[0])
+                self.first = a * self.n if 0 <= a < self.node.n_addresses else None
+                self.k_in = 0
+            elif self.merged:
+                self.last_take = now
+                self.merged = 0
+                self.ready.append(now + self.order_latency)
+            else:
+                self.pair = now
+            return 0
+        self.last_take = now
+        if self.pair is not None:
+            self.pair = None
+            self.ready.append(now + self.order_latency)
+        elif is_data(token):
+            b = None
+            if self.first is not None:
+                b = self._write(self.first + self.k_in)
+            self.k_in += 1
+            if self.k_in == self.n:
+                ack = now + self.order_latency if b is None else b + contract.ACK_AFTER_B
+                self.ack_at = max(self.ack_at, ack)
+                self.ready.append(ack)
+        elif isinstance(token, Stop) and token.level >= 2:
+            self.merged = token.level - 2
+        return 0
+
+    def on_send(self, port: int, token: Any) -> int:
+        self.virt = max(self.ready.popleft(), self.virt + self.spacing[port])
+        t = self.last_push[port] + self.spacing[port]
+        if token is DONE:
+            t = max(t, self.virt)
+            if self.port is not None and self.tile_b:
+                t = max(t, max(self.tile_b) + 1)
+        return max(0, math.ceil(t - self.now)) if t > self.now else 0
 
 
 # -- on-chip buffers (``step_hw/memory/buffer.py``, ``sequence.py``) -----------------------------
@@ -1513,12 +1720,17 @@ def _buffer_pair(kind: type) -> Any:
 
 def _load(profile: RtlProfile, node: Node) -> NodeTiming:
     load = _Load(profile, node, random=isinstance(node, ops.RandomOffChipLoad))
-    load.share(profile._shared_port(node, load))
+    port = profile._shared_port(node, load)
+    if port is None and node.fetch is not None and isinstance(node, ops.RandomOffChipLoad):
+        return _BlockLoad(profile, node)
+    load.share(port)
     return load
 
 
 def _store(profile: RtlProfile, node: Node) -> NodeTiming:
     kind = _RandomStore if isinstance(node, ops.RandomOffChipStore) else _Store
+    if kind is _RandomStore and node.fetch is not None:
+        kind = _BlockStore
     store = kind(profile, node)
     store.share(profile._shared_port(node, store))
     return store

@@ -32,9 +32,9 @@ from ..payload import Kind, TokenFormat
 from ..payload_fields import token_layout
 from ..queue import Queue
 from .axi import BURST_INCR, AXI4Signature, BurstGenerator, TileGeometry
-from .sequence import Sequencer
+from .sequence import Entry, Sequencer
 
-__all__ = ["LinearLoad", "RandomLoad", "TileReader"]
+__all__ = ["LinearLoad", "RandomLoad", "TileReader", "fetch_block"]
 
 
 class Cmd(enum.IntEnum):
@@ -438,26 +438,70 @@ class LinearLoad(wiring.Component):
         return m
 
 
+def fetch_block(who: str, geo: TileGeometry, fetch: Any) -> tuple[tuple[int, int], int] | None:
+    """``fetch=(nr, nc)`` checked against the tensor: the block and the number of blocks, or None.
+
+    The controllers address tile ``k`` of block ``a`` as tile ``a*nr*nc + k``: right only when a
+    block's tiles are consecutive in the tensor's tile numbering, i.e. one block row (``nr == 1``)
+    or blocks spanning the tensor's full width. Other blocks are rejected, never misread.
+    """
+    if fetch is None:
+        return None
+    pair = int_tuple(who, "fetch", fetch, minimum=1)
+    if len(pair) != 2:
+        raise ValueError(f"{who} fetch must be a pair (rows, cols) of tiles, not {fetch!r}")
+    nr, nc = pair
+    rows, cols = geo.tensor_shape[-2:]
+    tr, tc = geo.tile
+    if rows % (nr * tr) or cols % (nc * tc):
+        raise ValueError(
+            f"{who} fetch block of {nr}x{nc} tiles of {tr}x{tc} must divide the last two dims "
+            f"{rows}x{cols} of the tensor"
+        )
+    if nr != 1 and nc * tc != cols:
+        raise ValueError(
+            f"{who} fetch block of {nr}x{nc} tiles of {tr}x{tc} is not consecutive in tensor "
+            f"{list(geo.tensor_shape)}: it needs one row of tiles or the tensor's full width"
+        )
+    return (nr, nc), geo.n_tiles // (nr * nc)
+
+
 class RandomLoad(wiring.Component):
-    """RandomOffChipLoad: reads the tile whose index arrives on ``raddr``, over AXI4.
+    """RandomOffChipLoad: reads the tile (or ``fetch`` block of tiles) whose index arrives on
+    ``raddr``, over AXI4.
 
     Parameters (keyword-only): ``config``, ``tensor_shape``, ``tile_format``, ``addr`` and
     ``max_outstanding`` as :class:`LinearLoad`; ``addr_format``: the ``raddr`` format, a 1x1
-    integer tile.
+    integer tile; ``fetch``: ``(nr, nc)`` tiles per index (default: one tile), with
+    ``addr_rank``, the rank of the ``raddr`` stream. Block ``a`` is tiles ``a*nr*nc + k``
+    (``k`` row-major in the block), so a block must be one row of tiles (``nr == 1``) or span
+    the tensor's full width (``ValueError`` otherwise).
 
     Ports
     -----
     raddr : In(addr_format stream)
-        Tile indices (``[1,1]`` tiles), with stops and done.
+        Tile (block) indices (``[1,1]`` tiles), with stops and done.
     o : Out(tile_format stream)
-        One tile per index; ``raddr``'s stops and done pass through in place.
+        One tile per index; ``raddr``'s stops and done pass through in place. With ``fetch``,
+        ``[*raddr.shape, nr, nc]`` tiles: each block's tiles row-major.
     axi : Out(AXI4Signature(read only))
     error : Out(1)
-        Sticky: an index outside ``[0, n_tiles)`` (answered with a zero tile, nothing is read;
-        the interpreter raises), or an AXI error response.
+        Sticky: an index outside ``[0, n_tiles)`` (``[0, n_blocks)`` with ``fetch``; answered
+        with zero tiles, nothing is read; the interpreter raises), or an AXI error response.
 
-    Latency, throughput and outstanding bursts as :class:`LinearLoad`: one index per cycle is
-    accepted while the command queue has room, and an index becomes an AR 3 cycles later.
+    Stop tokens
+        Without ``fetch`` they pass through. With ``fetch`` as :class:`LinearLoad` with a
+        reference (the block is the walk ``(nr, nc)``): ``S1`` after each row of the block but
+        the last; the block's closing ``S2`` is held and merges with a following ``raddr``
+        stop ``S_s`` into ``S_{s+2}``, a data token or done releases it; a rank-0 ``raddr``
+        writes it at once.
+
+    Latency, throughput and outstanding bursts as :class:`LinearLoad`: without ``fetch`` one
+    index per cycle is accepted while the command queue has room, and an index becomes an AR 3
+    cycles later. With ``fetch`` an index goes through the :class:`~.sequence.Sequencer` as a
+    reference token of :class:`LinearLoad` does: its take costs a cycle, then one tile per cycle
+    (the tile's AR 3 cycles after its entry), a held ``S2`` released by a data token one cycle
+    more.
     """
 
     def __init__(
@@ -469,6 +513,8 @@ class RandomLoad(wiring.Component):
         addr_format: TokenFormat,
         addr: int = 0,
         max_outstanding: int | None = None,
+        fetch: Sequence[int] | None = None,
+        addr_rank: int | None = None,
         src_loc_at: int = 0,
     ):
         who = "RandomLoad"
@@ -477,6 +523,12 @@ class RandomLoad(wiring.Component):
         self._addr_fmt = address_format(who, addr_format, fmt)
         self._geo = TileGeometry.for_format(who, config, tensor_shape, fmt, addr)
         self._max_outstanding = outstanding(who, max_outstanding, config)
+        self._fetch = fetch_block(who, self._geo, fetch)
+        if self._fetch is not None:
+            self._addr_rank = check_int(who, "addr_rank", addr_rank, 0)
+            levels_fit(who, "output", self._addr_rank + 2, fmt.level_bits)
+        elif addr_rank is not None:
+            raise ValueError(f"{who} addr_rank needs a fetch block")
         super().__init__(
             {
                 "raddr": In(addr_format.signature()),
@@ -495,14 +547,17 @@ class RandomLoad(wiring.Component):
 
         def build() -> RandomLoad:
             no_cost_width(node)
+            raddr = node.inputs[0]
             return cls(
                 src_loc_at=3,
                 config=config,
                 tensor_shape=node.tensor.shape,
                 tile_format=TokenFormat.for_elem(node.tile_type, config, where=where(node, "out")),
-                addr_format=TokenFormat.for_elem(node.inputs[0].elem, config, where=where(node, "raddr")),
+                addr_format=TokenFormat.for_elem(raddr.elem, config, where=where(node, "raddr")),
                 addr=addr,
                 max_outstanding=max_outstanding,
+                fetch=node.fetch,
+                addr_rank=raddr.rank if node.fetch is not None else None,
             )  # fmt: skip
 
         return build_for_node(node, ops.RandomOffChipLoad, build)
@@ -510,6 +565,11 @@ class RandomLoad(wiring.Component):
     @property
     def geometry(self) -> TileGeometry:
         return self._geo
+
+    @property
+    def fetch(self) -> tuple[int, int] | None:
+        """Tiles per index ``(nr, nc)``, or None (one tile)."""
+        return self._fetch[0] if self._fetch is not None else None
 
     @property
     def in_ports(self) -> list:
@@ -528,21 +588,60 @@ class RandomLoad(wiring.Component):
             config=self._config,
             max_outstanding=self._max_outstanding,
         )
+        error = Signal()
+        m.d.comb += self.error.eq(error | reader.error)
+        wiring.connect(m, reader.o, wiring.flipped(self.o))
+        wiring.connect(m, reader.axi, wiring.flipped(self.axi))
+        if self._fetch is not None:
+            self._blocks(m, reader, error)
+            return m
         p = self.raddr.payload
         value = p.data[0][0]
         in_range = (value >= 0) & (value < geo.n_tiles)
         is_data = p.kind == Kind.DATA
-        error = Signal()
         m.d.comb += [
             reader.cmd.valid.eq(self.raddr.valid),
             reader.cmd.payload.kind.eq(Mux(is_data, Mux(in_range, Cmd.TILE, Cmd.ZERO), p.kind)),
             reader.cmd.payload.level.eq(p.level),
             reader.cmd.payload.index.eq(value.as_unsigned()),
             self.raddr.ready.eq(reader.cmd.ready),
-            self.error.eq(error | reader.error),
         ]
         with m.If(self.raddr.valid & self.raddr.ready & is_data & ~in_range):
             m.d.sync += error.eq(1)
-        wiring.connect(m, reader.o, wiring.flipped(self.o))
-        wiring.connect(m, reader.axi, wiring.flipped(self.axi))
         return m
+
+    def _blocks(self, m: Module, reader: TileReader, error: Signal) -> None:
+        """``fetch``: each index drives a walk over its block's ``(nr, nc)`` tiles."""
+        (nr, nc), n_blocks = self._fetch
+        p = self.raddr.payload
+        value = p.data[0][0].as_unsigned()  # a negative index is a large one: out of range
+        m.submodules.seq = seq = Sequencer(
+            shape=(nr, nc),
+            stride=(nc, 1),
+            base=0,
+            index_width=max(1, (nr * nc - 1).bit_length()),
+            level_bits=self._fmt.level_bits,
+            slot_width=len(value),
+            eager=self._addr_rank == 0,
+        )
+        m.d.comb += [
+            seq.outer.valid.eq(self.raddr.valid),
+            seq.outer.payload.kind.eq(p.kind),
+            seq.outer.payload.level.eq(p.level),
+            seq.outer.payload.slot.eq(value),
+            self.raddr.ready.eq(seq.outer.ready),
+        ]
+        ent = seq.entries
+        block = ent.payload.slot
+        in_range = block < n_blocks
+        is_elem = ent.payload.kind == Entry.ELEM
+        m.d.comb += [
+            reader.cmd.valid.eq(ent.valid),
+            # Entry.ELEM/STOP/DONE are Cmd.TILE/STOP/DONE.
+            reader.cmd.payload.kind.eq(Mux(is_elem & ~in_range, Cmd.ZERO, ent.payload.kind)),
+            reader.cmd.payload.level.eq(ent.payload.level),
+            reader.cmd.payload.index.eq(block * (nr * nc) + ent.payload.index),
+            ent.ready.eq(reader.cmd.ready),
+        ]
+        with m.If(ent.valid & ent.ready & is_elem & ~in_range):
+            m.d.sync += error.eq(1)

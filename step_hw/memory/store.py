@@ -28,7 +28,7 @@ from ..payload import Kind, TokenFormat
 from ..payload_fields import token_layout
 from ..queue import Queue
 from .axi import BURST_INCR, AXI4Signature, BurstGenerator, TileGeometry
-from .load import order_output
+from .load import fetch_block, order_output
 
 __all__ = ["LinearStore", "RandomStore", "TileWriter"]
 
@@ -53,11 +53,17 @@ class TileWriter(wiring.Component):
 
     The shared back end of :class:`LinearStore` and :class:`RandomStore`.
 
+    Parameters: ``geometry``, ``tile_format``, ``config``, ``max_outstanding``; ``block_acks``
+    (keyword, default False) adds the command field ``ack`` for :class:`RandomStore`'s fetch
+    blocks: a ``TILE`` with ``ack = 0`` is written without an acknowledgement (it takes no order
+    entry), so one ack can cover a block of tiles. Without it the block is as it always was.
+
     Ports
     -----
-    cmd : In(stream of {kind (:class:`Cmd`), level, index, data})
+    cmd : In(stream of {kind (:class:`Cmd`), level, index, data[, ack]})
     o : Out(ack stream, ``[1,1]`` bool tiles)
-        Per ``TILE`` a true tile once every burst of that tile has its B response; per ``NAK`` a
+        Per ``TILE`` (with ``ack`` set) a true tile once every burst of that tile has its B
+        response, and so (AXI answers same-ID bursts in order) every earlier write; per ``NAK`` a
         false tile; ``STOP``/``DONE`` pass through in order.
     axi : Out(AXI4Signature(write only))
     error : Out(1)
@@ -77,15 +83,19 @@ class TileWriter(wiring.Component):
         tile_format: TokenFormat,
         config: HwConfig,
         max_outstanding: int,
+        block_acks: bool = False,
     ):
         self._geo = geometry
         self._fmt = tile_format
         self._max_outstanding = max_outstanding
+        self._block_acks = block_acks
         self._ack = ack_format(tile_format.level_bits)
+        extra = {"ack": unsigned(1)} if block_acks else {}
         self.cmd_layout = token_layout(
             tile_format.level_bits,
             index=unsigned(geometry.index_width),
             data=unsigned(tile_format.data_bits),
+            **extra,
         )
         super().__init__(
             {
@@ -104,8 +114,10 @@ class TileWriter(wiring.Component):
         order_layout = token_layout(fmt.level_bits)
         order_depth = contract.order_queue_depth(mo)
         m.submodules.order = order = Queue(shape=order_layout, depth=order_depth)
+        # With block acks an address carries its tile's ack flag (the low bit).
+        flag = 1 if self._block_acks else 0
         m.submodules.addrs = addrs = Queue(
-            shape=unsigned(geo.index_width), depth=contract.ADDR_QUEUE_DEPTH
+            shape=unsigned(geo.index_width + flag), depth=contract.ADDR_QUEUE_DEPTH
         )
         m.submodules.tiles = tiles = Queue(
             shape=unsigned(fmt.data_bits), depth=contract.TILE_QUEUE_DEPTH
@@ -115,22 +127,41 @@ class TileWriter(wiring.Component):
         winfo_layout = data.StructLayout({"len": unsigned(8), "lane": unsigned(max(1, lane_bits))})
         m.submodules.winfo = winfo = Queue(shape=winfo_layout, depth=max(3, mo + 1))
         m.submodules.binfo = binfo = Queue(shape=unsigned(1), depth=max(3, mo + 1))
-        wiring.connect(m, addrs.o, gen.tiles)
+        tile_acked = None  # with block acks: the burst generator's tile is acknowledged
+        if self._block_acks:
+            tile_acked = Signal()
+            m.d.comb += [
+                gen.tiles.valid.eq(addrs.o.valid),
+                gen.tiles.payload.eq(addrs.o.payload[1:]),
+                addrs.o.ready.eq(gen.tiles.ready),
+            ]
+            with m.If(gen.tiles.valid & gen.tiles.ready):
+                m.d.sync += tile_acked.eq(addrs.o.payload[0])
+        else:
+            wiring.connect(m, addrs.o, gen.tiles)
         error = Signal()
         m.d.comb += self.error.eq(error)
 
         # -- commands -> order, address and data queues --------------------------------------
         cmd = self.cmd
         is_tile = cmd.payload.kind == Cmd.TILE
+        order_valid = cmd.valid & (~is_tile | (addrs.i.ready & tiles.i.ready))
+        order_ok = order.i.ready
+        if self._block_acks:  # a silent tile (``ack = 0``) takes no order entry
+            silent = is_tile & ~cmd.payload.ack
+            order_valid &= ~silent
+            order_ok = order.i.ready | silent
         m.d.comb += [
             order.i.payload.kind.eq(cmd.payload.kind),
             order.i.payload.level.eq(cmd.payload.level),
-            order.i.valid.eq(cmd.valid & (~is_tile | (addrs.i.ready & tiles.i.ready))),
-            addrs.i.payload.eq(cmd.payload.index),
-            addrs.i.valid.eq(cmd.valid & is_tile & order.i.ready & tiles.i.ready),
+            order.i.valid.eq(order_valid),
+            addrs.i.payload.eq(
+                Cat(cmd.payload.ack, cmd.payload.index) if self._block_acks else cmd.payload.index
+            ),
+            addrs.i.valid.eq(cmd.valid & is_tile & order_ok & tiles.i.ready),
             tiles.i.payload.eq(cmd.payload.data),
-            tiles.i.valid.eq(cmd.valid & is_tile & order.i.ready & addrs.i.ready),
-            cmd.ready.eq(order.i.ready & (~is_tile | (addrs.i.ready & tiles.i.ready))),
+            tiles.i.valid.eq(cmd.valid & is_tile & order_ok & addrs.i.ready),
+            cmd.ready.eq(order_ok & (~is_tile | (addrs.i.ready & tiles.i.ready))),
         ]
 
         # -- AW ---------------------------------------------------------------------------
@@ -151,7 +182,7 @@ class TileWriter(wiring.Component):
             winfo.i.payload.len.eq(burst.len),
             winfo.i.payload.lane.eq(burst.lane),
             winfo.i.valid.eq(aw_done),
-            binfo.i.payload.eq(burst.last),
+            binfo.i.payload.eq(burst.last if tile_acked is None else burst.last & tile_acked),
             binfo.i.valid.eq(aw_done),
         ]
         b_done = axi.bvalid & axi.bready
@@ -334,26 +365,38 @@ class LinearStore(wiring.Component):
 
 
 class RandomStore(wiring.Component):
-    """RandomOffChipStore: writes each ``wdata`` tile at the index from ``waddr``; acks each write.
+    """RandomOffChipStore: writes each ``wdata`` tile (or ``fetch`` block of tiles) at the index
+    from ``waddr``; acks each write.
 
     Parameters (keyword-only): ``config``, ``tensor_shape``, ``tile_format`` (``wdata``),
-    ``addr_format`` (``waddr``, a 1x1 integer tile), ``addr``, ``max_outstanding``.
+    ``addr_format`` (``waddr``, a 1x1 integer tile), ``addr``, ``max_outstanding``; ``fetch``:
+    ``(nr, nc)`` tiles per index (default: one tile), block ``a`` being tiles ``a*nr*nc + k``
+    (one row of tiles, or the tensor's full width: ``ValueError`` otherwise, as
+    :func:`~step_hw.memory.load.fetch_block`).
 
     Ports
     -----
     waddr : In(addr_format stream), wdata : In(tile_format stream)
-        Taken together, token by token (same shape).
+        Without ``fetch`` taken together, token by token (same shape). With ``fetch`` a data
+        token of ``waddr`` is taken alone, then its block from ``wdata`` one token per cycle:
+        ``nr*nc`` tiles row-major with ``S1`` between rows, and a closing stop ``S_{2+s}``
+        (``s > 0``: it stands for ``waddr``'s next token, ``S_s``, which then passes alone); a
+        ``waddr`` stop ``S_s`` not so announced is taken with ``wdata``'s ``S_{s+2}``, done with
+        done.
     ack : Out(``[1,1]`` bool tile stream)
-        ``waddr``'s shape and stops. A true tile once the write is complete in memory (all its
-        B responses are in, so a later read sees it); a false tile for an index outside
-        ``[0, n_tiles)``, which is not written.
+        ``waddr``'s shape and stops. A true tile once the write (of the block's every tile) is
+        complete in memory (all its B responses are in, so a later read sees it); a false tile
+        for an index outside ``[0, n_tiles)`` (``[0, n_blocks)``), which is not written.
     axi : Out(AXI4Signature(write only))
     error : Out(1)
         Sticky: an out-of-range index, ``waddr`` and ``wdata`` not lining up (the interpreter
-        raises in both cases), or an AXI error response.
+        raises in both cases), or an AXI error response. With ``fetch``, a block cut short by
+        ``wdata``'s done is acknowledged false; other misplaced ``wdata`` tokens are dropped.
 
     Latency and throughput as :class:`LinearStore`; an ack follows its last B response by about
-    two cycles.
+    two cycles. With ``fetch`` a block takes ``1 + nr*nc + nr`` cycles of input (its address,
+    its tiles and stops) while the writer has room; its ack waits for the B response of its
+    last tile's last burst (the writer's bursts, one ID, are answered in order).
     """
 
     def __init__(
@@ -365,6 +408,7 @@ class RandomStore(wiring.Component):
         addr_format: TokenFormat,
         addr: int = 0,
         max_outstanding: int | None = None,
+        fetch: Sequence[int] | None = None,
         src_loc_at: int = 0,
     ):
         who = "RandomStore"
@@ -373,6 +417,7 @@ class RandomStore(wiring.Component):
         self._addr_fmt = address_format(who, addr_format, fmt)
         self._geo = TileGeometry.for_format(who, config, tensor_shape, fmt, addr)
         self._max_outstanding = outstanding(who, max_outstanding, config)
+        self._fetch = fetch_block(who, self._geo, fetch)
         self.ack_format = ack_format(fmt.level_bits)
         super().__init__(
             {
@@ -401,6 +446,7 @@ class RandomStore(wiring.Component):
                 addr_format=TokenFormat.for_elem(node.inputs[0].elem, config, where=where(node, "waddr")),
                 addr=addr,
                 max_outstanding=max_outstanding,
+                fetch=node.fetch,
             )  # fmt: skip
 
         return build_for_node(node, ops.RandomOffChipStore, build)
@@ -408,6 +454,11 @@ class RandomStore(wiring.Component):
     @property
     def geometry(self) -> TileGeometry:
         return self._geo
+
+    @property
+    def fetch(self) -> tuple[int, int] | None:
+        """Tiles per index ``(nr, nc)``, or None (one tile)."""
+        return self._fetch[0] if self._fetch is not None else None
 
     @property
     def in_ports(self) -> list:
@@ -425,14 +476,21 @@ class RandomStore(wiring.Component):
             tile_format=self._fmt,
             config=self._config,
             max_outstanding=self._max_outstanding,
+            block_acks=self._fetch is not None,
         )
+        error = Signal()
+        m.d.comb += self.error.eq(error | writer.error)
+        wiring.connect(m, writer.o, wiring.flipped(self.ack))
+        wiring.connect(m, writer.axi, wiring.flipped(self.axi))
+        if self._fetch is not None:
+            self._blocks(m, writer, error)
+            return m
         a, d = self.waddr.payload, self.wdata.payload
         value = a.data[0][0]
         in_range = (value >= 0) & (value < geo.n_tiles)
         both = self.waddr.valid & self.wdata.valid
         aligned = (a.kind == d.kind) & ((a.kind != Kind.STOP) | (a.level == d.level))
         is_data = a.kind == Kind.DATA
-        error = Signal()
         m.d.comb += [
             writer.cmd.valid.eq(both),
             writer.cmd.payload.kind.eq(
@@ -443,10 +501,118 @@ class RandomStore(wiring.Component):
             writer.cmd.payload.data.eq(Value.cast(d.data)),
             self.waddr.ready.eq(both & writer.cmd.ready),
             self.wdata.ready.eq(both & writer.cmd.ready),
-            self.error.eq(error | writer.error),
         ]
         with m.If(both & writer.cmd.ready & (~aligned | (is_data & ~in_range))):
             m.d.sync += error.eq(1)
-        wiring.connect(m, writer.o, wiring.flipped(self.ack))
-        wiring.connect(m, writer.axi, wiring.flipped(self.axi))
         return m
+
+    def _blocks(self, m: Module, writer: TileWriter, error: Signal) -> None:
+        """``fetch``: an address, then its block's tokens from ``wdata`` (class docstring)."""
+        (nr, nc), n_blocks = self._fetch
+        n = nr * nc
+        a, d = self.waddr.payload, self.wdata.payload
+        wa, wd, cmd = self.waddr, self.wdata, writer.cmd
+        value = a.data[0][0].as_unsigned()  # a negative index is a large one: out of range
+        first = Signal(self._geo.index_width)  # the block's first tile
+        in_range = Signal()
+        k = Signal(range(max(2, n)))  # the block's next tile
+        col = Signal(range(max(2, nc)))
+        merged = Signal.like(a.level)  # wdata's closing stop stood for waddr's S_merged (0: none)
+        last = k == n - 1
+        m.d.comb += [
+            cmd.payload.index.eq(first + k),
+            cmd.payload.data.eq(Value.cast(d.data)),
+            cmd.payload.ack.eq(last),
+        ]
+
+        def command(kind: Cmd, level=0) -> Any:
+            """Offer a writer command; true in the cycle it is taken."""
+            m.d.comb += [cmd.valid.eq(1), cmd.payload.kind.eq(kind), cmd.payload.level.eq(level)]
+            return cmd.ready
+
+        def fail() -> None:
+            m.d.sync += error.eq(1)
+
+        with m.FSM():
+            with m.State("IDLE"), m.If(wa.valid), m.Switch(a.kind):
+                with m.Case(Kind.DATA):
+                    m.d.comb += wa.ready.eq(1)
+                    m.d.sync += [
+                        first.eq((value * n)[: len(first)]),
+                        in_range.eq(value < n_blocks),
+                        k.eq(0),
+                        col.eq(0),
+                        merged.eq(0),
+                    ]
+                    with m.If((merged != 0) | (value >= n_blocks)):
+                        fail()
+                    m.next = "TILE"
+                with m.Case(Kind.STOP):
+                    with m.If(merged != 0), m.If(command(Cmd.STOP, a.level)):
+                        m.d.comb += wa.ready.eq(1)
+                        m.d.sync += merged.eq(0)
+                        with m.If(a.level != merged):
+                            fail()
+                    with m.Elif(wd.valid), m.If(command(Cmd.STOP, a.level)):
+                        # wdata's done waits for waddr's.
+                        m.d.comb += [wa.ready.eq(1), wd.ready.eq(d.kind != Kind.DONE)]
+                        with m.If((d.kind != Kind.STOP) | (d.level != a.level + 2)):
+                            fail()
+                with m.Default():  # DONE
+                    with m.If(merged != 0):
+                        m.d.sync += merged.eq(0)
+                        fail()
+                    with m.Elif(wd.valid & (d.kind == Kind.DONE)), m.If(command(Cmd.DONE)):
+                        m.d.comb += [wa.ready.eq(1), wd.ready.eq(1)]
+                    with m.Elif(wd.valid):  # wdata has more: drop it up to its done
+                        m.d.comb += wd.ready.eq(1)
+                        fail()
+
+            with m.State("TILE"), m.If(wd.valid), m.Switch(d.kind):
+                with m.Case(Kind.DATA):
+                    take = Signal()
+                    with m.If(in_range):
+                        m.d.comb += take.eq(command(Cmd.TILE))
+                    with m.Elif(last):
+                        m.d.comb += take.eq(command(Cmd.NAK))
+                    with m.Else():
+                        m.d.comb += take.eq(1)
+                    with m.If(take):
+                        m.d.comb += wd.ready.eq(1)
+                        m.d.sync += k.eq(k + 1)
+                        with m.If(last):
+                            m.next = "CLOSE"
+                        with m.Elif(col == nc - 1):
+                            m.d.sync += col.eq(0)
+                            m.next = "ROW"
+                        with m.Else():
+                            m.d.sync += col.eq(col + 1)
+                with m.Case(Kind.STOP):  # a stop where a tile belongs: dropped
+                    m.d.comb += wd.ready.eq(1)
+                    fail()
+                with m.Default():  # done inside the block: a false ack for it
+                    fail()
+                    with m.If(command(Cmd.NAK)):
+                        m.next = "IDLE"
+
+            with m.State("ROW"), m.If(wd.valid):
+                with m.If((d.kind == Kind.STOP) & (d.level == 1)):
+                    m.d.comb += wd.ready.eq(1)
+                    m.next = "TILE"
+                with m.Elif(d.kind == Kind.DONE):
+                    fail()
+                    with m.If(command(Cmd.NAK)):
+                        m.next = "IDLE"
+                with m.Else():  # a tile (kept) or another stop (dropped) where S1 belongs
+                    m.d.comb += wd.ready.eq(d.kind == Kind.STOP)
+                    fail()
+                    m.next = "TILE"
+
+            with m.State("CLOSE"), m.If(wd.valid):
+                with m.If((d.kind == Kind.STOP) & (d.level >= 2)):
+                    m.d.comb += wd.ready.eq(1)
+                    m.d.sync += merged.eq(d.level - 2)
+                with m.Else():  # a stop is dropped; a tile or done is kept for what follows
+                    m.d.comb += wd.ready.eq(d.kind == Kind.STOP)
+                    fail()
+                m.next = "IDLE"
