@@ -1,5 +1,5 @@
-"""FlatMap address and control generators: ``cache_read_addr``, ``last_tile_flags`` and the
-padding tiles of ``pad_bias`` / ``pad_mask``.
+"""FlatMap address and control generators: ``cache_read_addr``, ``last_tile_flags``,
+``block_row_offsets`` and the padding tiles of ``pad_bias`` / ``pad_mask``.
 
 Each turns one element (a zipped tuple of ``[1,1]`` integer tiles) into a run of output elements
 whose length the element's data decides, one per cycle. They are FlatMaps with a rank-0
@@ -12,8 +12,10 @@ The step_lang functions carry what the hardware needs as their name and ``params
   result, ``step_lang.functions.cache_read_addr`` is int64 and has no hardware encoding):
   :class:`CacheReadAddr`;
 * ``last_tile_flags`` (``step_lang.functions``): :class:`LastTileFlags`;
-* ``pad_bias`` / ``pad_mask`` (``examples.attention``; ``kv_tile``, ``valid``, ``pad``):
-  :class:`PadTiles`.
+* ``block_row_offsets`` (``step_lang.functions``; ``rows``, ``n_rows``, ``n_cols``):
+  :class:`BlockRowOffsets`;
+* ``pad_bias`` / ``pad_mask`` (``examples.attention``; ``kv_tile``, ``valid``, ``pad``, and
+  ``pieces`` when split by hierarchical tiling): :class:`PadTiles`.
 
 :func:`flatmap_unit` picks the block of a FlatMap node (``retile_*`` functions go to
 :class:`~step_hw.compute.RetileUnit`).
@@ -35,10 +37,17 @@ from .compute._unit import StreamUnit, check_bits, node_formats, scalar_format
 from .config import HwConfig
 from .payload import Kind, TokenFormat
 
-__all__ = ["FLATMAP_FNS", "CacheReadAddr", "LastTileFlags", "PadTiles", "flatmap_unit"]
+__all__ = [
+    "FLATMAP_FNS",
+    "BlockRowOffsets",
+    "CacheReadAddr",
+    "LastTileFlags",
+    "PadTiles",
+    "flatmap_unit",
+]
 
 #: The FlatMap functions with a block here, by name.
-FLATMAP_FNS = ("cache_read_addr", "last_tile_flags", "pad_bias", "pad_mask")
+FLATMAP_FNS = ("cache_read_addr", "last_tile_flags", "block_row_offsets", "pad_bias", "pad_mask")
 
 
 class _Expander(StreamUnit):
@@ -47,7 +56,8 @@ class _Expander(StreamUnit):
     Subclasses give :meth:`_plan` (the piece count of the current element, the sticky-error
     condition) and :meth:`_piece` (the ``j``-th piece). The element is read in place while its
     pieces are written and taken with the last one (or at once, without output, when the count is
-    0 or negative).
+    0 or negative). ``_piece`` may keep state of its own (e.g. a position within a tile), updated
+    on ``step``: high in each cycle a piece is written.
     """
 
     def __init__(self, in_formats, out_format, counter_bits: int):
@@ -62,7 +72,7 @@ class _Expander(StreamUnit):
     def _plan(self, m: Module) -> tuple[Value, Value]:
         raise NotImplementedError
 
-    def _piece(self, m: Module, j: Value, last: Value) -> Value:
+    def _piece(self, m: Module, j: Value, last: Value, step: Value) -> Value:
         raise NotImplementedError
 
     def elaborate(self, platform) -> Module:
@@ -75,7 +85,9 @@ class _Expander(StreamUnit):
         count, bad = self._plan(m)
         j = Signal(unsigned(self._counter_bits), name="j")
         last = Signal(name="last")
+        step = Signal(name="step")  # a piece is written this cycle
         m.d.comb += last.eq(j == count - 1)
+        piece = self._piece(m, j, last, step)
         with m.If(valid):
             with m.If(kind == Kind.DATA):
                 with m.If(count <= 0):
@@ -83,7 +95,8 @@ class _Expander(StreamUnit):
                     with m.If(bad):
                         m.d.sync += self.error.eq(1)
                 with m.Elif(free):
-                    self._emit(m, Kind.DATA, 0, self._piece(m, j, last))
+                    m.d.comb += step.eq(1)
+                    self._emit(m, Kind.DATA, 0, piece)
                     with m.If(last):
                         m.d.comb += take.eq(1)
                         m.d.sync += j.eq(0)
@@ -188,7 +201,7 @@ class CacheReadAddr(_Expander):
         m.d.comb += count.eq(Mux(tiles <= 0, 0, Mux(over, self._row_offset, tiles)))
         return count, over
 
-    def _piece(self, m: Module, j: Value, last: Value) -> Value:
+    def _piece(self, m: Module, j: Value, last: Value, step: Value) -> Value:
         bits = self.out_format.elem_bits
         addr = Signal(self.out_format.data_shape, name="addr")
         idx = self.in0.payload.data[0][0]
@@ -241,18 +254,114 @@ class LastTileFlags(_Expander):
         n = self.in0.payload.data[0][0]
         return Mux(n <= 0, 0, n), Const(0)
 
-    def _piece(self, m: Module, j: Value, last: Value) -> Value:
+    def _piece(self, m: Module, j: Value, last: Value, step: Value) -> Value:
         return Mux(last, 0b10, 0b01)
+
+
+class BlockRowOffsets(_Expander):
+    """FlatMap ``block_row_offsets``: a row offset ``k`` of a big tile of ``n_rows x n_cols``
+    hardware tiles of ``rows`` rows → one offset per hardware tile, in row-major order:
+    ``k - i * rows`` for the ``n_cols`` tiles of row block ``i``.
+
+    Parameters
+    ----------
+    rows, n_rows, n_cols : int
+        The function's parameters (positive integers).
+    elem_bits : int
+        Width (8, 16 or 32) of ``k`` and of the offsets (they wrap to it; the interpreter
+        raises).
+    level_bits : int
+        Width of the stop-level field.
+
+    Ports
+    -----
+    in0 : In(``[1,1]`` integer tiles)
+        Row offsets ``k``.
+    out : Out(``[1,1]`` integer tiles)
+        ``n_rows * n_cols`` offsets per ``k``.
+    error : Out(1)
+        Sticky: ``k - (n_rows - 1) * rows`` is below the element range (the interpreter
+        raises; the block writes the wrapped offsets).
+    """
+
+    __doc__ += _PROTOCOL
+
+    def __init__(self, *, rows: int, n_rows: int, n_cols: int, elem_bits: int, level_bits: int = 3):
+        owner = "BlockRowOffsets"
+        _check_block_row_offsets(owner, rows, n_rows, n_cols)
+        check_int_bits(owner, "elem_bits", elem_bits)
+        check_int(owner, "level_bits", level_bits)
+        self._rows, self._n_rows, self._n_cols = rows, n_rows, n_cols
+        fmt = scalar_format(elem_bits, level_bits)
+        super().__init__([fmt], fmt, (n_rows * n_cols).bit_length())
+
+    @property
+    def rows(self) -> int:
+        return self._rows
+
+    @property
+    def n_rows(self) -> int:
+        return self._n_rows
+
+    @property
+    def n_cols(self) -> int:
+        return self._n_cols
+
+    @classmethod
+    def from_node(cls, node: Any, config: HwConfig) -> BlockRowOffsets:
+        """The block of a FlatMap of ``block_row_offsets``; raises :class:`StepTypeError`
+        naming the node otherwise."""
+        _check_flatmap(node, ("block_row_offsets",), "BlockRowOffsets")
+        ins, _ = _formats(node, config, "BlockRowOffsets")
+        rows, n_rows, n_cols = (_param(node, p) for p in ("rows", "n_rows", "n_cols"))
+        # Checked before the block exists: a half-built block would warn that it was never used.
+        _build(node, _check_block_row_offsets, "BlockRowOffsets", rows, n_rows, n_cols)
+        return _build(
+            node,
+            cls,
+            rows=rows,
+            n_rows=n_rows,
+            n_cols=n_cols,
+            elem_bits=ins[0].elem_bits,
+            level_bits=config.level_bits,
+        )
+
+    def _plan(self, m: Module) -> tuple[Value, Value]:
+        k = self.in0.payload.data[0][0]
+        lo = -(2 ** (self.out_format.elem_bits - 1))
+        count = self._n_rows * self._n_cols
+        return Const(count, range(count + 1)), k - (self._n_rows - 1) * self._rows < lo
+
+    def _piece(self, m: Module, j: Value, last: Value, step: Value) -> Value:
+        rows, n_cols = self._rows, self._n_cols
+        top = (self._n_rows - 1) * rows
+        # The row block's offset i * rows and the tile within the block, advanced per piece;
+        # both are back at 0 after the last piece (n_rows * n_cols of them).
+        sub = Signal(range(top + 1), name="block_sub")
+        col = Signal(range(n_cols), name="block_col")
+        with m.If(step):
+            with m.If(col == n_cols - 1):
+                m.d.sync += [col.eq(0), sub.eq(Mux(sub == top, 0, sub + rows))]
+            with m.Else():
+                m.d.sync += col.eq(col + 1)
+        bits = self.out_format.elem_bits
+        off = Signal(self.out_format.data_shape, name="offset")
+        k = self.in0.payload.data[0][0]
+        m.d.comb += off[0][0].eq((k - sub)[:bits].as_signed())
+        return off
 
 
 class PadTiles(_Expander):
     """FlatMap ``pad_bias`` / ``pad_mask``: ``(n, offset)`` → ``n`` ``[1, kv_tile]`` tiles,
     ``valid`` everywhere except the columns past ``offset`` of the last tile, which hold ``pad``.
+    With ``pieces = p`` (hierarchical tiling, ``FlatMapFn.pieces``) every tile is written as
+    ``p`` tiles of ``[1, kv_tile / p]``, left to right: ``n * p`` tiles, element ``x`` of piece
+    ``q`` being column ``q * kv_tile / p + x``.
 
     Parameters
     ----------
     kv_tile : int
-        Columns of a tile.
+        Columns of a (whole) tile.
     valid, pad : int
         The two element values (integers that fit ``elem_bits``).
     in_bits : tuple of two ints
@@ -261,12 +370,14 @@ class PadTiles(_Expander):
         Width (8, 16 or 32) of the output elements.
     level_bits : int
         Width of the stop-level field.
+    pieces : int
+        Pieces per tile, a divisor of ``kv_tile`` (default 1: whole tiles).
 
     Ports
     -----
     in0, in1 : In(``[1,1]`` integer tiles)
         ``n`` and ``offset``, zipped.
-    out : Out(``[1, kv_tile]`` tiles)
+    out : Out(``[1, kv_tile / pieces]`` tiles)
     misaligned : Out(1)
         Sticky: the inputs' tokens did not line up.
     error : Out(1)
@@ -285,9 +396,11 @@ class PadTiles(_Expander):
         in_bits: tuple[int, int],
         elem_bits: int,
         level_bits: int = 3,
+        pieces: int = 1,
     ):
         owner = "PadTiles"
         check_int(owner, "kv_tile", kv_tile)
+        _check_pieces(owner, kv_tile, pieces)
         if not isinstance(in_bits, (tuple, list)) or len(in_bits) != 2:
             raise TypeError(f"{owner} in_bits must be a pair of widths, not {in_bits!r}")
         for i, b in enumerate(in_bits):
@@ -297,9 +410,14 @@ class PadTiles(_Expander):
         _check_fill(owner, "valid", valid, elem_bits)
         _check_fill(owner, "pad", pad, elem_bits)
         self._kv_tile, self._valid, self._pad = kv_tile, valid, pad
+        self._pieces, self._width = pieces, kv_tile // pieces
         ins = [scalar_format(b, level_bits) for b in in_bits]
-        out = TokenFormat("tile", 1, kv_tile, elem_bits, level_bits=level_bits)
-        super().__init__(ins, out, in_bits[0])
+        out = TokenFormat("tile", 1, self._width, elem_bits, level_bits=level_bits)
+        super().__init__(ins, out, in_bits[0] + (pieces - 1).bit_length())
+
+    @property
+    def pieces(self) -> int:
+        return self._pieces
 
     @classmethod
     def from_node(cls, node: Any, config: HwConfig) -> PadTiles:
@@ -309,33 +427,56 @@ class PadTiles(_Expander):
         _check_flatmap(node, ("pad_bias", "pad_mask"), "PadTiles")
         ins, out = _formats(node, config, "PadTiles")
         valid, pad = (_param(node, p) for p in ("valid", "pad"))
+        pieces = dict(node.fn.params).get("pieces", 1)
         if out.float_dtype is not None:  # BF16/FP32 tiles: the values' bit patterns
             valid, pad = (_float_bits(v, out.float_dtype) for v in (valid, pad))
         valid, pad = (int(v) if _is_int(v) else v for v in (valid, pad))
         # Checked before the block exists: a half-built block would warn that it was never used.
         for name, v in (("valid", valid), ("pad", pad)):
             _build(node, _check_fill, "PadTiles", name, v, out.elem_bits)
+        _build(node, check_int, "PadTiles", "pieces", pieces)
+        kv_tile = out.cols * pieces
+        if _param(node, "kv_tile") != kv_tile:
+            raise node.error(
+                None,
+                f"function '{node.fn.name}' has kv_tile {_param(node, 'kv_tile')}, but writes "
+                f"{pieces} piece(s) of {out.cols} columns",
+            )
         return _build(
             node,
             cls,
-            kv_tile=out.cols,
+            kv_tile=kv_tile,
             valid=valid,
             pad=pad,
             in_bits=tuple(f.elem_bits for f in ins),
             elem_bits=out.elem_bits,
             level_bits=config.level_bits,
+            pieces=pieces,
         )
 
     def _plan(self, m: Module) -> tuple[Value, Value]:
         n, k = self.in0.payload.data[0][0], self.in1.payload.data[0][0]
         bad = (n < 1) | (k < 0) | (k >= self._kv_tile)
-        return Mux(n <= 0, 0, n), bad
+        return Mux(n <= 0, 0, n * self._pieces), bad
 
-    def _piece(self, m: Module, j: Value, last: Value) -> Value:
+    def _piece(self, m: Module, j: Value, last: Value, step: Value) -> Value:
         tile = Signal(self.out_format.data_shape, name="tile")
         k = self.in1.payload.data[0][0]
-        for c in range(self._kv_tile):
-            m.d.comb += tile[0][c].eq(Mux(last & (k < c), self._pad, self._valid))
+        p, w = self._pieces, self._width
+        if p == 1:
+            for c in range(w):
+                m.d.comb += tile[0][c].eq(Mux(last & (k < c), self._pad, self._valid))
+            return tile
+        # The piece's first column within its tile, advanced per piece (back at 0 after each
+        # tile), and whether the piece belongs to the last tile (j >= (n - 1) * p).
+        base = Signal(range(self._kv_tile), name="column")
+        with m.If(step):
+            m.d.sync += base.eq(Mux(base == (p - 1) * w, 0, base + w))
+        n = self.in0.payload.data[0][0]
+        in_last = Signal(name="last_tile")
+        m.d.comb += in_last.eq(j >= (n - 1) * p)
+        for x in range(w):
+            m.d.comb += tile[0][x].eq(Mux(in_last & (k < base + x), self._pad, self._valid))
         return tile
 
 
@@ -347,6 +488,18 @@ def _check_row_offset(owner: str, row_offset: Any) -> int:
     if row_offset > 2**16:
         raise ValueError(f"{owner} row_offset must be at most 65536, not {row_offset}")
     return row_offset
+
+
+def _check_block_row_offsets(owner: str, rows: Any, n_rows: Any, n_cols: Any) -> None:
+    for name, v in (("rows", rows), ("n_rows", n_rows), ("n_cols", n_cols)):
+        check_int(owner, name, v)
+
+
+def _check_pieces(owner: str, kv_tile: int, pieces: Any) -> int:
+    check_int(owner, "pieces", pieces)
+    if kv_tile % pieces:
+        raise ValueError(f"{owner} pieces must divide kv_tile {kv_tile}, not {pieces}")
+    return pieces
 
 
 def _float_bits(v: Any, float_dtype: str) -> Any:
@@ -425,6 +578,8 @@ def flatmap_unit(node: Any, config: HwConfig) -> Any:
         return CacheReadAddr.from_node(node, config)
     if name == "last_tile_flags":
         return LastTileFlags.from_node(node, config)
+    if name == "block_row_offsets":
+        return BlockRowOffsets.from_node(node, config)
     if name in ("pad_bias", "pad_mask"):
         return PadTiles.from_node(node, config)
     if name in ("retile_rows", "retile_cols", "retile_rows_masked"):

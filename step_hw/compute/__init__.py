@@ -19,7 +19,14 @@ from .accum import ACCUM_OPS, SCAN_OPS, AccumUnit, ScanUnit
 from .elementwise import BINARY_OPS, MAP_OPS, UNARY_OPS, MapUnit
 from .matmul import MatmulUnit
 from .retile import RetileUnit
-from .rowops import CountUnit, RegionIdUnit, RegionSelectUnit, RowAppendUnit, row_op_unit
+from .rowops import (
+    CountUnit,
+    RegionIdUnit,
+    RegionSelectUnit,
+    RowAppendPartUnit,
+    RowAppendUnit,
+    row_op_unit,
+)
 
 __all__ = [
     "ACCUM_OPS",
@@ -34,6 +41,7 @@ __all__ = [
     "RegionIdUnit",
     "RegionSelectUnit",
     "RetileUnit",
+    "RowAppendPartUnit",
     "RowAppendUnit",
     "ScanUnit",
     "compute_unit",
@@ -43,7 +51,7 @@ __all__ = [
 def compute_unit(node: Any, config: HwConfig) -> Any:
     """The compute unit of a Map, Accum, Scan or RetileStreamify node (``from_node`` of the
     right class, by the node's function); other nodes raise :class:`StepTypeError`."""
-    unit = row_op_unit(node, config)  # row_append, region_id, region_select, count
+    unit = row_op_unit(node, config)  # row_append(_part), region_id, region_select, count
     if unit is not None:
         return unit
     fn_name = getattr(getattr(node, "fn", None), "name", None)

@@ -23,7 +23,7 @@ from ._unit import (
     shapes_kwargs,
     static_only,
 )
-from .float_datapaths import FLOAT_DTYPES, FloatElementFold, float_bits
+from .float_datapaths import FLOAT_DTYPES, FloatElementFold, FloatRowSumFold, float_bits
 from .matmul import (
     check_float_matmul,
     check_matmul_bits,
@@ -35,8 +35,8 @@ from .matmul import (
 __all__ = ["ACCUM_OPS", "SCAN_OPS", "AccumUnit", "ScanUnit"]
 
 #: Accum operations: ``numerics`` ``accum_add``, ``accum_max``, ``matmul_acc`` (and
-#: ``matmul_t_acc``) and ``retile_row``.
-ACCUM_OPS = ("add", "max", "matmul", "retile_row")
+#: ``matmul_t_acc``), ``retile_row`` and (floating point only) ``float_numerics.row_sum_acc``.
+ACCUM_OPS = ("add", "max", "matmul", "retile_row", "row_sum")
 #: Scan operations (``retile_row`` would grow the tile at every element).
 SCAN_OPS = ("add", "max", "matmul")
 
@@ -242,6 +242,13 @@ def _reduce_unit(
             )
         datapath = _RowConcat(shape[0], out_rows, shape[1], elem_bits)
         return [fmt(*shape)], fmt(out_rows, shape[1]), datapath
+    if op == "row_sum":
+        if float_dtype is None:
+            raise ValueError(
+                f"{owner} op 'row_sum' accumulates floating-point tiles only (float_dtype "
+                "'bfloat16' or 'float32'); fixed-point row sums have no accumulating form"
+            )
+        return [fmt(*shape)], fmt(shape[0], 1), FloatRowSumFold(shape, elem_bits)
     if float_dtype is not None:
         return [fmt(*shape)], fmt(*shape), FloatElementFold(op, shape, elem_bits)
     return [fmt(*shape)], fmt(*shape), _ElementFold(op, shape, elem_bits)
@@ -319,7 +326,9 @@ class AccumUnit(FoldUnit):
     ``add`` (wrapping) and ``max`` of equal tiles; ``matmul`` (``acc += a @ b`` on a MAC array of
     ``lanes`` multipliers, as :class:`~step_hw.compute.MatmulUnit`, inputs zipped); ``retile_row``
     (the tiles of a group are stacked into one tile of ``out_rows`` rows, which must fit the
-    configured tile).
+    configured tile); ``row_sum`` (floating point only, ``float_numerics.row_sum_acc``: the
+    ``[R, 1]`` row sums of a group's ``[R, C]`` tiles, one FP32 chain per row continued across
+    the tiles).
 
     Parameters
     ----------
@@ -338,9 +347,11 @@ class AccumUnit(FoldUnit):
     float_dtype : str
         ``"bfloat16"`` or ``"float32"``: floating-point tiles (``elem_bits`` 16 or 32), with
         the arithmetic of :mod:`step_lang.float_numerics`: ``add`` into an FP32 accumulator
-        register (emitted rounded to the input's dtype), ``max``, and ``matmul`` of BF16 tiles
-        into an FP32 accumulator (emitted as ``out_bits``: 32 FP32, 16 BF16). ``None``: fixed
-        point.
+        register (emitted rounded to the input's dtype), ``max``, ``row_sum`` into an ``[R, 1]``
+        FP32 accumulator register (``s = s + x[c]`` per row, the columns left to right through
+        ``C`` chained adders; emitted rounded to the input's dtype), and ``matmul`` of BF16
+        tiles into an FP32 accumulator (emitted as ``out_bits``: 32 FP32, 16 BF16). ``None``:
+        fixed point (``row_sum`` is refused).
     held : sequence of int
         Held accumulators (``step_lang`` ``Accum(held=len(held), inner=inner)``): the extents of
         the held dims ``H``; the unit keeps ``prod(held)`` accumulators, the one being folded in

@@ -26,6 +26,7 @@ __all__ = [
     "FloatElementFold",
     "FloatElementwiseDatapath",
     "FloatMacArrayDatapath",
+    "FloatRowSumFold",
     "float_bits",
     "float_init",
 ]
@@ -152,6 +153,34 @@ class FloatElementFold(Datapath):
         if self.op != "add" or self.bits == 32:
             return value
         return _round_tile(m, value, self.shape, 16)
+
+
+class FloatRowSumFold(Datapath):
+    """Accum ``row_sum`` (``float_numerics.row_sum_acc``): an ``[R, 1]`` FP32 accumulator; each
+    ``[R, C]`` tile (BF16 widened exactly, or FP32) continues, per row, the chain ``s = s +
+    x[c]`` over its columns left to right (``C`` adders in a row, as
+    :class:`FloatElementwiseDatapath`'s ``row_sum``); emitted rounded to the input's dtype."""
+
+    def __init__(self, shape: tuple[int, int], bits: int):
+        self.shape, self.bits = shape, bits
+        self.acc_register_bits = 32
+        self.init = 0  # +0
+
+    def build(self, m: Module, *, xs, acc, step, advance, finish, clear) -> Any:
+        rows, cols = self.shape
+        res = Signal(_fmt(rows, 1, 32), name="result")
+        for r in range(rows):
+            s: Value = _u(acc[r][0], 32)
+            for c in range(cols):
+                x = _to_f32(_u(xs[0][r][c], self.bits), self.bits)
+                s = fp.add_f32(m, s, x, name=f"row_sum_{r}_{c}")
+            m.d.comb += res[r][0].eq(s)
+        return res
+
+    def emit(self, m: Module, value: Any) -> Any:
+        if self.bits == 32:
+            return value
+        return _round_tile(m, value, (self.shape[0], 1), 16)
 
 
 def _round_tile(m: Module, value: Any, shape: tuple[int, int], width: int) -> Any:

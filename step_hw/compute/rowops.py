@@ -1,10 +1,12 @@
-"""Data-movement and control Map units (``row_append``, ``region_id``, ``region_select``) and the
-``count`` Accum unit.
+"""Data-movement and control Map units (``row_append``, ``row_append_part``, ``region_id``,
+``region_select``) and the ``count`` Accum unit.
 
 These functions move or make data without arithmetic, so they are not in
 :func:`step_lang.numerics.functions`; the units recognise them by name and ``params``:
 
 * ``row_append`` (``step_lang.functions``): :class:`RowAppendUnit`;
+* ``row_append_part`` (``step_lang.functions``; ``row_append`` on one hardware tile of a big
+  tile, ``step_lang.hier_tiling``): :class:`RowAppendPartUnit`;
 * ``region_id<r>`` (``examples.attention.region_id``, parameter ``region``): :class:`RegionIdUnit`;
 * ``region_select`` (``examples.attention.region_select``, parameter ``n``):
   :class:`RegionSelectUnit`;
@@ -29,7 +31,14 @@ from ..payload import Kind, TokenFormat
 from . import arith
 from ._unit import Datapath, FoldUnit, StreamUnit, check_bits, node_formats, scalar_format
 
-__all__ = ["CountUnit", "RegionIdUnit", "RegionSelectUnit", "RowAppendUnit", "row_op_unit"]
+__all__ = [
+    "CountUnit",
+    "RegionIdUnit",
+    "RegionSelectUnit",
+    "RowAppendPartUnit",
+    "RowAppendUnit",
+    "row_op_unit",
+]
 
 
 class _RowOp(StreamUnit):
@@ -115,7 +124,7 @@ class RowAppendUnit(_RowOp):
     def __init__(
         self, *, shape: tuple[int, int], elem_bits: int, offset_bits: int, level_bits: int = 3
     ):
-        owner = "RowAppendUnit"
+        owner = type(self).__name__
         rows, cols = check_shape(owner, "shape", shape)
         check_bits(owner, elem_bits, 0)
         check_int_bits(owner, "offset_bits", offset_bits)
@@ -124,13 +133,17 @@ class RowAppendUnit(_RowOp):
         row = TokenFormat("tile", 1, cols, elem_bits, level_bits=level_bits)
         super().__init__([tile, row, scalar_format(offset_bits, level_bits)], tile)
 
+    #: The step_lang function this unit computes.
+    _function = functions.row_append
+
     @classmethod
     def from_node(cls, node: Any, config: HwConfig) -> RowAppendUnit:
-        """The unit of a Map of ``step_lang.functions.row_append``; raises
-        :class:`StepTypeError` naming the node otherwise."""
+        """The unit of a Map of ``step_lang.functions.row_append`` (``row_append_part`` for
+        :class:`RowAppendPartUnit`); raises :class:`StepTypeError` naming the node otherwise."""
         check_node(node, (ops.Map,), cls.__name__)
-        if node.fn is not functions.row_append:
-            raise node.error(None, f"function '{node.fn.name}' is not row_append")
+        want = cls._function
+        if node.fn is not want:
+            raise node.error(None, f"function '{node.fn.name}' is not {want.name}")
         ins, out = node_formats(node, config)
         return _build(
             node,
@@ -149,6 +162,27 @@ class RowAppendUnit(_RowOp):
         for r in range(fmt.rows):
             m.d.comb += res[r].eq(Mux(k == r, row[0], tile[r]))
         return res, (k < 0) | (k >= fmt.rows)
+
+
+class RowAppendPartUnit(RowAppendUnit):
+    """Map ``row_append_part``: ``(tile, row, offset)`` → ``tile`` with row ``offset`` replaced
+    by ``row`` when ``0 <= offset < rows``, else ``tile`` unchanged (the offset names a row of
+    another hardware tile of the big tile, ``step_lang.hier_tiling``).
+
+    Parameters and ports as :class:`RowAppendUnit`, except:
+
+    error : Out(1)
+        Never raised: every offset is valid (the function has no error case).
+    """
+
+    __doc__ += _MAP_PROTOCOL
+
+    _function = functions.row_append_part
+
+    def _result(self, m: Module) -> tuple[Value, Value]:
+        # The same datapath: no row matches an offset outside [0, rows), so the tile passes.
+        res, _ = super()._result(m)
+        return res, Const(0)
 
 
 class RegionIdUnit(_RowOp):
@@ -363,12 +397,14 @@ def _build(node: Any, make: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 def row_op_unit(node: Any, config: HwConfig) -> Any | None:
-    """The unit of a Map of ``row_append``, ``region_id``, ``region_select`` or an Accum of
-    ``count``; ``None`` for other nodes (they go to the arithmetic units)."""
+    """The unit of a Map of ``row_append``, ``row_append_part``, ``region_id``,
+    ``region_select`` or an Accum of ``count``; ``None`` for other nodes (they go to the arithmetic units)."""
     name = getattr(getattr(node, "fn", None), "name", "")
     if isinstance(node, ops.Map):
         if name == "row_append":
             return RowAppendUnit.from_node(node, config)
+        if name == "row_append_part":
+            return RowAppendPartUnit.from_node(node, config)
         if name.startswith("region_id"):
             return RegionIdUnit.from_node(node, config)
         if name == "region_select":
