@@ -177,7 +177,10 @@ def moe_point(label: str, schedule: dict, batch: int, *, elaborate: bool, folder
 
 
 #: (label, schedule, batch, regions)
-ATTENTION_POINTS = [("interleaved_b16_r2", "interleaved", 16, 2)]
+ATTENTION_POINTS = [
+    ("interleaved_b16_r2", "interleaved", 16, 2),
+    ("dynamic_b16_r2", "dynamic", 16, 2),
+]
 ATTENTION_KV = (256, 319)  # KV lengths drawn from [256, 319)
 
 

@@ -64,3 +64,38 @@ def test_rtl_profile_gives_every_queue_of_the_hier_tiled_swiglu():
     lowered = lower(graph)  # (with the Broadcasts the hardware builds)
     streams = [s for n in lowered.nodes.values() for s in n.outputs]
     assert report.divergence is None and report.compared_streams == len(streams), str(report)
+
+
+# -- decode attention ---------------------------------------------------------------------------
+
+KV_LENGTHS = [0, 7, 12, 30]  # ragged: 1, 1, 2 and 4 KV tiles; new rows in both row blocks
+
+
+def _attention_case():
+    """Decode attention with ``[1, 8]`` queries and ``[8, 8]`` KV tiles, rewritten onto ``4 x 4``
+    BF16 hardware tiles: random block loads and stores (``fetch``), Expand of blocks,
+    ``row_append_part`` with ``block_row_offsets``, padding masks in pieces and ``row_sum_acc``."""
+    from examples import attention
+
+    config = attention.AttentionConfig(head_dim=8, kv_tile=8, max_len=32)
+    graph = hier_tile(attention.hardware("interleaved", 4, 2, hw=HW, config=config), 4, 4)
+    memory = attention.hardware_inputs(KV_LENGTHS, seed=5, hw=HW, config=config)
+    return graph, memory
+
+
+def test_hier_tiled_attention_matches_interpreter_and_rtl_profile():
+    """Outputs and both caches bit-exact against the interpreter (memories that answer at once;
+    one build), and the rtl profile's cycles within the validation target (5 %,
+    docs/validation.md) of the RTL's. Measured: 224 against 217 (+3.2 %); the first stream to
+    diverge is the request dispatch's first token (one cycle late), the attention front end's
+    known gap (docs/validation.md), not a block of the rewrite."""
+    graph, memory = _attention_case()
+    want = interpret(graph, {k: v.copy() for k, v in memory.items()}).memory
+    report = cosim.validate(graph, memory, config=HW, tier="fast", tag="hier_attention", quiet=True)
+    assert report.ok, str(report)  # every output tensor as the interpreter's
+    for name in ("out", "k_cache", "v_cache"):
+        got = report.cosim.outputs[name]
+        np.testing.assert_array_equal(got.view(np.uint16), want[name].view(np.uint16))
+    assert abs(report.rtl_profile_cycles - report.rtl_cycles) <= 0.05 * report.rtl_cycles, str(
+        report
+    )
