@@ -141,6 +141,7 @@ from step_lang.tokens import is_data
 __all__ = [
     "ARTIFACT_DEPTHS",
     "HW",
+    "PAPER_HW",
     "QWEN",
     "SCHEDULES",
     "SMALL",
@@ -158,7 +159,6 @@ __all__ = [
     "reference",
     "region_id",
     "region_select",
-    "PAPER_HW",
 ]
 
 SCHEDULES = ("interleaved", "coarse", "dynamic")

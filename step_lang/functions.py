@@ -380,7 +380,9 @@ def _row_append(out: Tile, tile: np.ndarray, row: np.ndarray, offset: np.ndarray
 row_append = MapFn("row_append", 3, _row_append_type, lambda *a: 0, _row_append, meta="same")
 
 
-def _row_append_part(out: Tile, tile: np.ndarray, row: np.ndarray, offset: np.ndarray) -> np.ndarray:
+def _row_append_part(
+    out: Tile, tile: np.ndarray, row: np.ndarray, offset: np.ndarray
+) -> np.ndarray:
     k = int(offset[0, 0])
     if not 0 <= k < tile.shape[0]:
         return np.array(tile, copy=True)

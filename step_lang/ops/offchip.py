@@ -376,8 +376,7 @@ def _checked_address(io: Any, node: Any, tok: Any, port: str) -> int:
         what = "block" if node.fetch is not None else "tile"
         raise io.fail(
             port,
-            f"{what} address {k} outside tensor '{node.tensor.name}' of {node.n_addresses} "
-            f"{what}s",
+            f"{what} address {k} outside tensor '{node.tensor.name}' of {node.n_addresses} {what}s",
         )
     return k
 
@@ -462,9 +461,11 @@ class RandomOffChipLoad(_OffChip):
                 continue
             k = _checked_address(io, self, tok, "raddr")
             tiles = block_tiles(self.tensor.shape, self.tile, self.fetch, k)
-            it = iter(tiles)
-            block = grid_tokens(self.fetch, lambda m: [io.read_tile(self.tensor, self.tile, next(it))])
-            yield from writer.block(block)
+
+            def read(m: tuple[int, ...], tiles: list[int] = tiles) -> list:
+                return [io.read_tile(self.tensor, self.tile, tiles[m[0] * self.fetch[1] + m[1]])]
+
+            yield from writer.block(grid_tokens(self.fetch, read))
 
 
 class RandomOffChipStore(_OffChip):
@@ -564,7 +565,9 @@ class RandomOffChipStore(_OffChip):
             addr = yield from io.recv(0)
             if merged is not None:
                 if not _is_token(addr, Stop(merged)):
-                    raise io.fail("waddr", f"{addr!r} where wdata closed a block with S{merged + 2}")
+                    raise io.fail(
+                        "waddr", f"{addr!r} where wdata closed a block with S{merged + 2}"
+                    )
                 yield from io.send(0, addr)
                 merged = None
                 continue
@@ -590,7 +593,9 @@ class RandomOffChipStore(_OffChip):
             close = yield from io.recv(1)
             if not (isinstance(close, Stop) and close.level >= 2):
                 raise io.fail("wdata", f"{close!r} after a block of {nr}x{nc} tiles (expected S2+)")
-            for t, number in zip(tiles, block_tiles(self.tensor.shape, self.tile, self.fetch, k), strict=True):
+            for t, number in zip(
+                tiles, block_tiles(self.tensor.shape, self.tile, self.fetch, k), strict=True
+            ):
                 io.write_tile(self.tensor, self.tile, number, t)
             yield from io.send(0, np.ones((1, 1), dtype=bool))
             if close.level > 2:
