@@ -12,6 +12,9 @@ from dataclasses import replace
 import ml_dtypes
 import numpy as np
 import pytest
+from hier_helpers import bits as _bits
+from hier_helpers import largest_tile as _largest_tile
+from hier_helpers import same_outputs as _same_outputs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,36 +27,14 @@ from step_lang import (
     LinearOffChipStore,
     Map,
     RetileStreamify,
-    interpret,
     metrics,
     numerics,
 )
 from step_lang.errors import StepTypeError
 from step_lang.hier_tiling import hier_tile, hw_split, tiling_report
-from step_lang.types import Tile
 
 BF16 = numerics.functions(BF16_CONFIG)
 FIXED = numerics.functions(HwConfig())
-
-
-def _bits(a: np.ndarray) -> np.ndarray:
-    return a.view(np.uint16) if a.dtype == ml_dtypes.bfloat16 else a
-
-
-def _same_outputs(g: Graph, h: Graph, memory: dict[str, np.ndarray], outs: list[str]) -> None:
-    r0 = interpret(g, {k: v.copy() for k, v in memory.items()})
-    r1 = interpret(h, {k: v.copy() for k, v in memory.items()})
-    for name in outs:
-        np.testing.assert_array_equal(_bits(r1.memory[name]), _bits(r0.memory[name]))
-
-
-def _largest_tile(graph: Graph) -> tuple[int, int]:
-    rows = cols = 0
-    for node in graph.nodes.values():
-        for t in node.out_types:
-            if isinstance(t.elem, Tile):
-                rows, cols = max(rows, t.elem.rows), max(cols, t.elem.cols)
-    return rows, cols
 
 
 def _bf16_memory(config: swiglu.SwiGLUConfig, seed: int = 0) -> dict[str, np.ndarray]:

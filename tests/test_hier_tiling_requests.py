@@ -15,6 +15,7 @@ import dataclasses
 import ml_dtypes
 import numpy as np
 import pytest
+from hier_helpers import rewrite, same_outputs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,41 +32,16 @@ from step_lang import (
     RandomOffChipLoad,
     RandomOffChipStore,
     Sink,
-    interpret,
     numerics,
 )
 from step_lang import functions as F
 from step_lang.errors import StepTypeError
-from step_lang.hier_tiling import hier_tile, tiling_report
+from step_lang.hier_tiling import hier_tile
 from step_lang.types import Tile
 
 BF16 = numerics.functions(BF16_CONFIG)
 BF = ml_dtypes.bfloat16
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def _bits(a: np.ndarray) -> np.ndarray:
-    return a.view(np.uint16) if a.dtype == BF else a
-
-
-def _rewrite(g: Graph, hw: int) -> Graph:
-    """``hier_tile(g, hw, hw)``, checked: no tile above the hardware tile, the same off-chip
-    bytes (symbolically)."""
-    h = hier_tile(g, hw, hw)
-    for node in h.nodes.values():
-        for t in node.out_types:
-            if isinstance(t.elem, Tile) and isinstance(t.elem.rows, int):
-                assert t.elem.rows <= hw and t.elem.cols <= hw, (node.name, t.elem)
-    report = tiling_report(g, h)
-    assert report.offchip_after == report.offchip_before
-    return h
-
-
-def _same(g: Graph, h: Graph, memory: dict, outs: list[str]) -> None:
-    r0 = interpret(g, {k: v.copy() for k, v in memory.items()})
-    r1 = interpret(h, {k: v.copy() for k, v in memory.items()})
-    for name in outs:
-        np.testing.assert_array_equal(_bits(r1.memory[name]), _bits(r0.memory[name]))
 
 
 # -- decode attention ---------------------------------------------------------------------------
@@ -79,10 +55,10 @@ def test_attention_on_4x4_tiles_bit_exact(schedule):
     V both ways), KV lengths ragged across requests, including a request whose new row lands in
     each row block of its last tile."""
     g = attention.hardware(schedule, 6, 2, hw=BF16_CONFIG, config=SMALL_HW)
-    h = _rewrite(g, 4)
+    h = rewrite(g, 4)
     kv = np.array([0, 3, 4, 7, 12, 30])
     mem = attention.hardware_inputs(kv, seed=2, hw=BF16_CONFIG, config=SMALL_HW)
-    _same(g, h, mem, ["out", "k_cache", "v_cache"])
+    same_outputs(g, h, mem, ["out", "k_cache", "v_cache"])
 
 
 @SETTINGS
@@ -93,9 +69,9 @@ def test_attention_on_4x4_tiles_bit_exact(schedule):
 )
 def test_random_kv_lengths_bit_exact(kv, schedule, seed):
     g = attention.hardware(schedule, len(kv), 1, hw=BF16_CONFIG, config=SMALL_HW)
-    h = _rewrite(g, 4)
+    h = rewrite(g, 4)
     mem = attention.hardware_inputs(np.array(kv), seed=seed, hw=BF16_CONFIG, config=SMALL_HW)
-    _same(g, h, mem, ["out", "k_cache", "v_cache"])
+    same_outputs(g, h, mem, ["out", "k_cache", "v_cache"])
 
 
 def test_paper_size_attention_on_16x16_tiles_bit_exact():
@@ -103,10 +79,10 @@ def test_paper_size_attention_on_16x16_tiles_bit_exact():
     318, on 16x16 hardware tiles."""
     hw = dataclasses.replace(BF16_CONFIG, tile_rows=16, tile_cols=16)
     g = attention.hardware("interleaved", 16, 2, hw=hw, config=attention.PAPER_HW)
-    h = _rewrite(g, 16)
+    h = rewrite(g, 16)
     kv = np.random.default_rng(1).integers(256, 319, size=16)
     mem = attention.hardware_inputs(kv, seed=3, hw=hw, config=attention.PAPER_HW)
-    _same(g, h, mem, ["out", "k_cache", "v_cache"])
+    same_outputs(g, h, mem, ["out", "k_cache", "v_cache"])
 
 
 # -- the operators one by one ------------------------------------------------------------------
@@ -138,7 +114,7 @@ def test_random_load_and_store_of_big_tiles_bit_exact(nr, nc, blocks, reads, see
     big = RandomOffChipLoad(ra, x, tile=(4 * nr, 4 * nc), name="load").out
     twice = Map(big, big, fn=BF16.add, name="twice").out
     Sink(RandomOffChipStore(wa, twice, y, name="store").out, name="acks")
-    h = _rewrite(g, 4)
+    h = rewrite(g, 4)
     load = h.nodes["load"]
     assert load.tile == (4, 4)
     assert load.fetch == ((nr, nc) if (nr, nc) != (1, 1) else None)  # a fitting tile: as it was
@@ -148,7 +124,7 @@ def test_random_load_and_store_of_big_tiles_bit_exact(nr, nc, blocks, reads, see
         "ra": np.array(src, np.int32).reshape(-1, 1),
         "wa": np.arange(len(reads), dtype=np.int32).reshape(-1, 1),
     }
-    _same(g, h, mem, ["y"])
+    same_outputs(g, h, mem, ["y"])
 
 
 def test_random_load_of_non_consecutive_blocks_is_refused():
@@ -187,10 +163,10 @@ def test_bf16_row_sum_over_column_blocks_bit_exact(r, c, seed):
     o = g.tensor("o", (2 * r, 1), "bfloat16")
     t = LinearOffChipLoad(x, tile=(r, c), name="ld").out
     LinearOffChipStore(Map(t, fn=BF16.row_sum, name="rsum").out, o, name="st")
-    h = _rewrite(g, 4)
+    h = rewrite(g, 4)
     rng = np.random.default_rng(seed)
     scale = 10.0 ** rng.integers(-3, 4, size=(2 * r, c))
-    _same(g, h, {"x": (rng.standard_normal((2 * r, c)) * scale).astype(BF)}, ["o"])
+    same_outputs(g, h, {"x": (rng.standard_normal((2 * r, c)) * scale).astype(BF)}, ["o"])
 
 
 def test_flatmap_without_pieces_is_refused():

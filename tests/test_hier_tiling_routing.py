@@ -13,6 +13,8 @@ from dataclasses import replace
 import ml_dtypes
 import numpy as np
 import pytest
+from hier_helpers import rewrite as _rewrite
+from hier_helpers import same_outputs as _checked_same
 from hw_helpers import built_not_elaborated
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -37,65 +39,21 @@ from step_lang import (
     Reshape,
     RetileStreamify,
     Sink,
-    interpret,
-    metrics,
     numerics,
 )
 from step_lang import functions as F
 from step_lang.errors import StepTypeError
-from step_lang.hier_tiling import hier_tile, tiling_report
-from step_lang.types import Tile
+from step_lang.hier_tiling import hier_tile
 
 BF16 = numerics.functions(BF16_CONFIG)
 BF = ml_dtypes.bfloat16
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def _bits(a: np.ndarray) -> np.ndarray:
-    return a.view(np.uint16) if a.dtype == BF else a
-
-
-def _same_outputs(
-    g: Graph, h: Graph, memory: dict[str, np.ndarray], outs: list[str], *, check: bool = True
-) -> None:
+def _same_outputs(g, h, memory, outs, *, check: bool = True) -> None:
     """Bit-exact outputs; with ``check`` (every stream of the rewritten graph checked against
-    its type) also the same FLOPs, evaluated with the dims each run observed (the rewrite names
-    some ragged dims differently: ``unpack0_chunks`` for ``unpack0_n``)."""
-    r0 = interpret(g, {k: v.copy() for k, v in memory.items()})
-    r1 = interpret(h, {k: v.copy() for k, v in memory.items()}, check=check)
-    for name in outs:
-        np.testing.assert_array_equal(_bits(r1.memory[name]), _bits(r0.memory[name]))
-    if check:
-        before = metrics(g).evaluate(_dims(r0.bindings)).flops
-        assert metrics(h).evaluate(_dims(r1.bindings)).flops == before
-
-
-def _dims(b) -> dict[str, int]:
-    """The observed dims: regular ones, and ragged ones that took a single value."""
-    single = {str(k): next(iter(v)) for k, v in b.ragged.items() if len(v) == 1}
-    return {**single, **b.values()}
-
-
-def _largest_tile(graph: Graph) -> tuple[int, int]:
-    rows = cols = 0
-    for node in graph.nodes.values():
-        for t in node.out_types:
-            if isinstance(t.elem, Tile) and isinstance(t.elem.rows, int):
-                rows, cols = max(rows, t.elem.rows), max(cols, t.elem.cols)
-    return rows, cols
-
-
-def _rewrite(g: Graph, hw: int) -> Graph:
-    """``hier_tile(g, hw, hw)``, checked: ``g`` unchanged, no tile above the hardware tile, the
-    same off-chip bytes (symbolically)."""
-    before = {n.name: tuple(n.out_types) for n in g.nodes.values()}
-    h = hier_tile(g, hw, hw)
-    assert {n.name: tuple(n.out_types) for n in g.nodes.values()} == before  # g unchanged
-    rows, cols = _largest_tile(h)
-    assert rows <= hw and cols <= hw
-    report = tiling_report(g, h)
-    assert report.offchip_after == report.offchip_before
-    return h
+    its type) also the same FLOPs (``hier_helpers.same_outputs``)."""
+    _checked_same(g, h, memory, outs, flops=check, check=check)
 
 
 def _bf16(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:

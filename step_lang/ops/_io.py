@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 from ..tokens import DONE, Stop, Token, is_data
@@ -31,3 +31,20 @@ def recv_aligned(io: Any) -> Generator[Any, Any, list[Token]]:
                 "(inputs must have the same shape, token by token)",
             )
     return toks
+
+
+def expand_each(
+    io: Any, writer: Any, expand: Callable[[Token], Iterator[Any]]
+) -> Generator[Any, Any, None]:
+    """Drive ``writer`` (a :class:`~step_lang.stoprules.BlockWriter` on output 0) from input 0:
+    every data token is written by ``expand(token)`` (a generator of ``writer`` calls), a stop
+    becomes the writer's outer stop, done ends the stream."""
+    while True:
+        tok = yield from io.recv(0)
+        if tok is DONE:
+            yield from writer.done()
+            return
+        if isinstance(tok, Stop):
+            yield from writer.outer_stop(tok.level)
+            continue
+        yield from expand(tok)

@@ -18,7 +18,7 @@ from ..graph import Node, OffChipTensor, Stream
 from ..stoprules import BlockWriter, grid_tokens
 from ..tokens import DONE, Stop, is_data
 from ..types import StreamType, Tile, bool_
-from ._io import recv_aligned
+from ._io import expand_each, recv_aligned
 
 __all__ = ["LinearOffChipLoad", "LinearOffChipStore", "RandomOffChipLoad", "RandomOffChipStore"]
 
@@ -257,16 +257,8 @@ class LinearOffChipLoad(_OffChip):
         writer = BlockWriter(
             lambda t: io.send(0, t), len(self.out_shape), input_rank=self.inputs[0].rank
         )
-        while True:
-            tok = yield from io.recv(0)
-            if tok is DONE:
-                yield from writer.done()
-                return
-            if isinstance(tok, Stop):
-                yield from writer.outer_stop(tok.level)
-            else:
-                block = self._block(io)  # re-read: stores may have changed memory
-                yield from writer.block(block)
+        # re-read for every reference element: stores may have changed memory
+        yield from expand_each(io, writer, lambda tok: writer.block(self._block(io)))
 
 
 class LinearOffChipStore(_OffChip):
@@ -451,21 +443,20 @@ class RandomOffChipLoad(_OffChip):
 
     def _execute_blocks(self, io: Any) -> Iterator[Any]:
         writer = BlockWriter(lambda t: io.send(0, t), 2, input_rank=self.inputs[0].rank)
-        while True:
-            tok = yield from io.recv(0)
-            if tok is DONE:
-                yield from writer.done()
-                return
-            if isinstance(tok, Stop):
-                yield from writer.outer_stop(tok.level)
-                continue
+
+        def block(tok: Any) -> Iterator[Any]:
             k = _checked_address(io, self, tok, "raddr")
             tiles = block_tiles(self.tensor.shape, self.tile, self.fetch, k)
+            yield from writer.block(
+                grid_tokens(
+                    self.fetch,
+                    lambda m: [
+                        io.read_tile(self.tensor, self.tile, tiles[m[0] * self.fetch[1] + m[1]])
+                    ],
+                )
+            )
 
-            def read(m: tuple[int, ...], tiles: list[int] = tiles) -> list:
-                return [io.read_tile(self.tensor, self.tile, tiles[m[0] * self.fetch[1] + m[1]])]
-
-            yield from writer.block(grid_tokens(self.fetch, read))
+        yield from expand_each(io, writer, block)
 
 
 class RandomOffChipStore(_OffChip):

@@ -11,6 +11,7 @@ from ..graph import Node, Stream
 from ..stoprules import BlockWriter, bufferize_stop, grid_tokens, partition_closes_chunk
 from ..tokens import DONE, Stop, Token, is_data
 from ..types import BufferType, StreamType
+from ._io import expand_each
 
 __all__ = ["BufferValue", "Bufferize", "Streamify"]
 
@@ -234,18 +235,12 @@ class Streamify(Node):
             len(self.repeat) + self._read_rank,
             input_rank=self.inputs[0].rank,
         )
-        while True:
-            tok = yield from io.recv(0)
-            if tok is DONE:
-                yield from writer.done()
-                return
-            if isinstance(tok, Stop):
-                yield from writer.outer_stop(tok.level)
-                continue
+
+        def replay(tok: Any) -> Iterator[Any]:
             read = self._read(io, tok)
-            yield from writer.block(
-                grid_tokens(self.repeat, lambda m, read=read: read, sub=self._read_rank)
-            )
+            yield from writer.block(grid_tokens(self.repeat, lambda m: read, sub=self._read_rank))
+
+        yield from expand_each(io, writer, replay)
 
     def _by_ref(self, io: Any) -> Iterator[Any]:
         c = self.ref_inner

@@ -22,6 +22,7 @@ from ..stoprules import (
 )
 from ..tokens import DONE, Stop, is_data
 from ..types import StreamType, Tile, bool_
+from ._io import expand_each
 
 __all__ = ["Expand", "Flatten", "Promote", "RepeatStatic", "Reshape"]
 
@@ -388,14 +389,10 @@ class RepeatStatic(Node):
 
     def execute(self, io: Any) -> Iterator[Any]:
         writer = BlockWriter(lambda t: io.send(0, t), 1, input_rank=self.inputs[0].rank)
-        while True:
-            tok = yield from io.recv(0)
-            if tok is DONE:
-                yield from writer.done()
-                return
-            if isinstance(tok, Stop):
-                yield from writer.outer_stop(tok.level)
-                continue
+
+        def repeat(tok: Any) -> Iterator[Any]:
             for _ in range(self.count):
                 yield from writer.data(tok)
             yield from writer.end_block()
+
+        yield from expand_each(io, writer, repeat)
