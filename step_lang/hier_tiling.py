@@ -38,9 +38,11 @@ Accumulation order
     order, hardware tiles of ``K`` within each, the ``K`` columns of a hardware tile within
     that. With the BF16 functions (``s = +0; s += a*b`` in ``k`` order, FP32, the chain
     continued by ``matmul_acc``) that is the unsplit matmul's chain, so the rewritten graph is
-    bit-exact. The fixed-point ``matmul`` rounds once per call, so a split ``K`` would round
-    once per hardware tile: the pass refuses a fixed-point matmul whose ``K`` exceeds the
-    hardware tile (``docs/hierarchical_tiling.md``).
+    bit-exact. The fixed-point ``matmul`` rounds once per call: a split ``K`` is summed
+    exactly over the hardware tiles and rounded once per big tile (``matmul_sum``), and an
+    Accum of ``matmul_acc`` over big tiles adds those rounded products as it did (an Accum of
+    ``accum_add``, held across the big tiles; ``overflow="wrap"`` only)
+    (``docs/hierarchical_tiling.md``).
 
 Queue depths the user set carry over to the same streams, scaled to hardware tiles (``d`` big
 tiles become ``d * n_rows * n_cols`` hardware tiles).
@@ -444,15 +446,18 @@ class _Rewrite:
         m_r, k_c = hw_split(ta.rows, h), hw_split(ta.cols, h)
         n_c = hw_split(out.cols, h)
         nm, nk, nn = ta.rows // m_r, ta.cols // k_c, out.cols // n_c
-        fixed = _is_fixed(node.fn)
-        if fixed and nk > 1:
+        n_red = len(reduce_dims)
+        # Fixed point rounds once per matmul: K split over hardware tiles is summed exactly and
+        # rounded once per big tile (``matmul_sum``), then added across D as matmul_acc adds.
+        exact = _is_fixed(node.fn) and nk > 1
+        if exact and n_red and node.fn.numerics.overflow != "wrap":
             raise self.refuse(
                 node,
-                f"fixed-point '{node.fn.name}' with K = {ta.cols} > {h} would round once per "
-                f"hardware tile instead of once per {ta.rows}x{ta.cols} tile; use the BF16 "
-                f"functions (bit-exact K chains) or K <= {h}",
+                f"fixed-point '{node.fn.name}' with K = {ta.cols} > {h} under "
+                f"overflow='{node.fn.numerics.overflow}': the products of a big tile, rounded "
+                f"once, are added across the Accum as wrapped {out.dtype} values, which only "
+                f"'wrap' keeps equal",
             )
-        n_red = len(reduce_dims)
         # An output tile that fits (nm = nn = 1) stays a plain stream: no (m, n) dims.
         lead = 2 if (nm, nn) != (1, 1) else 0
         # A: buffer (nm, nk) per big tile; read (nm, nn, nk).
@@ -469,8 +474,16 @@ class _Rewrite:
             stride=((0, nk, 1) if transpose_b else (0, 1, nn))[2 - lead :],
             name=f"{node.name}_b_read",
         ).out
-        fn = _acc_fn(node.fn, out, transpose_b)
-        if n_red and lead:  # fold (*D, k) for each (m, n): the (m, n) accumulators are held
+        fn = _acc_fn(node.fn, out, transpose_b, exact)
+        if exact and n_red:  # each big tile's product, then the sum across D
+            prod = Accum(a_rd, b_rd, fn=fn, rank=1, name=f"{node.name}_tile").out
+            add = _functions_of(node.fn).accum_add
+            if lead:  # [.., *D, nm, nn]: one accumulator per (m, n), held across D
+                unit = Promote(prod, 0, name=f"{node.name}_unit").out
+                new = Accum(unit, fn=add, rank=n_red + 1, held=2, inner=1, name=node.name)
+            else:
+                new = Accum(prod, fn=add, rank=n_red, name=node.name)
+        elif n_red and lead:  # fold (*D, k) for each (m, n): the (m, n) accumulators are held
             new = Accum(a_rd, b_rd, fn=fn, rank=n_red + 1, held=2, inner=1, name=node.name)
         else:  # (*D, k) are the innermost dims
             new = Accum(a_rd, b_rd, fn=fn, rank=n_red + 1, name=node.name)
@@ -512,13 +525,24 @@ def _is_fixed(fn: Any) -> bool:
     return is_fixed_point(fn)
 
 
-def _acc_fn(fn: Any, out: Tile, transpose_b: bool) -> Any:
-    """The ``matmul_acc`` of ``fn``'s arithmetic (Map ``matmul`` or Accum ``matmul_acc``)."""
+def _acc_fn(fn: Any, out: Tile, transpose_b: bool, exact: bool = False) -> Any:
+    """The Accum function of ``fn``'s arithmetic (Map ``matmul`` or Accum ``matmul_acc``) over
+    the ``K`` hardware tiles: ``matmul_acc`` (a BF16 chain continued), or with ``exact`` the
+    fixed-point ``matmul_sum`` (the exact sum, rounded once)."""
     from .numerics import functions, is_hardware_function
 
+    if exact:
+        return _functions_of(fn).matmul_sum_out(out.dtype, transpose_b=transpose_b)
     if is_hardware_function(fn):
         return functions(fn.numerics).matmul_acc_out(out.dtype, transpose_b=transpose_b)
     return F.matmul_acc(transpose_b, out.dtype)
+
+
+def _functions_of(fn: Any) -> Any:
+    """The hardware function set ``fn`` belongs to."""
+    from .numerics import functions
+
+    return functions(fn.numerics)
 
 
 def hier_tile(graph: Graph, rows: int = 16, cols: int = 16) -> Graph:

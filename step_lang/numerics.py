@@ -392,6 +392,12 @@ def matmul_q(
     a: np.ndarray, b: np.ndarray, f: int, acc: DType, nm: Numerics, name: str
 ) -> np.ndarray:
     """``a @ b`` summed in the accumulator ``acc`` (wrapping), rescaled by ``round_shift(., f)``."""
+    s = nm.wrap(name, exact_dot(a, b, name), acc).astype(np.int64)
+    return round_shift(s, f)
+
+
+def exact_dot(a: np.ndarray, b: np.ndarray, name: str) -> np.ndarray:
+    """The exact integer ``a @ b`` (int64, or Python ints for 32-bit elements)."""
     a, b = np.asarray(a), np.asarray(b)
     if a.shape[1] != b.shape[0]:
         raise StepRuntimeError(f"function '{name}': inner dims differ, {a.shape} @ {b.shape}")
@@ -402,8 +408,7 @@ def matmul_q(
     s = np.zeros((a.shape[0], b.shape[1]), dtype=aa.dtype)
     for k in range(a.shape[1]):  # plain loops, as `functions._dot`: no BLAS, one order
         s = s + np.multiply.outer(aa[:, k], bb[k, :])
-    s = nm.wrap(name, s, acc).astype(np.int64)
-    return round_shift(s, f)
+    return s
 
 
 # ---------------------------------------------------------------------------------------------
@@ -432,6 +437,9 @@ class FixedAccumFn(AccumFn):
     op: str = ""
     numerics: Numerics | None = None
     transpose_b: bool = False
+    #: ``matmul`` only: the accumulator is the exact sum of the products, rescaled when
+    #: emitted (``matmul_sum_out``), not a sum of rescaled products (``matmul_acc``).
+    exact: bool = False
 
 
 def _hw_tile(t: ElemType, err: ErrorFn, port: str, fn: str, f: int) -> Tile:
@@ -497,6 +505,12 @@ class FixedPointFunctions(FunctionSet):
     def matmul_acc_out(self, out_dtype: DType | str, *, transpose_b: bool = False) -> FixedAccumFn:
         """``matmul_acc`` (``matmul_t_acc``) accumulating in ``out_dtype``."""
         return _matmul_acc(self.numerics, transpose_b, dtype(out_dtype))
+
+    def matmul_sum_out(self, out_dtype: DType | str, *, transpose_b: bool = False) -> FixedAccumFn:
+        """An Accum function whose group is one ``matmul`` (``matmul_t``) split over its ``K``
+        tiles: the exact sum of the products, emitted as ``matmul_out(out_dtype)`` would emit
+        the unsplit product (hierarchical tiling's fixed-point ``K`` split)."""
+        return _matmul_sum(self.numerics, transpose_b, dtype(out_dtype))
 
 
 def _binary(nm: Numerics, op: str, name: str) -> FixedMapFn:
@@ -640,6 +654,47 @@ def _matmul_acc(nm: Numerics, transpose_b: bool, out_dtype: DType | None = None)
     return FixedAccumFn(
         name, 2, type_rule, init, update, mm._flops, mm.params, mm.meta, "matmul", nm, transpose_b
     )
+
+
+def _matmul_sum(nm: Numerics, transpose_b: bool, out_dtype: DType | None = None) -> FixedAccumFn:
+    """``matmul`` with its reduction split over the tiles of a group (hierarchical tiling):
+    the exact sum of every product of the group, emitted as the one ``matmul`` of the unsplit
+    tiles emits it (wrapped to the accumulator's width, ``round_shift``, wrapped to the output):
+    an Accum of it over the ``K`` tiles equals the ``matmul`` of the whole ``K``, bit for bit."""
+    mm = _matmul(nm, transpose_b, out_dtype)
+    name = ("matmul_t" if transpose_b else "matmul") + "_sum"
+    f = nm.frac_bits
+    acc_dt = dtype(nm.acc_dtype)
+
+    def type_rule(
+        err: ErrorFn, in_types: tuple[ElemType, ...], reduced: tuple[Dim, ...]
+    ) -> ElemType:
+        return mm.out_type(err, *in_types)
+
+    def init(t: Tile, first: tuple | None) -> np.ndarray:
+        if first is None:
+            if not (isinstance(t, Tile) and t.is_static):
+                raise StepRuntimeError(
+                    f"function '{name}': cannot build an initial value for an empty group of {t} (dynamic shape)"
+                )
+            return np.zeros((t.rows, t.cols), dtype=np.int64)
+        a, b = first
+        n = np.shape(b)[0] if transpose_b else np.shape(b)[1]
+        return np.zeros((np.shape(a)[0], n), dtype=np.int64)
+
+    def update(out: Tile, acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        b = np.asarray(b)
+        return acc + exact_dot(a, b.T if transpose_b else b, name)
+
+    def emit(out: Tile, acc: np.ndarray) -> np.ndarray:
+        y = round_shift(nm.wrap(name, acc, acc_dt).astype(np.int64), f)
+        return nm.wrap(name, y, out.dtype)
+
+    params = (*mm.params, ("sum", True))
+    return FixedAccumFn(
+        name, 2, type_rule, init, update, mm._flops, params, mm.meta, "matmul", nm, transpose_b,
+        _emit=emit, exact=True,
+    )  # fmt: skip
 
 
 @functools.cache

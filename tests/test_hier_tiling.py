@@ -73,10 +73,41 @@ def test_swiglu_bf16_bit_exact_and_same_traffic(size, tb, ti):
     assert "off-chip bytes" in report.table()
 
 
-def test_swiglu_fixed_point_k_split_is_refused_with_the_node():
-    g = swiglu.hardware(8, 8, hw=HwConfig(), size=swiglu.SwiGLUConfig(8, 32, 16, "int16"))
-    with pytest.raises(StepTypeError, match=r"Map 'gate'.*fixed-point 'matmul' with K = 32 > 16"):
-        hier_tile(g, 16, 16)
+def test_swiglu_fixed_point_k_split_bit_exact():
+    """Q8.8 int16: K = 32 over two 16-wide hardware tiles is summed exactly and rounded once
+    per big tile (``matmul_sum``), then added across the down projection's Accum."""
+    size = swiglu.SwiGLUConfig(16, 32, 64, "int16")
+    g = swiglu.hardware(16, 32, hw=HwConfig(), size=size)
+    h = hier_tile(g, 16, 16)
+    assert h.nodes["gate"].fn.name == "matmul_sum"
+    assert h.nodes["down_tile"].fn.name == "matmul_sum" and h.nodes["down"].held == 2
+    mem = swiglu.inputs(size, seed=7)
+    _same_outputs(g, h, mem, ["out"])
+
+
+def test_fixed_point_k_split_wraps_as_the_unsplit_matmul():
+    """int16 operands at full scale: the int32 sums wrap (K = 24 products of up to 2^30), and
+    the split form wraps them as the unsplit matmul does."""
+    fns = numerics.functions(HwConfig(frac_bits=4))
+    g = _matmul_graph(fns, "int16", 2, 2, 4, 12, 4, accum=True, transpose=False)
+    h = hier_tile(g, 4, 4)
+    rng = np.random.default_rng(3)
+    shapes = {"a": (8, 24), "b": (24, 4), "c": (8, 4)}
+    mem = {k: rng.integers(-32768, 32768, sh).astype(np.int16) for k, sh in shapes.items()}
+    big = np.abs(np.asarray(mem["a"], np.int64)[:, :12] @ np.asarray(mem["b"], np.int64)[:12]).max()
+    assert big >= 2**31  # the int32 sum does wrap
+    _same_outputs(g, h, mem, ["out"])
+
+
+def test_fixed_point_k_split_across_an_accum_needs_wrapping():
+    fns = numerics.functions(HwConfig(), overflow="raise")
+    g = _matmul_graph(fns, "int16", 1, 2, 4, 8, 4, accum=True, transpose=False)
+    with pytest.raises(
+        StepTypeError,
+        match=r"^Accum 'mm': hierarchical tiling to 4x4: fixed-point 'matmul_acc' with K = 8 > 4 "
+        r"under overflow='raise'",
+    ):
+        hier_tile(g, 4, 4)
 
 
 def _matmul_graph(
@@ -136,10 +167,6 @@ def test_random_matmul_graphs_bit_exact(fmt, hw, s, d, m, k, n, accum, transpose
         d = 1
     fns = BF16 if fmt == "bfloat16" else FIXED
     g = _matmul_graph(fns, fmt, s, d, m, k, n, accum=accum, transpose=transpose)
-    if fmt == "int16" and hw_split(k, hw) < k:
-        with pytest.raises(StepTypeError, match=r"'mm'.*fixed-point"):
-            hier_tile(g, hw, hw)
-        return
     h = hier_tile(g, hw, hw)
     rows, cols = _largest_tile(h)
     assert rows <= hw and cols <= hw
