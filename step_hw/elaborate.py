@@ -142,6 +142,10 @@ class ElaboratedGraph(wiring.Component):
         *,
         instances: dict[str, str] | None = None,
     ):
+        # Refused graphs leave no warning behind: the top and the blocks built so far are never
+        # elaborated (Amaranth's UnusedElaboratable fires when they are collected, in whatever
+        # code runs then); the silence is lifted once the construction succeeds.
+        self._MustUse__silence = True
         config = config_for(graph) if config is None else config
         if not isinstance(config, HwConfig):
             raise TypeError(f"config must be a HwConfig, not {config!r}")
@@ -200,6 +204,7 @@ class ElaboratedGraph(wiring.Component):
         if self.flag_bits:
             members["flags"] = Out(len(self.flag_bits))
         super().__init__(members)
+        self._MustUse__silence = False
 
     @staticmethod
     def _allocate(graph: Graph, config: HwConfig) -> dict[str, dict[str, Any]]:

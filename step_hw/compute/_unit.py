@@ -233,13 +233,20 @@ class Datapath:
     #: ``overflow_rows`` in :meth:`build`: per result row, high when an element of it does.
     may_overflow = False
     overflow_rows: list[Any] | None = None
-    #: Element width of the accumulator register when it differs from the output's (the FP32
-    #: accumulator of a BF16 Accum); :meth:`emit` converts it to the output.
+    #: Element width of an accumulator register that :meth:`emit` converts to the output (the
+    #: FP32 accumulator of a BF16 Accum; the exact ``acc_bits`` sum of a fixed-point
+    #: ``matmul_sum``, rescaled when emitted); ``None``: the accumulator is the output.
     acc_register_bits: int | None = None
 
     def emit(self, m: Module, value: Any) -> Any:
         """The output elements of accumulator elements ``value`` (Accum and Scan)."""
         return value
+
+    def emit_overflows(self, m: Module, value: Any) -> Value | None:
+        """High when an element :meth:`emit` makes of ``value`` leaves the output's range
+        (``None``: never; with ``may_overflow`` only). The unit ORs it into ``overflow`` in the
+        cycle the emitted tile is loaded into the output register."""
+        return None
 
     def build(
         self,
@@ -376,8 +383,15 @@ class FoldUnit(StreamUnit):
                 m.d.sync += step.eq(0)
         out_fmt = self._out_format
         acc_fmt = out_fmt
-        if dp.acc_register_bits is not None and dp.acc_register_bits != out_fmt.elem_bits:
-            acc_fmt = replace(out_fmt, elem_bits=dp.acc_register_bits, float_dtype="float32")
+        if dp.acc_register_bits is not None:  # a register that `dp.emit` converts
+            float_acc = (
+                out_fmt.float_dtype is not None and dp.acc_register_bits != out_fmt.elem_bits
+            )
+            acc_fmt = replace(
+                out_fmt,
+                elem_bits=dp.acc_register_bits,
+                float_dtype="float32" if float_acc else out_fmt.float_dtype,
+            )
         layout = acc_fmt.data_shape
         acc = None
         if mode != "map":
@@ -404,7 +418,7 @@ class FoldUnit(StreamUnit):
         if out_fmt.dynamic:
             result = with_rows(m, out_fmt if mode == "map" else acc_fmt, result, rows)
 
-        def emitted(value: Any) -> Any:  # accumulator to output (identity but for FP32 -> BF16)
+        def emitted(value: Any) -> Any:  # accumulator to output (FP32 -> BF16, rescaling)
             if acc_fmt is out_fmt:
                 return value
             if not out_fmt.dynamic:
@@ -413,8 +427,13 @@ class FoldUnit(StreamUnit):
             m.d.comb += [out_value.rows.eq(value.rows), out_value.elems.eq(dp.emit(m, value.elems))]
             return out_value
 
+        def emit_over(value: Any) -> Value | None:  # an emitted tile leaves the output range
+            return dp.emit_overflows(m, elems(value, acc_fmt)) if dp.may_overflow else None
+
         emitted_result = emitted(result) if mode == "scan" else None
         emitted_acc = emitted(acc) if mode == "accum" else None
+        result_over = emit_over(result) if mode == "scan" else None
+        acc_over = emit_over(acc) if mode == "accum" and not self._held else None
 
         if dp.may_overflow:  # sticky: a data token whose result wrapped or saturated
             over = Const(0)
@@ -445,6 +464,7 @@ class FoldUnit(StreamUnit):
                         m.d.comb += [take.eq(1), finish.eq(1)]
                         m.d.sync += acc.eq(result)
                         self._emit(m, Kind.DATA, 0, emitted_result)
+                        self._flag_overflow(m, result_over)
                 with m.Elif(free):
                     m.d.comb += take.eq(1)
                     self._emit(m, kind, level)
@@ -453,7 +473,7 @@ class FoldUnit(StreamUnit):
         elif self._held:  # accum with held accumulators
             self._held_control(
                 m, valid, take, kind, level, free, last, advance, finish, clear, acc, result,
-                emitted, layout.const(init),
+                emitted, emit_over, layout.const(init),
             )  # fmt: skip
         else:  # accum
             # A stop of level s >= rank emits the accumulator and, if s > rank, Stop(s - rank)
@@ -472,6 +492,7 @@ class FoldUnit(StreamUnit):
                     m.d.comb += [take.eq(1), clear.eq(1)]
                     with m.If(is_stop):
                         self._emit(m, Kind.DATA, 0, emitted_acc)
+                        self._flag_overflow(m, acc_over)
                         with m.Switch(level):
                             for lv in range(rank, max_level(len(level)) + 1):
                                 outer = accum_stop(lv, rank)
@@ -482,9 +503,15 @@ class FoldUnit(StreamUnit):
                         self._emit(m, Kind.DONE)
         return m
 
+    def _flag_overflow(self, m: Module, over: Value | None) -> None:
+        """Set the sticky ``overflow`` flag when ``over`` (under the caller's condition)."""
+        if over is not None:
+            with m.If(over):
+                m.d.sync += self.overflow.eq(1)
+
     def _held_control(
         self, m, valid, take, kind, level, free, last, advance, finish, clear, acc, result,
-        emitted, init,
+        emitted, emit_over, init,
     ) -> None:  # fmt: skip
         """The control of an Accum with held accumulators (``step_lang`` ``Accum(held=h,
         inner=i)``): the working register ``acc`` holds the position being folded; the others
@@ -493,7 +520,9 @@ class FoldUnit(StreamUnit):
         bank and the next position's accumulator loaded (its initial value while the first
         outer element of the group is folded). The stop that closes the group writes the last
         position, then the bank is emitted in ``H``'s order, one tile per cycle, with the stops
-        between ``H``'s dims (``held_stop``) and ``Stop(s - rank)`` after the last."""
+        between ``H``'s dims (``held_stop``) and ``Stop(s - rank)`` after the last. The bank's
+        words are accumulator registers (``Datapath.acc_register_bits`` wide), converted by
+        ``emitted`` as they leave."""
         held, inner, rank = self._held, self._inner, self._rank
         n = 1
         for d in held:
@@ -515,10 +544,12 @@ class FoldUnit(StreamUnit):
         m.d.comb += [wr.addr.eq(pos), wr.data.eq(acc), rd.addr.eq(Mux(emitting, at, nxt))]
         closes = [held_stop(i, held) for i in range(n)]
         is_data, is_stop = kind == Kind.DATA, kind == Kind.STOP
+        out_data, out_over = emitted(rd.data), emit_over(rd.data)
 
         with m.If(emitting), m.If(free):
             with m.If(~stop_due):
-                self._emit(m, Kind.DATA, 0, emitted(rd.data))
+                self._emit(m, Kind.DATA, 0, out_data)
+                self._flag_overflow(m, out_over)
                 with m.Switch(at):
                     for i in range(n):
                         with m.Case(i):

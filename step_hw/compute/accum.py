@@ -35,7 +35,8 @@ from .matmul import (
 __all__ = ["ACCUM_OPS", "SCAN_OPS", "AccumUnit", "ScanUnit"]
 
 #: Accum operations: ``numerics`` ``accum_add``, ``accum_max``, ``matmul_acc`` (and
-#: ``matmul_t_acc``), ``retile_row`` and (floating point only) ``float_numerics.row_sum_acc``.
+#: ``matmul_t_acc``; ``matmul_sum_out`` with ``exact``), ``retile_row`` and (floating point only)
+#: ``float_numerics.row_sum_acc``.
 ACCUM_OPS = ("add", "max", "matmul", "retile_row", "row_sum")
 #: Scan operations (``retile_row`` would grow the tile at every element).
 SCAN_OPS = ("add", "max", "matmul")
@@ -148,9 +149,16 @@ def _reduce_unit(
     out_rows,
     max_rows=None,
     float_dtype=None,
+    exact=False,
 ):
     """Validate the parameters of an Accum or Scan unit: (input formats, output format, datapath)."""
     check_choice(owner, "op", op, ops)
+    check_bool(owner, "exact", exact)
+    if exact and (op != "matmul" or float_dtype is not None):
+        raise ValueError(
+            f"{owner} exact applies to fixed-point op='matmul' only, not op={op!r} with "
+            f"float_dtype={float_dtype!r}"
+        )
     if float_dtype is not None:
         check_choice(owner, "float_dtype", float_dtype, tuple(FLOAT_DTYPES))
         if elem_bits != float_bits(float_dtype):
@@ -220,6 +228,7 @@ def _reduce_unit(
             out_bits=out_bits,
             accumulate=True,
             dynamic=any(dyn),
+            exact=exact,
         )
         ins = [fmt(*s, dynamic=d) for s, d in zip(shapes, dyn, strict=True)]
         out_dt = float_result(float_dtype, out_bits)
@@ -277,6 +286,8 @@ def _reduce_kwargs(node: Any, config: HwConfig, ops, owner: str) -> dict[str, An
             acc_bits=config.acc.nbytes * 8,
             out_bits=out.elem_bits,
         )
+        if getattr(fn, "exact", False):  # numerics.matmul_sum_out: the exact sum, rescaled
+            kw["exact"] = True
     if op == "retile_row" and out.dynamic:
         kw["max_rows"] = out.rows
     elif op == "retile_row":
@@ -324,9 +335,10 @@ class AccumUnit(FoldUnit):
 
     Operations (:data:`ACCUM_OPS`), with the arithmetic of :func:`step_lang.numerics.functions`:
     ``add`` (wrapping) and ``max`` of equal tiles; ``matmul`` (``acc += a @ b`` on a MAC array of
-    ``lanes`` multipliers, as :class:`~step_hw.compute.MatmulUnit`, inputs zipped); ``retile_row``
-    (the tiles of a group are stacked into one tile of ``out_rows`` rows, which must fit the
-    configured tile); ``row_sum`` (floating point only, ``float_numerics.row_sum_acc``: the
+    ``lanes`` multipliers, as :class:`~step_hw.compute.MatmulUnit`, inputs zipped; ``matmul_acc``
+    rescales each tile's product, ``exact`` sums the products exactly and rescales once per
+    group); ``retile_row`` (the tiles of a group are stacked into one tile of ``out_rows`` rows,
+    which must fit the configured tile); ``row_sum`` (floating point only, ``float_numerics.row_sum_acc``: the
     ``[R, 1]`` row sums of a group's ``[R, C]`` tiles, one FP32 chain per row continued across
     the tiles).
 
@@ -342,6 +354,13 @@ class AccumUnit(FoldUnit):
         As :class:`~step_hw.compute.MapUnit`.
     lanes, transpose_b, acc_bits, out_bits
         ``matmul`` only; as :class:`~step_hw.compute.MatmulUnit`.
+    exact : bool
+        Fixed-point ``matmul`` only (``numerics`` ``matmul_sum_out``): the accumulator register
+        is ``acc_bits`` wide and holds the group's sum of products modulo ``2**acc_bits``; the
+        emitted tile is ``wrap(round_shift(acc, frac_bits), out_bits)``, what the Map ``matmul``
+        of the group's tiles concatenated along ``K`` gives
+        (:class:`~step_hw.compute.matmul.MacArrayDatapath`). Without it (``matmul_acc``) each
+        tile's product is rescaled and added in ``out_bits``. Timing is the same.
     out_rows : int
         ``retile_row`` only: rows of the output tile (a multiple of the input's rows).
     float_dtype : str
@@ -376,12 +395,17 @@ class AccumUnit(FoldUnit):
         One accumulator tile per group.
     misaligned : Out(1)
         (``matmul``.) Sticky: set when the inputs' tokens did not line up.
+    overflow : Out(1)
+        (Fixed-point ``add`` and ``matmul``.) Sticky: set when a result wrapped. With ``exact``:
+        when a running sum left ``acc_bits`` (in the cycle the pair is taken) or an emitted
+        element did not fit ``out_bits`` (in the cycle it is loaded into ``out``).
 
     Protocol
         :mod:`amaranth.lib.stream`; ``out.valid`` is a register. Data tokens are taken without
         waiting for the output.
     Latency
-        The accumulator is offered 1 cycle after the stop that closes its group is taken.
+        The accumulator is offered 1 cycle after the stop that closes its group is taken
+        (``exact``'s rescaling is combinational between the register and ``out``).
     Throughput
         One data token per cycle (``ceil(M*K*N / lanes)`` cycles per tile pair for ``matmul``);
         a stop of level ``s >= b`` takes one cycle, plus one for ``s > b`` (two output beats).
@@ -416,6 +440,7 @@ class AccumUnit(FoldUnit):
         float_dtype: str | None = None,
         held: Sequence[int] = (),
         inner: int = 0,
+        exact: bool = False,
     ):
         held, inner = _check_held("AccumUnit", op, rank, held, inner, level_bits, max_rows)
         ins, out, datapath = _reduce_unit(
@@ -434,6 +459,7 @@ class AccumUnit(FoldUnit):
             out_rows=out_rows,
             max_rows=max_rows,
             float_dtype=float_dtype,
+            exact=exact,
         )
         self._op = op
         super().__init__(ins, out, datapath, mode="accum", rank=rank, held=held, inner=inner)
@@ -458,7 +484,9 @@ class ScanUnit(FoldUnit):
     """A Scan of rank ``b``: an Accum that emits the accumulator after every element.
 
     Operations :data:`SCAN_OPS` (``add``, ``max``, ``matmul``), parameters and ports as
-    :class:`AccumUnit` (without ``out_rows``).
+    :class:`AccumUnit` (without ``out_rows``, ``max_rows``, ``held`` and ``inner``; with
+    ``exact`` every emitted tile is the running exact sum rescaled, as the interpreter's Scan
+    emits ``matmul_sum_out``).
 
     Protocol
         :mod:`amaranth.lib.stream`; ``out.valid`` is a register.
@@ -485,6 +513,7 @@ class ScanUnit(FoldUnit):
         acc_bits: int | None = None,
         out_bits: int | None = None,
         float_dtype: str | None = None,
+        exact: bool = False,
     ):
         ins, out, datapath = _reduce_unit(
             "ScanUnit",
@@ -501,6 +530,7 @@ class ScanUnit(FoldUnit):
             out_bits=out_bits,
             out_rows=None,
             float_dtype=float_dtype,
+            exact=exact,
         )
         self._op = op
         super().__init__(ins, out, datapath, mode="scan", rank=rank)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from amaranth.hdl import Const, Module, Signal, signed
+from amaranth.hdl import Const, Module, Signal, Value, signed
 
 from step_lang import ops
 
@@ -84,8 +84,10 @@ def float_result(float_dtype: str | None, out_bits: int) -> str | None:
 def mac_array_datapath(float_dtype: str | None, **kwargs: Any) -> Datapath:
     """The MAC array of a matmul unit (``accumulate=True``: of an Accum or Scan): the
     floating-point one for ``float_dtype`` (``bits``, ``frac_bits`` and ``acc_bits`` are then
-    fixed: BF16 in, FP32 sums), else the fixed-point one."""
+    fixed: BF16 in, FP32 sums; ``exact`` is fixed point only), else the fixed-point one."""
     if float_dtype is not None:
+        if kwargs.pop("exact", False):
+            raise ValueError("an exact (matmul_sum) accumulator is fixed point only")
         for fixed_only in ("bits", "frac_bits", "acc_bits"):
             kwargs.pop(fixed_only)
         return FloatMacArrayDatapath(**kwargs)
@@ -99,9 +101,21 @@ class MacArrayDatapath(MacSchedule):
     ``t*lanes .. t*lanes + lanes - 1``, adding them into per-output partial sums wide enough to
     be exact; the last step's sums are wrapped to ``acc_bits`` (as ``numerics.matmul_q``: the
     same value as wrapping every partial sum) and rescaled with ``round_shift(., frac_bits)``;
-    with ``accumulate`` the result is added to the accumulator, then wrapped to ``out_bits``.
-    ``overflow_rows`` flags a sum that does not fit ``acc_bits`` or a result that does not fit
-    ``out_bits`` (where ``numerics`` under ``overflow="raise"`` raises).
+    with ``accumulate`` the result is added to the accumulator, then wrapped to ``out_bits``
+    (``numerics`` ``matmul_acc``). ``overflow_rows`` flags a sum that does not fit ``acc_bits``
+    or a result that does not fit ``out_bits`` (where ``numerics`` under ``overflow="raise"``
+    raises).
+
+    With ``exact`` (and ``accumulate``: ``numerics`` ``matmul_sum_out``, a matmul whose ``K`` is
+    split over the tiles of a group) the accumulator register is ``acc_bits`` wide
+    (``acc_register_bits``) and holds ``wrap(acc + sum of the products, acc_bits)``: in modular
+    arithmetic the exact group sum wrapped once, as the interpreter's int64 sum wrapped when it
+    emits. :meth:`emit` rescales it, ``wrap(round_shift(acc, frac_bits), out_bits)``, so a
+    group emits what the Map ``matmul`` of the unsplit tiles gives. ``overflow_rows`` flags a
+    running sum that leaves ``acc_bits`` (a superset of ``overflow="raise"``, which checks only
+    the group's final sum: a running sum that wraps and comes back is flagged, not raised), and
+    :meth:`emit_overflows` an emitted value that does not fit ``out_bits`` (exactly where
+    ``"raise"`` raises for it).
 
     With ``dynamic`` ``M`` is the most rows of a dynamic tile ``a``: a tile of ``n`` rows takes
     ``max(1, ceil(n*K*N / lanes))`` steps (its products are the first ``n*K*N``).
@@ -119,11 +133,16 @@ class MacArrayDatapath(MacSchedule):
         out_bits,
         accumulate: bool,
         dynamic: bool = False,
+        exact: bool = False,
     ):
         self.dims, self.lanes, self.transpose_b = dims, lanes, transpose_b
         self.bits, self.frac_bits = bits, frac_bits
         self.acc_bits, self.out_bits, self.accumulate = acc_bits, out_bits, accumulate
         self.dynamic = dynamic
+        if exact and not accumulate:
+            raise ValueError("an exact (matmul_sum) accumulator needs accumulate=True")
+        self.exact = exact
+        self.acc_register_bits = acc_bits if exact else None
         mm, kk, nn = dims
         self.steps = matmul_steps(mm, kk, nn, lanes)
         self.may_overflow = True
@@ -175,12 +194,18 @@ class MacArrayDatapath(MacSchedule):
                         m.d.sync += partial[i][j].eq(sums[i][j])
                     with m.If(finish):
                         m.d.sync += partial[i][j].eq(0)
-        res = Signal(TokenFormat("tile", mm, nn, self.out_bits).data_shape, name="result")
+        res_bits = acc_bits if self.exact else self.out_bits
+        res = Signal(TokenFormat("tile", mm, nn, res_bits).data_shape, name="result")
         self.overflow_rows = []
         for i in range(mm):
             over: Any = Const(0)
             for j in range(nn):
                 total = sums[i][j]
+                if self.exact:  # the running exact sum, wrapped to the accumulator register
+                    s = acc[i][j] + total
+                    m.d.comb += res[i][j].eq(arith.wrap(s, acc_bits))
+                    over = over | arith.overflows(s, acc_bits)
+                    continue
                 y = arith.round_shift(arith.wrap(total, acc_bits), f)
                 if self.accumulate:
                     y = acc[i][j] + y
@@ -188,6 +213,32 @@ class MacArrayDatapath(MacSchedule):
                 over = over | arith.overflows(total, acc_bits) | arith.overflows(y, self.out_bits)
             self.overflow_rows.append(over)
         return res
+
+    def _rescaled(self, value: Any) -> list[list[Any]]:
+        """``round_shift(acc, frac_bits)`` of every accumulator element (exact, unwrapped)."""
+        mm, _, nn = self.dims  # (a dynamic tile's elements: M = max_rows rows)
+        return [
+            [arith.round_shift(value[i][j], self.frac_bits) for j in range(nn)] for i in range(mm)
+        ]
+
+    def emit(self, m: Module, value: Any) -> Any:
+        if not self.exact:
+            return value
+        rescaled = self._rescaled(value)
+        mm, _, nn = self.dims
+        out = Signal(TokenFormat("tile", mm, nn, self.out_bits).data_shape, name="emitted")
+        for i, row in enumerate(rescaled):
+            m.d.comb += [out[i][j].eq(arith.wrap(y, self.out_bits)) for j, y in enumerate(row)]
+        return out
+
+    def emit_overflows(self, m: Module, value: Any) -> Value | None:
+        if not self.exact:
+            return None
+        over: Any = Const(0)
+        for row in self._rescaled(value):
+            for y in row:
+                over = over | arith.overflows(y, self.out_bits)
+        return over
 
 
 class MatmulUnit(FoldUnit):
