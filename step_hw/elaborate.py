@@ -204,7 +204,7 @@ class ElaboratedGraph(wiring.Component):
         if self.flag_bits:
             members["flags"] = Out(len(self.flag_bits))
         super().__init__(members)
-        self._MustUse__silence = False
+        del self._MustUse__silence  # back to the class's setting (a caller may silence them all)
 
     @staticmethod
     def _allocate(graph: Graph, config: HwConfig) -> dict[str, dict[str, Any]]:
