@@ -625,6 +625,20 @@ def _fold(nm: Numerics, op: str) -> FixedAccumFn:
     )
 
 
+def _matmul_init(name: str, transpose_b: bool, t: Tile, first: tuple | None, dt: Any) -> np.ndarray:
+    """A matmul accumulator of zeros in ``dt``: the output tile's shape, or for a group whose
+    first operands are ``first`` (dynamic tiles), ``a``'s rows by ``b``'s columns."""
+    if first is None:
+        if not (isinstance(t, Tile) and t.is_static):
+            raise StepRuntimeError(
+                f"function '{name}': cannot build an initial value for an empty group of {t} (dynamic shape)"
+            )
+        return np.zeros((t.rows, t.cols), dtype=dt)
+    a, b = first
+    n = np.shape(b)[0] if transpose_b else np.shape(b)[1]
+    return np.zeros((np.shape(a)[0], n), dtype=dt)
+
+
 def _matmul_acc(nm: Numerics, transpose_b: bool, out_dtype: DType | None = None) -> FixedAccumFn:
     mm = _matmul(nm, transpose_b, out_dtype)
     name = mm.name + "_acc"
@@ -637,15 +651,7 @@ def _matmul_acc(nm: Numerics, transpose_b: bool, out_dtype: DType | None = None)
         return mm.out_type(err, *in_types)
 
     def init(t: Tile, first: tuple | None) -> np.ndarray:
-        if first is None:
-            if not (isinstance(t, Tile) and t.is_static):
-                raise StepRuntimeError(
-                    f"function '{name}': cannot build an initial value for an empty group of {t} (dynamic shape)"
-                )
-            return np.zeros((t.rows, t.cols), dtype=t.dtype.numpy)
-        a, b = first
-        n = np.shape(b)[0] if transpose_b else np.shape(b)[1]
-        return np.zeros((np.shape(a)[0], n), dtype=t.dtype.numpy)
+        return _matmul_init(name, transpose_b, t, first, t.dtype.numpy)
 
     def update(out: Tile, acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         y = matmul_q(a, b.T if transpose_b else b, f, acc_dt, nm, name)
@@ -672,15 +678,7 @@ def _matmul_sum(nm: Numerics, transpose_b: bool, out_dtype: DType | None = None)
         return mm.out_type(err, *in_types)
 
     def init(t: Tile, first: tuple | None) -> np.ndarray:
-        if first is None:
-            if not (isinstance(t, Tile) and t.is_static):
-                raise StepRuntimeError(
-                    f"function '{name}': cannot build an initial value for an empty group of {t} (dynamic shape)"
-                )
-            return np.zeros((t.rows, t.cols), dtype=np.int64)
-        a, b = first
-        n = np.shape(b)[0] if transpose_b else np.shape(b)[1]
-        return np.zeros((np.shape(a)[0], n), dtype=np.int64)
+        return _matmul_init(name, transpose_b, t, first, np.int64)
 
     def update(out: Tile, acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         b = np.asarray(b)

@@ -251,16 +251,12 @@ class Promote(Node):
             yield from self._outermost(io)
         elif self.rank == 0:
             writer = BlockWriter(lambda t: io.send(0, t), 1, input_rank=self.inputs[0].rank)
-            while True:
-                tok = yield from io.recv(0)
-                if tok is DONE:
-                    yield from writer.done()
-                    return
-                if isinstance(tok, Stop):
-                    yield from writer.outer_stop(tok.level)
-                else:
-                    yield from writer.data(tok)
-                    yield from writer.end_block()
+
+            def unit(tok: Any) -> Iterator[Any]:
+                yield from writer.data(tok)
+                yield from writer.end_block()
+
+            yield from expand_each(io, writer, unit)
         else:
             while True:
                 tok = yield from io.recv(0)
