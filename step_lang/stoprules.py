@@ -183,7 +183,16 @@ def grid_tokens(
     ``block(index)`` returns the tokens at that position: one element when ``sub == 0``, or a
     rank-``sub`` block ending with ``Stop(sub)``. Stops of the walk merge with the block's own.
     The result ends with ``Stop(sub + len(shape))`` when that is positive.
+
+    An empty grid: with ``sub == 0`` and only the innermost extent 0, one empty innermost vector
+    per outer position (its stops alone, the canonical form); with an empty outer dim, which has
+    no canonical form, nothing (the enclosing writer writes the outer stop).
     """
+    if shape and shape[-1] == 0 and sub == 0 and all(n > 0 for n in shape[:-1]):
+        outer = shape[:-1]
+        return [
+            Stop(1 + grid_stop(index, outer)) for index in itertools.product(*map(range, outer))
+        ]
     out: list[Token] = []
     for index in itertools.product(*(range(n) for n in shape)):
         toks = list(block(index))

@@ -49,6 +49,7 @@ from step_lang import (
 )
 from step_lang import functions as F
 from step_lang.functions import checked_cast
+from step_lang.dims import ragged
 from step_lang.types import dtype
 
 F32 = "Tile<float32, 2x2>"
@@ -102,6 +103,27 @@ for v in [-1, -4, 1.5, True, "0", None]:
         lambda g, v=v: Streamify(buffers(g), stride=(1,), out_shape=(2,), base=v, name="sf"),
         f"Streamify 'sf', port 'base': base must be a non-negative element index, not {v!r}",
     )
+for v in [(1,), (0, 0), (1, 2), 1, "01", (True,)]:
+    case(
+        f"streamify-order-{v!r}",
+        lambda g, v=v: Streamify(buffers(g), order=v, name="sf"),
+        f"Streamify 'sf', port 'order': order {list(v)} is not a permutation of the 1 buffer dims"
+        if isinstance(v, tuple)
+        else f"Streamify 'sf', port 'order': order must be a permutation of range(1), not {v!r}",
+    )
+case(
+    "streamify-order-with-affine-read",
+    lambda g: Streamify(buffers(g), order=(0,), stride=(1,), out_shape=(2,), name="sf"),
+    "Streamify 'sf', port 'order': give either order or an affine read (stride, out_shape), "
+    "not both",
+)
+case(
+    "streamify-order-two-dynamic-dims",
+    lambda g: Streamify(Bufferize(src(g, (1, "n", "m")), 2, name="bz").out, order=(1, 0), name="sf"),
+    "Streamify 'sf', port 'order': a permuted read of Buffer<Tile<float32, 2x2>, [n, m]> needs "
+    "at most one dynamic buffer dim, not 2 (the extents are taken from the buffer's element "
+    "count)",
+)
 case(
     "streamify-base-without-affine-read",
     lambda g: Streamify(buffers(g), repeat=(2,), base=1, name="sf"),
@@ -734,6 +756,16 @@ def test_bad_construction(build, exc, message):
     with pytest.raises(exc, match="^" + re.escape(message) + "$") as info:
         build(Graph("g"))
     assert type(info.value) is exc, f"raised {type(info.value).__name__}, not {exc.__name__}"
+
+
+def test_permuted_read_of_a_ragged_buffer_names_the_node():
+    """A permuted read needs a full grid: rows of the dynamic dim of different lengths fail."""
+    g = Graph("g")
+    x = src(g, (1, 2, ragged("n")), elem=Tile("int32", 1, 1))
+    Sink(Streamify(Bufferize(x, 2, name="bz").out, order=(1, 0), name="sf").out)
+    t = [np.ones((1, 1), np.int32)]
+    with pytest.raises(StepRuntimeError, match=r"^Streamify 'sf'.*is not a full grid of \[2, n\]"):
+        interpret(g, inputs={"a": [[t * 2, t * 3]]})
 
 
 # -- float-to-integer casts: NaN, infinities and fractions never pass silently -----------------

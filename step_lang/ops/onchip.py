@@ -89,8 +89,10 @@ class Bufferize(Node):
 class Streamify(Node):
     """Replay buffers as streams: statically repeated, driven by a reference stream, or affinely read.
 
-    Each read of a buffer yields either the whole buffer in stored order (``read`` dims = the buffer
-    shape) or, for a static buffer, the elements at ``base + sum(m[d] * stride[d])`` for ``m`` over
+    Each read of a buffer yields the whole buffer in stored order (``read`` dims = the buffer
+    shape), the whole buffer with its dims permuted (``order``: read dim ``j`` walks buffer dim
+    ``order[j]``; the buffer may have one dynamic dim, its extent taken from each buffer), or, for
+    a static buffer, the elements at ``base + sum(m[d] * stride[d])`` for ``m`` over
     ``out_shape``. Reads repeat:
 
     * ``repeat=(r1, ...)``: ``prod(repeat)`` times per buffer; output ``[*in.shape, *repeat, *read]``;
@@ -114,6 +116,7 @@ class Streamify(Node):
         stride: Sequence[int] | None = None,
         out_shape: Sequence[int] | None = None,
         base: int = 0,
+        order: Sequence[int] | None = None,
         name: str | None = None,
     ):
         graph = buffers.graph if isinstance(buffers, Stream) else None
@@ -145,6 +148,9 @@ class Streamify(Node):
                 "base",
                 f"base {base} needs an affine read (stride and out_shape); a whole read starts at 0",
             )
+        self.order = self._check_order(order, buf) if order is not None else None
+        if self.order is not None and (self.affine or base):
+            raise self.error("order", "give either order or an affine read (stride, out_shape), not both")
         if self.affine:
             if not all(isinstance(d, int) for d in buf.shape):
                 raise self.error("in", f"affine reads need a static buffer, got {buf}")
@@ -170,6 +176,8 @@ class Streamify(Node):
                     "stride", f"the read reaches element #{last} of a buffer of {size} elements"
                 )
             read_dims: tuple[Dim, ...] = out_shape
+        elif self.order is not None:
+            read_dims = tuple(buf.shape[d] for d in self.order)
         else:
             read_dims = buf.shape
         self.read_dims, self.stride, self.read_shape, self.base = read_dims, stride, out_shape, base
@@ -199,7 +207,50 @@ class Streamify(Node):
         p: dict[str, Any] = {"repeat": list(self.repeat)} if self.repeat else {}
         if self.affine:
             p.update(stride=list(self.stride), out_shape=list(self.read_shape))
+        if self.order is not None:
+            p["order"] = list(self.order)
         return p
+
+    def _check_order(self, order: Any, buf: BufferType) -> tuple[int, ...]:
+        """``order`` as a permutation of the buffer's dims, which may hold one dynamic dim."""
+        rank = len(buf.shape)
+        if isinstance(order, str) or not hasattr(order, "__iter__"):
+            raise self.error("order", f"order must be a permutation of range({rank}), not {order!r}")
+        order = tuple(order)
+        if sorted(order) != list(range(rank)) or not all(
+            isinstance(d, int) and not isinstance(d, bool) for d in order
+        ):
+            raise self.error(
+                "order", f"order {list(order)} is not a permutation of the {rank} buffer dims"
+            )
+        dynamic = [d for d in buf.shape if not isinstance(d, int)]
+        if len(dynamic) > 1:
+            raise self.error(
+                "order",
+                f"a permuted read of {buf} needs at most one dynamic buffer dim, not "
+                f"{len(dynamic)} (the extents are taken from the buffer's element count)",
+            )
+        return order
+
+    def read_extents(self, io: Any, value: BufferValue) -> tuple[int, ...]:
+        """The buffer dims of one buffer value, its dynamic dim from its element count; a buffer
+        that is not a full grid of that shape fails on port ``in``."""
+        shape = self.inputs[0].elem.shape
+        n = len(value.elements)
+        static = int(product(d for d in shape if isinstance(d, int)))
+        extents = tuple(d if isinstance(d, int) else (n // static if static else 0) for d in shape)
+        if n == 0:  # nothing to walk: an empty buffer reads as empty in any order
+            return extents
+        walk = grid_tokens(extents, lambda m: [None])
+        if n != int(product(extents)) or [t for t in value.tokens if isinstance(t, Stop)] != [
+            t for t in walk if isinstance(t, Stop)
+        ]:
+            raise io.fail(
+                "in",
+                f"buffer of {n} elements is not a full grid of {shape_str(shape)} "
+                f"(a permuted read needs every row of the dynamic dim equally long)",
+            )
+        return extents
 
     def onchip_bytes(self, convention: str) -> Dim:
         if convention == "paper":
@@ -212,6 +263,8 @@ class Streamify(Node):
         return len(self.read_dims)
 
     def _read(self, io: Any, value: BufferValue) -> list[Token]:
+        if self.order is not None:
+            return self._permuted(io, value)
         if not self.affine:
             return list(value.tokens)
         elems = value.elements
@@ -221,6 +274,17 @@ class Streamify(Node):
         return grid_tokens(
             self.read_shape,
             lambda m: [elems[self.base + sum(i * s for i, s in zip(m, self.stride, strict=True))]],
+        )
+
+    def _permuted(self, io: Any, value: BufferValue) -> list[Token]:
+        """The buffer's elements with its dims in ``order`` (an empty grid reads as nothing)."""
+        extents = self.read_extents(io, value)
+        elems = value.elements
+        strides = [int(product(extents[d + 1 :])) for d in range(len(extents))]
+        shape = tuple(extents[d] for d in self.order)
+        step = [strides[d] for d in self.order]
+        return grid_tokens(
+            shape, lambda m: [elems[sum(i * s for i, s in zip(m, step, strict=True))]]
         )
 
     def execute(self, io: Any) -> Iterator[Any]:
