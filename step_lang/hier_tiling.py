@@ -54,6 +54,7 @@ the buffers add on-chip bytes, reported per node by :func:`tiling_report`.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,7 +62,7 @@ from typing import Any
 from . import functions as F
 from . import hier_tiling_requests as requests
 from . import hier_tiling_routing as routing
-from .dims import is_static, product
+from .dims import Dim, is_static, product
 from .errors import StepTypeError
 from .graph import Graph, Node, OffChipTensor, Stream
 from .metrics import metrics
@@ -93,9 +94,10 @@ def hw_split(extent: int, hw: int) -> int:
 @dataclass(frozen=True)
 class Blocked:
     """How a big-tile stream became hardware tiles: ``[R, C]`` -> ``n_rows x n_cols`` of
-    ``[rows, cols]`` (two new innermost dims)."""
+    ``[rows, cols]`` (two new innermost dims); a dynamic ``R`` is one row block of
+    ``[R, cols]`` tiles."""
 
-    rows: int
+    rows: Dim  # a symbol for dynamic tiles (then n_rows == 1)
     cols: int
     n_rows: int
     n_cols: int
@@ -124,9 +126,14 @@ class _Rewrite:
         )
 
     def split_of(self, node: Node, t: Tile) -> Blocked:
-        if not (isinstance(t.rows, int) and isinstance(t.cols, int)):
-            raise self.refuse(node, f"tile {t} has a dynamic shape larger than the hardware tile")
-        r, c = hw_split(t.rows, self.rows), hw_split(t.cols, self.cols)
+        """How tile ``t`` splits; a dynamic row count stays whole (one row block: the hardware's
+        dynamic tiles hold up to ``HwConfig.dyn_tile_rows`` rows), only its columns split."""
+        if not isinstance(t.cols, int):
+            raise self.refuse(node, f"tile {t} has dynamic columns larger than the hardware tile")
+        c = hw_split(t.cols, self.cols)
+        if not isinstance(t.rows, int):
+            return Blocked(t.rows, c, 1, t.cols // c)
+        r = hw_split(t.rows, self.rows)
         return Blocked(r, c, t.rows // r, t.cols // c)
 
     def src(self, s: Stream) -> Stream:
@@ -142,8 +149,11 @@ class _Rewrite:
         self.bind_port(node, 0, new if isinstance(new, Stream) else new.out, info)
 
     def bind_port(self, node: Node, port: int, out: Stream, info: Blocked | None) -> None:
-        """Output ``port`` of the user's ``node`` is ``out`` (blocked as ``info``)."""
+        """Output ``port`` of the user's ``node`` is ``out`` (blocked as ``info``; a dynamic
+        row count is ``out``'s own)."""
         self.streams[(node.name, port)] = out
+        if info is not None and not isinstance(info.rows, int):
+            info = dataclasses.replace(info, rows=out.elem.rows)
         if info is not None:
             self.blocked[(node.name, port)] = info
 
@@ -395,15 +405,10 @@ class _Rewrite:
             return
         reduced = node.inputs[0].shape[len(node.inputs[0].shape) - node.rank :]
         if node.fn is F.retile_row:
-            if not all(isinstance(d, int) for d in reduced):
-                raise self.refuse(
-                    node,
-                    f"its reduced dims {list(reduced)} are dynamic; packing "
-                    f"{node.inputs[0].elem} rows into {node.out_types[0].elem} needs each column "
-                    f"block's rows in turn (a strided read of a dynamically sized buffer), which "
-                    f"no hardware operator does",
-                )
-            routing.split_concat_rows(self, node)
+            if all(isinstance(d, int) for d in reduced):
+                routing.split_concat_rows(self, node)
+            else:
+                routing.split_pack_dynamic(self, node)
             return
         if meta in ("matmul", "matmul_t"):
             self._matmul(node, meta == "matmul_t", reduce_dims=tuple(reduced))
@@ -443,9 +448,12 @@ class _Rewrite:
         if self.rows != self.cols:
             raise self.refuse(node, "a matmul splits on square hardware tiles only")
         h = self.rows
-        m_r, k_c = hw_split(ta.rows, h), hw_split(ta.cols, h)
+        # A dynamic M stays one row block (dynamic tiles: ``split_of``).
+        m_r = hw_split(ta.rows, h) if isinstance(ta.rows, int) else ta.rows
+        k_c = hw_split(ta.cols, h)
         n_c = hw_split(out.cols, h)
-        nm, nk, nn = ta.rows // m_r, ta.cols // k_c, out.cols // n_c
+        nm = ta.rows // m_r if isinstance(ta.rows, int) else 1
+        nk, nn = ta.cols // k_c, out.cols // n_c
         n_red = len(reduce_dims)
         # Fixed point rounds once per matmul: K split over hardware tiles is summed exactly and
         # rounded once per big tile (``matmul_sum``), then added across D as matmul_acc adds.

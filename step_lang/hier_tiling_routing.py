@@ -63,6 +63,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "blocked_ref",
+    "split_pack_dynamic",
     "register",
     "split_broadcast_map",
     "split_concat_rows",
@@ -70,8 +71,14 @@ __all__ = [
 
 
 def _blocked(rw: _Rewrite, node: Node, streams: list[Stream]) -> Blocked:
-    """The one split every stream in ``streams`` has (they carry the same big tiles)."""
-    infos = {rw.info(s) for s in streams}
+    """The one split every stream in ``streams`` has (they carry the same big tiles; dynamic
+    row counts may differ: the node's output names its own)."""
+    from dataclasses import replace
+
+    infos = {
+        b if b is None or isinstance(b.rows, int) else replace(b, rows=None)
+        for b in (rw.info(s) for s in streams)
+    }
     if len(infos) != 1 or None in infos:
         raise rw.refuse(node, "its inputs are not split alike")
     return next(iter(infos))
@@ -306,6 +313,31 @@ def split_concat_rows(rw: _Rewrite, node: Accum) -> None:
     rw.bind(node, Accum(rd, fn=node.fn, rank=1, name=node.name), Blocked(r, c, nr, nc))
 
 
+def split_pack_dynamic(rw: _Rewrite, node: Accum) -> None:
+    """``Accum(retile_row)`` over a dynamic dim ``n`` of row tiles ``[a, C]`` (dynamic tiling's
+    packing of an expert's tokens into one ``[n * a, C]`` tile): the ``[n * a, c]`` tile of
+    every column block, each built from its column's pieces. The group's pieces ``[n, 1, nc]``
+    are buffered and read column block first (``Streamify(order=(1, 2, 0))``: ``[1, nc, n]``),
+    and an ``Accum(retile_row)`` stacks each column's ``n`` pieces in the original row order."""
+    from .hier_tiling import Blocked
+
+    x = node.inputs[0]
+    out = node.out_types[0].elem
+    src, bin_ = rw.as_blocked(node, x, "in")
+    if node.rank != 1 or bin_.n_rows != 1 or isinstance(out.rows, int):
+        raise rw.refuse(
+            node,
+            f"packing {x.elem} into {out} over rank {node.rank}: only rows one hardware tile "
+            f"high packed over one dynamic dim split",
+        )
+    buf = Bufferize(src, 3, name=f"{node.name}_buf").out  # [n, 1, nc] pieces
+    rd = Streamify(buf, order=(1, 2, 0), name=f"{node.name}_read").out  # [1, nc, n]
+    new = Accum(rd, fn=node.fn, rank=1, name=node.name)
+    if new.out_types[0].elem.rows != out.rows:  # the same symbol: downstream types line up
+        raise rw.refuse(node, f"its packed tile {new.out_types[0].elem} is not {out}")
+    rw.bind(node, new, Blocked(out.rows, bin_.cols, 1, bin_.n_cols))
+
+
 def split_retile_streamify(rw: _Rewrite, node: RetileStreamify) -> None:
     """Rows of blocked ``[R, C]`` tiles (optionally without the padded ones).
 
@@ -325,8 +357,17 @@ def split_retile_streamify(rw: _Rewrite, node: RetileStreamify) -> None:
         )
     b = _blocked(rw, node, [x])
     nc, r = b.n_cols, b.rows
-    rows = RetileStreamify(rw.src(x), name=f"{node.name}_split").out  # [.., nr, nc * r]
-    if nc > 1:
+    if not isinstance(r, int):  # dynamic tiles [n, c]: one row block
+        if len(node.inputs) == 2:
+            raise rw.refuse(node, f"a padding mask of dynamic tiles {x.elem} does not split")
+        unit = Promote(rw.src(x), 0, name=f"{node.name}_unit").out  # [.., 1, nc, 1]
+        rows = RetileStreamify(unit, name=f"{node.name}_split").out  # [.., 1, nc, n]
+        if nc > 1:  # each row's nc pieces in turn: [.., 1, n, nc]
+            buf = Bufferize(rows, 2, name=f"{node.name}_buf").out
+            rows = Streamify(buf, order=(1, 0), name=f"{node.name}_read").out
+    else:
+        rows = RetileStreamify(rw.src(x), name=f"{node.name}_split").out  # [.., nr, nc * r]
+    if nc > 1 and isinstance(r, int):
         buf = Bufferize(rows, 1, name=f"{node.name}_buf").out
         rows = Streamify(
             buf, out_shape=(r, nc), stride=(1, r), name=f"{node.name}_read"

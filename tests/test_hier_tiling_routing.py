@@ -132,20 +132,61 @@ def test_small_moe_on_8x8_tiles_bit_exact_and_well_typed(schedule):
     _same_outputs(g, h, mem, ["out"])
 
 
-def test_dynamic_moe_is_refused_with_the_node():
-    g = moe.build(
-        HW16,
-        moe.MoESchedule("dynamic", tile_f=16),
-        16,
-        elem_bytes=None,
-        fns=moe.hardware_fns(BF16_CONFIG),
+@pytest.mark.parametrize(
+    ("schedule", "batch"),
+    [
+        (moe.MoESchedule("dynamic", tile_f=16, regions=1), 16),
+        (moe.MoESchedule("dynamic", tile_f=16), 16),
+        (moe.MoESchedule("dynamic", tile_f=32, regions=2), 64),
+    ],
+    ids=["timemux1_b16", "static_b16", "timemux2_b64"],
+)
+def test_dynamic_moe_16_experts_d256_bit_exact(schedule, batch):
+    """Dynamic tiling at paper size: each expert's tokens in one [n_e, 256] tile (rows dynamic,
+    up to the batch), its 16 column blocks packed from the rows' pieces and unpacked again
+    (Streamify(order=)); experts 12-15 receive no token (0-row tiles). With batch 64 an
+    expert's tile has more rows than the 16-row hardware tile: rows stay whole (dynamic
+    tiles hold HwConfig.dyn_tile_rows). Every stream of the rewritten graph is checked
+    against its type."""
+    g, mem = _moe(HW16, schedule, batch, used=12, seed=batch)
+    h = _rewrite(g, 16)
+    _same_outputs(g, h, mem, ["out"])
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        moe.MoESchedule("dynamic", tile_f=8),
+        moe.MoESchedule("dynamic", tile_f=16, regions=2),
+        moe.MoESchedule("dynamic", tile_f=8, regions=4, construction="artifact"),
+    ],
+    ids=["static", "timemux2", "artifact"],
+)
+def test_small_dynamic_moe_on_8x8_tiles_bit_exact(schedule):
+    """D = 24 on 8-wide tiles (3 column blocks), tile_f 8 or 16 (two column blocks of h);
+    expert 3 receives nothing."""
+    g, mem = _moe(SMALL, schedule, 10, used=3, seed=2)
+    h = _rewrite(g, 8)
+    _same_outputs(g, h, mem, ["out"])
+
+
+def test_dynamic_padding_mask_is_refused_with_the_node():
+    """A padding mask of dynamic tiles has no hardware-tile form (dynamic tiles need none)."""
+    g = Graph("dynmask")
+    rows, (sel, _) = _rows_and_selectors(g, 4, 1, 8, 2)
+    xs = Partition(rows, sel, 0, name="route").outputs[0]
+    r = Reshape(xs, 1, pad=np.zeros((1, 8), BF), pad_flags=True, name="chunk")
+    packed, mask = (
+        Accum(Promote(Flatten(o, 0, 1).out).out, fn=F.retile_row, rank=1, name=f"pack{i}").out
+        for i, o in enumerate(r.outputs)
     )
+    back = RetileStreamify(packed, is_pad=mask, name="unpack").out
+    LinearOffChipStore(back, g.tensor("out", (4, 8), "bfloat16"), name="store")
     with pytest.raises(
         StepTypeError,
-        match=r"^Accum 'pack0': hierarchical tiling to 16x16: its reduced dims \[route_n000\] are "
-        r"dynamic",
+        match=r"^RetileStreamify 'unpack': hierarchical tiling to 4x4: a padding mask of dynamic",
     ):
-        hier_tile(g, 16, 16)
+        hier_tile(g, 4, 4)
 
 
 # -- routing -----------------------------------------------------------------------------------
@@ -202,14 +243,16 @@ def test_random_routing_of_blocks_bit_exact(n, a, c, e, data, merge, seed):
     tn=st.integers(1, 7),
     e=st.integers(1, 3),
     data=st.data(),
+    dynamic=st.booleans(),
     seed=st.integers(0, 2**16),
 )
-def test_random_pack_and_unpack_bit_exact(n, c, tn, e, data, seed):
+def test_random_pack_and_unpack_bit_exact(n, c, tn, e, data, dynamic, seed):
     """MoE's token path without the experts: rows routed, packed into [tn, c] tiles (Reshape
     with zero padding and flags, Accum(retile_row)), an element-wise map, unpacked without
     the padded rows (RetileStreamify), scaled by a routed [1,1] weight (a broadcasting Map),
     gathered and summed over k. Sizes 0..9 rows, tn = 1..7 on 4x4 hardware (most do not
-    divide)."""
+    divide). ``dynamic``: each expert's rows in one dynamically sized tile (Promote, no
+    padding), of 0 rows for an expert that receives nothing."""
     k = data.draw(st.integers(1, e))
     used = data.draw(st.integers(k, e))
     g = Graph("pack")
@@ -225,9 +268,13 @@ def test_random_pack_and_unpack_bit_exact(n, c, tn, e, data, seed):
     per_w = Partition(w, slot, 0, name="wroute").outputs
     scaled = []
     for i, xs in enumerate(Partition(rows, sel, 0, name="route").outputs):
-        r = Reshape(xs, tn, pad=np.zeros((1, c), BF), pad_flags=True, name=f"chunk{i}")
-        mask = Accum(r.outputs[1], fn=F.retile_row, rank=1, name=f"padmask{i}").out
-        packed = Accum(r.outputs[0], fn=F.retile_row, rank=1, name=f"pack{i}").out
+        if dynamic:
+            grouped, mask = Promote(xs, name=f"promote{i}").out, None
+        else:
+            r = Reshape(xs, tn, pad=np.zeros((1, c), BF), pad_flags=True, name=f"chunk{i}")
+            grouped = r.outputs[0]
+            mask = Accum(r.outputs[1], fn=F.retile_row, rank=1, name=f"padmask{i}").out
+        packed = Accum(grouped, fn=F.retile_row, rank=1, name=f"pack{i}").out
         y = Map(packed, fn=BF16.silu, name=f"act{i}").out
         back = RetileStreamify(y, is_pad=mask, name=f"unpack{i}").out
         scaled.append(Map(back, per_w[i], fn=BF16.mul, name=f"scale{i}").out)
