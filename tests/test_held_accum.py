@@ -280,6 +280,46 @@ def test_int16_held_add_unit_with_two_inner_dims(pattern):
     assert sum(isinstance(t, np.ndarray) for t in want) == 2 * 3
 
 
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_bf16_held_matmul_unit_on_dynamic_tiles_matches_interpreter(pattern):
+    """Held accumulators of dynamic tiles (a hardware-tiled matmul with a dynamic M: the down
+    projection of dynamic tiling, ``step_lang.hier_tiling``): ``a`` tiles of 0 to 4 rows, the
+    same within a group, each bank word a dynamic accumulator with its row count."""
+    cfg = BF16_CFG
+    fx = numerics.functions(cfg)
+    rows = ragged("r")
+    tiles = (Tile(bfloat16, rows, 3), Tile(bfloat16, 3, 2))
+    g, node = _graph(
+        tiles, 2, 3, (2,),
+        lambda *xs: Accum(*xs, fn=fx.matmul_acc_out("bfloat16"), rank=2, held=2, inner=1),
+    )  # fmt: skip
+    rng = np.random.default_rng(5)
+    data: list[list] = [[], []]
+    for n_rows, d in [(3, 2), (0, 1), (4, 3), (1, 1)]:  # (a's rows, outer elements) per group
+        a_t, b_t = Tile(bfloat16, n_rows, 3), tiles[1]
+        for i, t in enumerate((a_t, b_t)):
+            data[i].append(
+                [[[[_float_tile(rng, t) for _ in range(2)] for _ in range(3)] for _ in range(2)]
+                 for _ in range(d)]
+            )  # fmt: skip
+    inputs = [to_tokens(v, 4) for v in data]
+    want = interpret(g, inputs={f"x{i}": v for i, v in enumerate(data)}).tokens(node.out)
+    unit = compute_unit(node, cfg)
+    assert isinstance(unit, AccumUnit) and unit.in_formats[0].dynamic
+    run = run_block(
+        unit,
+        {f"in{i}": (p, f, t) for i, (p, f, t) in
+         enumerate(zip(unit.in_ports, unit.in_formats, inputs, strict=True))},
+        {"out": (unit.out, unit.out_format)},
+        pattern=pattern,
+        seed=3,
+        max_cycles=50_000,
+    )  # fmt: skip
+    assert_same_tokens(run.outputs["out"], want)
+    out_rows = [t.shape[0] for t in want if isinstance(t, np.ndarray)]
+    assert out_rows == [3] * 6 + [0] * 6 + [4] * 6 + [1] * 6
+
+
 def test_held_unit_refuses_what_it_cannot_hold():
     with pytest.raises(ValueError, match=r"^AccumUnit inner must be an integer in \[1, rank\)"):
         AccumUnit(op="add", rank=2, in_shapes=((2, 2),), elem_bits=16, held=(2,), inner=0)

@@ -311,8 +311,6 @@ def _check_held(
         return (), 0
     if op not in ("add", "max", "matmul"):
         raise ValueError(f"{owner} held accumulators fold add, max or matmul, not op={op!r}")
-    if max_rows is not None:
-        raise ValueError(f"{owner} held accumulators take static tiles (no max_rows)")
     if (
         isinstance(inner, bool)
         or not isinstance(inner, int)
@@ -375,7 +373,9 @@ class AccumUnit(FoldUnit):
         Held accumulators (``step_lang`` ``Accum(held=len(held), inner=inner)``): the extents of
         the held dims ``H``; the unit keeps ``prod(held)`` accumulators, the one being folded in
         its register and the others in a memory (``bank``). ``op`` ``add``, ``max`` or
-        ``matmul`` on static tiles, ``inner >= 1``. Empty: a plain Accum.
+        ``matmul``, ``inner >= 1``; with dynamic tiles (``max_rows``) each bank word holds a
+        dynamic accumulator, its row count included (a held position takes the rows of the
+        tiles folded into it). Empty: a plain Accum.
     inner : int
         With ``held``: the reduced dims inside the held ones (``1 <= inner < rank``).
     max_rows : int
