@@ -63,10 +63,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "blocked_ref",
-    "split_pack_dynamic",
     "register",
     "split_broadcast_map",
     "split_concat_rows",
+    "split_pack_dynamic",
 ]
 
 

@@ -196,6 +196,8 @@ def grid_tokens(
     out: list[Token] = []
     for index in itertools.product(*(range(n) for n in shape)):
         toks = list(block(index))
+        if sub > 0 and not toks:  # an empty block (a read with an empty outer dim): nothing
+            continue
         level = grid_stop(index, shape)
         if level > 0:
             if sub > 0:

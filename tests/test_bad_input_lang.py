@@ -48,8 +48,8 @@ from step_lang import (
     interpret,
 )
 from step_lang import functions as F
-from step_lang.functions import checked_cast
 from step_lang.dims import ragged
+from step_lang.functions import checked_cast
 from step_lang.types import dtype
 
 F32 = "Tile<float32, 2x2>"
@@ -119,7 +119,9 @@ case(
 )
 case(
     "streamify-order-two-dynamic-dims",
-    lambda g: Streamify(Bufferize(src(g, (1, "n", "m")), 2, name="bz").out, order=(1, 0), name="sf"),
+    lambda g: Streamify(
+        Bufferize(src(g, (1, "n", "m")), 2, name="bz").out, order=(1, 0), name="sf"
+    ),
     "Streamify 'sf', port 'order': a permuted read of Buffer<Tile<float32, 2x2>, [n, m]> needs "
     "at most one dynamic buffer dim, not 2 (the extents are taken from the buffer's element "
     "count)",

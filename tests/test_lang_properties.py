@@ -632,7 +632,7 @@ def _permuted(sub: Any, b: int, order: tuple[int, ...]) -> Any:
     flat = O.leaves(sub, b)
     strides = [int(np.prod(extents[d + 1 :])) for d in range(b)]
     shape = tuple(extents[d] for d in order)
-    return O.grid(shape, lambda m: flat[sum(i * strides[d] for i, d in zip(m, order))])
+    return O.grid(shape, lambda m: flat[sum(i * strides[d] for i, d in zip(m, order, strict=True))])
 
 
 @FAST

@@ -150,7 +150,9 @@ class Streamify(Node):
             )
         self.order = self._check_order(order, buf) if order is not None else None
         if self.order is not None and (self.affine or base):
-            raise self.error("order", "give either order or an affine read (stride, out_shape), not both")
+            raise self.error(
+                "order", "give either order or an affine read (stride, out_shape), not both"
+            )
         if self.affine:
             if not all(isinstance(d, int) for d in buf.shape):
                 raise self.error("in", f"affine reads need a static buffer, got {buf}")
@@ -215,7 +217,9 @@ class Streamify(Node):
         """``order`` as a permutation of the buffer's dims, which may hold one dynamic dim."""
         rank = len(buf.shape)
         if isinstance(order, str) or not hasattr(order, "__iter__"):
-            raise self.error("order", f"order must be a permutation of range({rank}), not {order!r}")
+            raise self.error(
+                "order", f"order must be a permutation of range({rank}), not {order!r}"
+            )
         order = tuple(order)
         if sorted(order) != list(range(rank)) or not all(
             isinstance(d, int) and not isinstance(d, bool) for d in order
