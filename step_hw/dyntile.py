@@ -9,7 +9,12 @@ node that minted it, walking the graph in topological order:
   elements, the product of the bounds of the selector stream's shape;
 * Flatten ``<node>_n`` (a ragged product): the product of the merged dims' bounds;
 * Accum ``<node>_rows`` / ``<node>_cols`` (a ragged accumulator, e.g. ``retile_row`` over a
-  ragged dim): the input tile's extent times the reduced dims' bounds.
+  ragged dim): the input tile's extent times the reduced dims' bounds;
+* EagerMerge ``<node>_rows`` (the rows of a merged dynamic tile): the largest bound of its
+  inputs' tile rows.
+
+A node bounds only the symbols it mints (not those its inputs carry): a symbol its minting node
+leaves unbounded stays unbounded rather than taking the bound of a later node.
 
 Other symbols (Reassemble's ``_k``, RetileStreamify's masked count, FlatMap sub-streams, ...)
 have no bound here; a dynamic tile that depends on one is rejected. :func:`dim_bound` evaluates an
@@ -67,6 +72,12 @@ def _minted_bound(node: Any, bounds: dict[sp.Symbol, int]) -> int | None:
         lo, hi = node.lo, node.hi
         merged = x.shape[len(x.shape) - 1 - hi : len(x.shape) - lo]
         return _product_bound(merged, bounds)
+    if isinstance(node, ops.EagerMerge):  # a merged tile is one of its inputs' tiles
+        rows = [
+            dim_bound(x.elem.rows, bounds) if isinstance(x.elem, Tile) else None
+            for x in node.inputs
+        ]
+        return None if None in rows or not rows else max(rows)
     if isinstance(node, ops.Accum) and isinstance(node.inputs[0].elem, Tile):
         x = node.inputs[0]
         reduced = x.shape[len(x.shape) - node.rank :]
@@ -78,18 +89,26 @@ def _minted_bound(node: Any, bounds: dict[sp.Symbol, int]) -> int | None:
     return None
 
 
+def _symbols(types) -> set[sp.Symbol]:
+    out: set[sp.Symbol] = set()
+    for t in types:
+        dims = list(t.shape)
+        if isinstance(t.elem, Tile):
+            dims += [t.elem.rows, t.elem.cols]
+        for d in dims:
+            if not isinstance(d, int):
+                out |= sp.sympify(d).free_symbols
+    return out
+
+
 def symbol_bounds(graph: Graph) -> dict[sp.Symbol, int]:
-    """Upper bounds of the graph's dimension symbols that a rule of this module covers."""
+    """Upper bounds of the graph's dimension symbols that a rule of this module covers. A node
+    bounds only the symbols it mints (those its inputs do not carry): a symbol left unbounded
+    by the node that minted it stays unbounded."""
     bounds: dict[sp.Symbol, int] = {}
     for node in graph.topo_order():
-        fresh: set[sp.Symbol] = set()
-        for t in node.out_types:
-            dims = list(t.shape)
-            if isinstance(t.elem, Tile):
-                dims += [t.elem.rows, t.elem.cols]
-            for d in dims:
-                if not isinstance(d, int):
-                    fresh |= {s for s in sp.sympify(d).free_symbols if s not in bounds}
+        inherited = _symbols(s.type for s in node.inputs)
+        fresh = {s for s in _symbols(node.out_types) if s not in bounds and s not in inherited}
         if fresh:
             b = _minted_bound(node, bounds)
             if b is not None:

@@ -545,6 +545,19 @@ def test_elaboration_rejects_a_dynamic_tile_beyond_dyn_tile_rows():
         ElaboratedGraph(g, CFG)
 
 
+def test_a_merged_dynamic_tile_is_bounded_by_its_inputs_not_by_a_later_partition():
+    """``symbol_bounds``: an EagerMerge of dynamic tiles bounds its tiles' rows by its inputs'
+    (8 tokens), and the Partition after it bounds only the symbols it mints (its chunk counts,
+    2 merged tiles), not the merged rows it passes on (once taken as 2: a buffer of those
+    rows would have been sized for 2)."""
+    from step_hw.dyntile import symbol_bounds
+
+    graph = moe.hardware(schedule=moe.MoESchedule("dynamic", regions=2))
+    bounds = {str(k): v for k, v in symbol_bounds(graph).items()}
+    assert bounds["route_n000"] == bounds["merge0_rows"] == 8
+    assert bounds["unmerge0_n000"] == 2
+
+
 # -- the MoE schedules -------------------------------------------------------------------------
 
 SCHEDULES = {
