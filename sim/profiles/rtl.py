@@ -18,15 +18,19 @@ of every hardware block (their docstrings; ``docs/hardware.md``), it predicts th
   cycle after it took the last input's. A MAC array spends ``ceil(M*K*N / lanes)`` cycles per
   tile pair (``compute/matmul.py``), RetileStreamify one cycle per row of a tile, RepeatStatic
   one cycle per copy.
-* **On-chip buffers** (``memory/buffer.py``, static buffers). An element is
-  ``contract.buffer_words`` memory words, one per cycle on either side. Bufferize takes an
-  element after its writes, the closing stop (and done) once its output register is empty, and
-  offers the reference (done) a cycle later; the first element of buffer *n* waits until the
+* **On-chip buffers** (``memory/buffer.py``: static buffers, and buffers with one dynamic dim,
+  sized by its bound). An element is ``contract.buffer_words`` memory words, one per cycle on
+  either side. Bufferize takes an element after its writes, the closing stop (and done) once its
+  output register is empty, and offers the reference (done) a cycle later; the first element of
+  buffer *n* (a dynamic buffer's closing stop too: an empty buffer takes a slot) waits until the
   Streamify reading it released buffer *n* - ``BUFFER_SLOTS`` (``BUFFER_RELEASE`` cycles after).
   Streamify replays its sequencer (``memory/sequence.py``) cycle by cycle: driving-token takes,
   entries committed with credit from its output queue (``STREAMIFY_QUEUE_DEPTH``), each offered
   ``BUFFER_READ_LATENCY`` + 2 cycles after its commit as one beat, or two (an element and its
-  stop); a buffer is released when its last entry commits (:class:`_Streamify`). Both take their
+  stop); a buffer is released when its last entry commits (:class:`_Streamify`). A dynamic
+  buffer's walk comes from each buffer's extents (``Streamify.read_extents``): stop entries
+  alone for an empty innermost dim, ending with a cycle of no entry for the held stop; nothing
+  for an empty read, whose driving token takes a cycle (releasing the slot). Both take their
   inputs at the hardware's cycles while their nodes wait to send (:class:`_TakesEarly`).
 * **Loads** (``memory/load.py``). Entries (tiles and stops) leave the sequencer one per cycle,
   :attr:`RtlProfile.load_start` cycles after start or one cycle after the reference token that
@@ -79,7 +83,6 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from itertools import product
 from typing import Any
 
 from step_hw import contract
@@ -88,7 +91,7 @@ from step_hw.memory_model import REQUEST_QUEUE, MemoryModel
 from step_lang import ops
 from step_lang.graph import Node
 from step_lang.registry import NodeRegistry
-from step_lang.stoprules import grid_stop
+from step_lang.stoprules import grid_tokens
 from step_lang.tokens import DONE, Stop, is_data, to_tokens
 
 from ..memory import MemoryConfig
@@ -1256,6 +1259,14 @@ def _static_shape(shape: Any) -> tuple[int, ...] | None:
     return shape if all(isinstance(d, int) and not isinstance(d, bool) for d in shape) else None
 
 
+#: An element of a walk whose value does not matter (only the stops do).
+_CELL = 0
+
+
+def _cell(index: tuple[int, ...]) -> list[Any]:
+    return [_CELL]
+
+
 def _buffer_words(profile: RtlProfile, node: Node) -> int:
     """Memory words per element of the buffers ``node`` (a Bufferize or Streamify) moves."""
     elem = node.inputs[0].elem if isinstance(node, ops.Bufferize) else node.inputs[0].elem.tile
@@ -1355,19 +1366,21 @@ class _Streamify(_TakesEarly):
         read = tuple(node.read_shape) if node.affine else tuple(node.read_dims)
         if self.ref:
             self.c = node.ref_inner
-            shape, eager = read, node.inputs[1].rank == 0
+            self.repeat, self.eager = (), node.inputs[1].rank == 0
         else:
             self.c = None
-            shape, eager = (*node.repeat, *read), node.inputs[0].rank == 0
-        self.k = len(shape)
-        cells = list(product(*(range(n) for n in shape)))
-        self.levels = [grid_stop(m, shape) for m in cells]
-        if self.k and not eager:
-            self.levels[-1] = 0  # the closing S_k is held (``pending``)
+            self.repeat, self.eager = tuple(node.repeat), node.inputs[0].rank == 0
+        self.k = len(self.repeat) + len(read)
+        shape = _static_shape((*self.repeat, *read))
+        # A static buffer's reads are the same for every buffer; a dynamic one's per buffer.
+        self.static_walk = None if shape is None else self._walk_of(grid_tokens(shape, _cell))
         self.depth = contract.STREAMIFY_QUEUE_DEPTH
         self.queue_latency = contract.BUFFER_READ_LATENCY + contract.queue_latency(self.depth)
         # the replay: the sequencer's state and the cycle of its next action
         self.state, self.t, self.pos, self.pending = "IDLE", 0, 0, False
+        self.walk: list[tuple[str, int]] | None = None  # the block being walked
+        self.buffer_walk: list[tuple[str, int]] | None = None  # with a reference: the buffer's
+        self.walks: dict[int, list[tuple[str, int]] | None] = {}  # per buffer-stream token
         self.taken = [0] * len(node.inputs)  # input tokens the hardware has taken, per port
         self.takes: list[list[int]] = [[] for _ in node.inputs]  # their cycles
         self.got: list[list[tuple[float, Any]]] = [[] for _ in node.inputs]  # the node's takes
@@ -1394,6 +1407,49 @@ class _Streamify(_TakesEarly):
             return -math.inf
         i = j - self.depth
         return self.pops[i] + 1 if i < len(self.pops) else None
+
+    # -- the blocks --------------------------------------------------------------------------------
+
+    def _walk_of(self, tokens: list[Any]) -> list[tuple[str, int]] | None:
+        """The sequencer's steps for one block's tokens: ``("elem", level)`` (an element and the
+        stop after it, 0 for none), ``("stop", level)``, and for the block's closing ``S_k``
+        held back (``pending``; not with an eager, rank-0 driving stream) either the level 0
+        of the last element or, after stops alone, ``("held", 0)``: a cycle without an entry.
+        None for an empty block (no walk: its driving token is taken, nothing written)."""
+        steps: list[tuple[str, int]] = []
+        for t in tokens:
+            if isinstance(t, Stop):
+                if steps and steps[-1] == ("elem", 0):
+                    steps[-1] = ("elem", t.level)
+                else:
+                    steps.append(("stop", t.level))
+            else:
+                steps.append(("elem", 0))
+        if not steps:
+            return None
+        if self.k and not self.eager:
+            kind, _ = steps[-1]
+            steps[-1] = ("elem", 0) if kind == "elem" else ("held", 0)
+        return steps
+
+    def _block(self, buffer: int, value: Any) -> list[tuple[str, int]] | None:
+        """The steps of one read (with ``repeat``, all the reads) of buffer number ``buffer``
+        of the buffer stream (``value`` its reference): the walk over the buffer's extents
+        (``Streamify.read_extents``) in ``order``, as ``step_lang.stoprules.grid_tokens``
+        writes it, or for a stored-order read the interpreter's replay of the buffer."""
+        if self.static_walk is not None:
+            return self.static_walk
+        if buffer not in self.walks:
+            node = self.node
+            if node.order is not None:
+                extents = node.read_extents(self.io, value)
+                shape = (*self.repeat, *(extents[d] for d in node.order))
+                tokens = grid_tokens(shape, _cell)
+            else:
+                read = [_CELL if is_data(t) else t for t in value.tokens]
+                tokens = grid_tokens(self.repeat, lambda m: read, sub=len(node.read_dims))
+            self.walks[buffer] = self._walk_of(tokens)
+        return self.walks[buffer]
 
     # -- the replay ------------------------------------------------------------------------------
 
@@ -1423,15 +1479,20 @@ class _Streamify(_TakesEarly):
         if s == "END":
             return False
         if s == "WALK":
-            level = self.levels[self.pos]
-            at = self.t + self.words - 1
-            done = self._entry(at, level, elem=True, limit=limit)
-            if done is None:
-                return False
+            kind, level = self.walk[self.pos]
+            if kind == "held":  # the held S_k after stops alone: a cycle without an entry
+                if self.t > limit:
+                    return False
+                done, self.t = self.t, self.t + 1
+            else:
+                at = self.t + self.words - 1 if kind == "elem" else self.t
+                done = self._entry(at, level, elem=kind == "elem", limit=limit)
+                if done is None:
+                    return False
             self.pos += 1
-            if self.pos == len(self.levels):
+            if self.pos == len(self.walk):
                 self.pos = 0
-                self.pending = k > 0 and self.levels[-1] == 0
+                self.pending = k > 0 and not self.eager
                 if c is None or c == 0:
                     self.releases.append(done)
                     self.state = "IDLE"
@@ -1450,7 +1511,14 @@ class _Streamify(_TakesEarly):
             self._take(0, x)
             self.state, self.t = "IDLE", x + 1
             return True
-        if self.pending and (is_data(tok) or tok is DONE):  # write the held S_k first
+        walk = None
+        if s == "BUF":
+            walk = self.buffer_walk
+        elif is_data(tok):
+            walk = self._block(self.taken[0], tok)
+        # an empty read (reads start in BUF with a reference) leaves a held S_k held
+        empty = is_data(tok) and walk is None and (s == "BUF" or c is None or c == 0)
+        if self.pending and (is_data(tok) or tok is DONE) and not empty:  # write S_k first
             if self._entry(x, k, limit=limit) is None:
                 return False
             self.pending = False
@@ -1458,6 +1526,10 @@ class _Streamify(_TakesEarly):
         if s == "BUF":
             if is_data(tok):  # a read of the buffer
                 self._take(1, x)
+                if walk is None:  # an empty read: nothing
+                    self.t = x + contract.SEQUENCER_TAKE
+                    return True
+                self.walk = walk
                 self.state, self.t = "WALK", x + contract.SEQUENCER_TAKE
                 return True
             if isinstance(tok, Stop):
@@ -1491,8 +1563,13 @@ class _Streamify(_TakesEarly):
             self._take(0, x)
             if both:
                 self._take(1, x)
-            self.state = "BUF" if c is not None and c > 0 else "WALK"
             self.t = x + contract.SEQUENCER_TAKE
+            if c is not None and c > 0:
+                self.buffer_walk, self.state = walk, "BUF"
+            elif walk is None:  # an empty read: the slot is free at once
+                self.releases.append(x)
+            else:
+                self.walk, self.state = walk, "WALK"
             return True
         at = self._entry(x, tok.level + k if isinstance(tok, Stop) else 0, limit=limit)
         if at is None:
@@ -1580,6 +1657,8 @@ class _Bufferize(_TakesEarly):
         self.words = _buffer_words(profile, node)
         self.slots = contract.BUFFER_SLOTS
         self.rank = node.rank
+        # A buffer with a dynamic dim may be empty: its closing stop waits for a slot too.
+        self.dynamic = _static_shape(node.out_types[0].elem.shape) is None
         self.closed = 0  # buffers closed (their closing stops taken)
         self.last_take = -math.inf
         self.last_close = -math.inf  # the take of the last closing stop or done token
@@ -1611,7 +1690,7 @@ class _Bufferize(_TakesEarly):
         def recv_when_free(i: int) -> Any:
             if not self.early[i]:
                 token = yield from io.peek(i)
-                if is_data(token) and self._release() is None:
+                if self._needs_slot(token) and self._release() is None:
                     yield from self._wait_release()
             return (yield from recv(i))
 
@@ -1640,14 +1719,26 @@ class _Bufferize(_TakesEarly):
         """Whether ``token`` closes a buffer (a stop of level ``rank`` or above) or is done."""
         return not is_data(token) and not (isinstance(token, Stop) and token.level < self.rank)
 
+    def _needs_slot(self, token: Any) -> bool:
+        """Whether ``token`` waits for a free slot: an element, or a dynamic buffer's closing
+        stop (an empty buffer takes a slot without an element)."""
+        return is_data(token) or (
+            self.dynamic and isinstance(token, Stop) and token.level >= self.rank
+        )
+
     def _take_time(self, visible: float, token: Any) -> float | None:
         """The cycle the hardware takes ``token`` (None: the release it waits for is not known):
         an element after its ``words`` writes, once its slot is free; a stop inside a buffer at
-        once; a closing stop or done once the output register is empty."""
+        once; a closing stop or done once the output register is empty (a dynamic buffer's
+        closing stop, once it has a slot)."""
         t = max(visible, self.last_take + 1)
-        if is_data(token):
+        if self._needs_slot(token):
             release = self._release()
-            return None if release is None else max(t, release) + self.words - 1
+            if release is None:
+                return None
+            if is_data(token):
+                return max(t, release) + self.words - 1
+            t = max(t, release)
         if self._closes(token):
             t = max(t, self.last_push[0] + 1)
         return t
@@ -1690,8 +1781,9 @@ class _Bufferize(_TakesEarly):
 
 def _buffer_pair(kind: type) -> Any:
     """The timing of a Bufferize (``_Bufferize``) or Streamify (``_Streamify``) that the
-    hardware builds: a static buffer, read by one Streamify straight from its Bufferize
-    (``step_hw.elaborate``). Anything else has no hardware: timed as a plain block."""
+    hardware builds: a buffer with at most one dynamic dim (the hardware sizes it by the dim's
+    bound), read by one Streamify straight from its Bufferize (``step_hw.elaborate``).
+    Anything else has no hardware: timed as a plain block."""
 
     def make(profile: RtlProfile, node: Node) -> NodeTiming:
         if kind is _Bufferize:
@@ -1705,7 +1797,8 @@ def _buffer_pair(kind: type) -> Any:
         else:
             buffers = node.inputs[0]
             paired = isinstance(contract.feedback_input(buffers).node, ops.Bufferize)
-        if not paired or _static_shape(buffers.elem.shape) is None:
+        dynamic = [d for d in buffers.elem.shape if not isinstance(d, int)]
+        if not paired or len(dynamic) > 1:
             return _Block(profile, node)
         timing = kind(profile, node)
         if kind is _Streamify:

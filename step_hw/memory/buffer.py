@@ -6,7 +6,16 @@ buffers, and its output stream carries *slot numbers* (a data token names the sl
 complete buffer) with the usual stop and done tokens. Streamify reads the slots through a
 :class:`BufferPortSignature` port (``wiring.connect(m, streamify.rd, bufferize.rd)``) and
 releases each slot after its last read, so with ``slots=2`` one buffer fills while the other
-drains. Buffers are statically sized; ragged or symbolic buffer shapes are rejected.
+drains.
+
+Buffers are sized statically. One buffer dim may be *dynamic* (``dynamic_dim``; a sympy symbol of
+the graph whose bound :func:`step_hw.dyntile.symbol_bounds` knows): the memory is then sized by
+the bound (``buffer_shape`` holds it), an element ``(i_0..i_{b-1})`` lies at its row-major
+address in that max-extent grid, and each buffer reference carries its buffer's runtime extent
+of the dim (an ``extent`` field beside the ``slot``; 0 for an empty buffer), from which
+Streamify walks it (``Streamify.read_extents`` in step_lang). A dynamic buffer is a full grid:
+every row of the dynamic dim equally long. Streamify reads a dynamic buffer whole, its dims
+possibly permuted (``order``), with the empty cases of ``step_lang.stoprules.grid_tokens``.
 
 Memory words: an element (a tile or a selector) is ``words`` words of at most
 ``config.mem_port_elems`` tile elements each (one word when the tile fits the port), so moving an
@@ -20,12 +29,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from amaranth.hdl import Cat, Const, Module, Signal, Value, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from step_lang import ops
+from step_lang.dims import is_ragged
 from step_lang.errors import StepTypeError
 
 from ..checks import (
@@ -39,6 +49,7 @@ from ..checks import (
 )
 from ..config import HwConfig
 from ..contract import BUFFER_SLOTS, STREAMIFY_QUEUE_DEPTH, buffer_words
+from ..dyntile import dim_bound, symbol_bounds
 from ..payload import KIND_BITS, Kind, TokenFormat
 from ..payload_fields import token_layout
 from ..queue import Queue
@@ -49,12 +60,17 @@ __all__ = ["BufferGeometry", "BufferPortSignature", "Bufferize", "Streamify"]
 
 @dataclass(frozen=True)
 class BufferGeometry:
-    """How ``slots`` buffers of ``shape`` elements of ``fmt`` lie in one memory."""
+    """How ``slots`` buffers of ``shape`` elements of ``fmt`` lie in one memory.
+
+    ``dynamic``: the buffer dim whose extent is known at run time only (``shape`` holds its
+    bound), or ``None``.
+    """
 
     fmt: TokenFormat
     shape: tuple[int, ...]
     slots: int
     port_elems: int
+    dynamic: int | None = None
 
     @property
     def size(self) -> int:
@@ -68,9 +84,13 @@ class BufferGeometry:
 
     @property
     def word_bits(self) -> int:
+        """Bits of a memory word: ``port_elems`` tile elements (a selector whole); a dynamic
+        tile's words are widened by its row count's bits, so it takes as many words (cycles)
+        as a static tile of its bound."""
         if self.fmt.kind != "tile":
             return self.fmt.data_bits
-        return min(self.fmt.rows * self.fmt.cols, self.port_elems) * self.fmt.elem_bits
+        elems = min(self.fmt.rows * self.fmt.cols, self.port_elems) * self.fmt.elem_bits
+        return elems + self.fmt.count_bits
 
     @property
     def depth(self) -> int:
@@ -88,9 +108,16 @@ class BufferGeometry:
     def index_width(self) -> int:
         return max(1, (self.size - 1).bit_length())
 
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Row-major element strides of the (max-extent) buffer."""
+        return tuple(math.prod(self.shape[d + 1 :]) for d in range(len(self.shape)))
+
     def ref_layout(self) -> data.StructLayout:
-        """Payload of the buffer-reference stream: ``kind``, ``level``, ``slot``."""
-        return driving_layout(self.fmt.level_bits, self.slot_width)
+        """Payload of the buffer-reference stream: ``kind``, ``level``, ``slot`` (and with a
+        dynamic dim its ``extent``, ``0..bound``)."""
+        bound = None if self.dynamic is None else self.shape[self.dynamic]
+        return driving_layout(self.fmt.level_bits, self.slot_width, bound)
 
     def port_signature(self) -> BufferPortSignature:
         return BufferPortSignature(addr_width=self.addr_width, data_width=self.word_bits)
@@ -120,16 +147,31 @@ class BufferPortSignature(wiring.Signature):
         return f"BufferPortSignature(addr_width={self._addr_width}, data_width={self._data_width})"
 
 
-def _static_buffer(node: Any, port: str, shape: Sequence[Any]) -> tuple[int, ...]:
-    if not all(isinstance(d, int) for d in shape):
+def _buffer_shape(node: Any, port: str, shape: Sequence[Any]) -> tuple[tuple[int, ...], int | None]:
+    """The max-extent shape of a node's buffers and its dynamic dim (``None``: static); the
+    dynamic dim's extent is its bound (:func:`step_hw.dyntile.dim_bound`)."""
+    dynamic = [d for d, n in enumerate(shape) if not isinstance(n, int)]
+    if not dynamic:
+        return tuple(shape), None
+    names = list(map(str, shape))
+    if len(dynamic) > 1:
         raise StepTypeError(
-            f"{where(node, port)}: buffer shape {list(map(str, shape))} is dynamic; "
+            f"{where(node, port)}: buffer shape {names} has {len(dynamic)} dynamic dims; "
+            "hardware buffers have at most one (sized by its bound)"
+        )
+    bound = dim_bound(shape[dynamic[0]], symbol_bounds(node.graph))
+    if bound is None:  # nothing bounds the memory
+        raise StepTypeError(
+            f"{where(node, port)}: buffer shape {names} is dynamic; "
             "hardware buffers are statically sized"
         )
-    return tuple(shape)
+    # A bound of 0 (an empty graph input) still gets one row: the extent is 0 at run time.
+    return tuple(max(1, bound) if d == dynamic[0] else n for d, n in enumerate(shape)), dynamic[0]
 
 
-def _geometry(who: str, fmt: Any, shape: Any, slots: Any, config: HwConfig) -> BufferGeometry:
+def _geometry(
+    who: str, fmt: Any, shape: Any, slots: Any, config: HwConfig, dynamic: Any = None
+) -> BufferGeometry:
     check_format(who, "elem_format", fmt, kinds=("tile", "selector"))
     if isinstance(shape, (tuple, list)) and not all(isinstance(d, int) for d in shape):
         raise ValueError(
@@ -140,7 +182,10 @@ def _geometry(who: str, fmt: Any, shape: Any, slots: Any, config: HwConfig) -> B
     if not shape:
         raise ValueError(f"{who} buffer_shape must have at least one dimension, not ()")
     check_int(who, "slots", slots)
-    return BufferGeometry(fmt, shape, slots, config.mem_port_elems)
+    if dynamic is None:
+        return BufferGeometry(fmt, shape, slots, config.mem_port_elems)
+    check_int(who, "dynamic_dim", dynamic, 0, len(shape) - 1)
+    return BufferGeometry(fmt, shape, slots, config.mem_port_elems, dynamic)
 
 
 class Bufferize(wiring.Component):
@@ -157,20 +202,27 @@ class Bufferize(wiring.Component):
     in_rank : int
         The input stream's rank.
     buffer_shape : sequence of int
-        The static buffer shape ``[D_{b-1}..D_0]``.
+        The static buffer shape ``[D_{b-1}..D_0]`` (outermost first), with a dynamic dim's bound.
     slots : int
         Buffers in memory (2: double buffering).
+    dynamic_dim : int or None
+        The buffer dim (an index into ``buffer_shape``) whose extent is known only at run time.
 
     Ports
     -----
     i : In(elem_format stream)
     o : Out(stream of :meth:`BufferGeometry.ref_layout`)
-        A data token with the slot of each complete buffer, ``[D_r..D_b]`` with stops.
+        A data token with the slot (and with a dynamic dim, the extent) of each complete buffer,
+        ``[D_r..D_b]`` with stops.
     rd : In(BufferPortSignature)
         Streamify's read port and slot release.
     error : Out(1)
-        Sticky: a buffer closed with a number of elements other than its static size (extra
-        elements are dropped; the interpreter's type check rejects such streams).
+        Sticky. A static buffer: it closed with a number of elements other than its static size
+        (extra elements are dropped; the interpreter's type check rejects such streams). A
+        dynamic buffer with elements: it is not a full grid of its static dims and one extent of
+        the dynamic dim, or that extent exceeds the bound (elements from the first fault on are
+        dropped; the interpreter's permuted read raises). A buffer without elements is an empty
+        one (extent 0) whatever its inner stops, as in the interpreter.
 
     Protocol and timing
         An element is written in ``words`` cycles (one when it fits the port); inner stops
@@ -178,6 +230,13 @@ class Bufferize(wiring.Component):
         the reference is emitted and, for ``s > b``, followed by ``S_{s-b}``; it waits until the
         output register is empty. Elements wait while every slot holds an unreleased buffer.
         So with two slots Bufferize fills buffer ``n + 1`` while Streamify reads buffer ``n``.
+        A dynamic buffer has the same timing: per-dim index counters follow the elements and the
+        inner stops (an inner ``S_s`` closes the ``s`` innermost dims and steps dim
+        ``b - 1 - s``), so element ``(i_0..i_{b-1})`` is written at ``sum(i_d * stride_d)`` of
+        the max-extent grid with no extra cycle; the extent is that of the dynamic dim's first
+        closed row (all later rows must match it), 0 without elements. A dropped element takes
+        one cycle. The closing stop also waits for a free slot: an empty buffer takes one too
+        (a buffer with elements has one already).
     """
 
     def __init__(
@@ -189,6 +248,7 @@ class Bufferize(wiring.Component):
         in_rank: int,
         buffer_shape: Sequence[int],
         slots: int = BUFFER_SLOTS,
+        dynamic_dim: int | None = None,
         src_loc_at: int = 0,
     ):
         who = type(self).__name__
@@ -197,7 +257,7 @@ class Bufferize(wiring.Component):
         rank = check_int(who, "rank", rank)
         if rank > in_rank:
             raise ValueError(f"{who} rank must be in [1, in_rank={in_rank}], not {rank}")
-        self._geo = geo = _geometry(who, elem_format, buffer_shape, slots, config)
+        self._geo = geo = _geometry(who, elem_format, buffer_shape, slots, config, dynamic_dim)
         if len(geo.shape) != rank:
             raise ValueError(
                 f"{who} buffer_shape {list(geo.shape)} must have rank={rank} dimensions"
@@ -215,11 +275,12 @@ class Bufferize(wiring.Component):
 
     @classmethod
     def from_node(cls, node: Any, config: HwConfig, *, slots: int = BUFFER_SLOTS) -> Bufferize:
-        """The block of a ``Bufferize`` node; its buffer shape must be static."""
+        """The block of a ``Bufferize`` node; its buffer shape is static but for at most one
+        dim with a known bound."""
 
         def build() -> Bufferize:
             x = node.inputs[0]
-            shape = _static_buffer(node, "out", node.out_types[0].elem.shape)
+            shape, dynamic = _buffer_shape(node, "out", node.out_types[0].elem.shape)
             return cls(
                 src_loc_at=3,
                 config=config,
@@ -228,6 +289,7 @@ class Bufferize(wiring.Component):
                 in_rank=x.rank,
                 buffer_shape=shape,
                 slots=slots,
+                dynamic_dim=dynamic,
             )
 
         return build_for_node(node, ops.Bufferize, build)
@@ -254,7 +316,8 @@ class Bufferize(wiring.Component):
         m.d.comb += [rp.addr.eq(self.rd.addr), self.rd.data.eq(rp.data)]
 
         fill = Signal(geo.slot_width)  # the slot being filled
-        count = Signal(range(geo.size + 1))  # its elements so far
+        if geo.dynamic is None:
+            count = Signal(range(geo.size + 1))  # its elements so far
         word = Signal(range(max(2, geo.words)))
         used = Signal(range(geo.slots + 1))  # slots holding complete, unreleased buffers
         error = Signal()
@@ -281,6 +344,10 @@ class Bufferize(wiring.Component):
         with m.Elif(~closed & released):
             m.d.sync += used.eq(used - 1)
 
+        if geo.dynamic is not None:
+            self._dynamic_input(m, wp, padded, word, used, fill, error, out_valid, out, pend,
+                                pend_level, closed)  # fmt: skip
+            return m
         with m.If(self.i.valid), m.Switch(tok.kind):
             with m.Case(Kind.DATA):
                 with m.If(count == geo.size):  # more elements than the buffer holds
@@ -319,15 +386,116 @@ class Bufferize(wiring.Component):
                 m.d.sync += [out_valid.eq(1), out.kind.eq(Kind.DONE), out.level.eq(0)]
         return m
 
+    def _dynamic_input(
+        self, m, wp, padded, word, used, fill, error, out_valid, out, pend, pend_level, closed
+    ) -> None:
+        """The input side of a buffer with a dynamic dim (the class docstring): index counters
+        per dim, the grid checks, and the extent that the reference carries."""
+        geo = self._geo
+        b, d, shape = self._rank, geo.dynamic, geo.shape
+        tok = self.i.payload
+        last_word = word == geo.words - 1
+        # idx[j]: the index in dim j (0 outermost); the innermost one counts its row's elements.
+        idx = [Signal(range(n + 1), name=f"i{j}") for j, n in enumerate(shape)]
+        elements = Signal()  # the buffer has an element
+        bad = Signal()  # it is not a grid of the static dims and one extent within the bound
+        seen = Signal()  # a row of the dynamic dim has closed: `extent` holds its extent
+        extent = Signal(range(shape[d] + 1))
+
+        def closing(s: int) -> tuple[Any, Any | None]:
+            """A stop closing the ``s`` innermost dims: whether a closed row has the wrong
+            extent, and the extent of the dynamic dim's row if it closes."""
+            wrong, row = [], None
+            for j in range(b - s, b):
+                n = idx[j] if j == b - 1 else idx[j] + 1  # the closed row's extent
+                if j == d:
+                    row = n
+                    wrong.append(seen & (n != extent))
+                else:
+                    wrong.append(n != shape[j])
+            return Cat(*wrong).any(), row
+
+        with m.If(self.i.valid), m.Switch(tok.kind):
+            with m.Case(Kind.DATA):
+                # Past the row's bound, or after a fault: dropped (no slot needed).
+                with m.If((idx[b - 1] == shape[b - 1]) | bad):
+                    m.d.comb += self.i.ready.eq(1)
+                    m.d.sync += [bad.eq(1), elements.eq(1)]
+                with m.Elif(used < geo.slots):
+                    at = sum(i * stride for i, stride in zip(idx, geo.strides, strict=True))
+                    m.d.comb += [
+                        wp.en.eq(1),
+                        wp.addr.eq((fill * geo.size + at) * geo.words + word),
+                        wp.data.eq(padded.word_select(word, geo.word_bits)),
+                    ]
+                    with m.If(last_word):
+                        m.d.comb += self.i.ready.eq(1)
+                        m.d.sync += [idx[b - 1].eq(idx[b - 1] + 1), word.eq(0), elements.eq(1)]
+                    with m.Else():
+                        m.d.sync += word.eq(word + 1)
+            with m.Case(Kind.STOP):
+                with m.If(tok.level < b):
+                    m.d.comb += self.i.ready.eq(1)
+                    with m.Switch(tok.level):
+                        for s in range(1, b):  # closes dims b-s..b-1, steps dim a
+                            a = b - 1 - s
+                            with m.Case(s):
+                                wrong, row = closing(s)
+                                m.d.sync += [idx[j].eq(0) for j in range(b - s, b)]
+                                with m.If(wrong):
+                                    m.d.sync += bad.eq(1)
+                                if row is not None:
+                                    with m.If(~seen):
+                                        m.d.sync += [extent.eq(row), seen.eq(1)]
+                                with m.If(idx[a] == shape[a] - 1):  # a row past the bound
+                                    m.d.sync += bad.eq(1)
+                                with m.Else():
+                                    m.d.sync += idx[a].eq(idx[a] + 1)
+                # An empty buffer takes a slot too (Streamify releases one per reference),
+                # without an element that waited for it.
+                with m.Elif(~out_valid & (used < geo.slots)):
+                    wrong, row = closing(b)
+                    m.d.comb += [self.i.ready.eq(1), closed.eq(1)]
+                    m.d.sync += [
+                        out_valid.eq(1),
+                        out.kind.eq(Kind.DATA),
+                        out.level.eq(0),
+                        out.slot.eq(fill),
+                        out.extent.eq(Mux(elements, row, 0)),
+                        pend.eq(tok.level > b),
+                        pend_level.eq(tok.level - b),
+                        fill.eq(0 if geo.slots == 1 else (fill + 1) % geo.slots),
+                        *(i.eq(0) for i in idx),
+                        elements.eq(0),
+                        bad.eq(0),
+                        seen.eq(0),
+                    ]
+                    with m.If(elements & (bad | wrong)):
+                        m.d.sync += error.eq(1)
+            with m.Default(), m.If(~out_valid):  # DONE
+                m.d.comb += self.i.ready.eq(1)
+                m.d.sync += [out_valid.eq(1), out.kind.eq(Kind.DONE), out.level.eq(0)]
+
 
 class Streamify(wiring.Component):
     """Streamify: replays the buffers of a :class:`Bufferize` as streams.
 
     A *read* of a buffer walks ``read_shape`` with element number ``base + sum(m[d]*stride[d])``
-    (default: the whole buffer in stored order). Reads repeat ``prod(repeat)`` times per buffer
-    (output ``[*in.shape, *repeat, *read_shape]``), or once per element of ``ref`` (output
+    (default: the whole buffer in stored order), or the whole buffer with its dims permuted
+    (``order``: read dim ``j`` walks buffer dim ``order[j]``, i.e. the affine read of the
+    permuted shape and strides). Reads repeat ``prod(repeat)`` times per buffer (output
+    ``[*in.shape, *repeat, *read_shape]``), or once per element of ``ref`` (output
     ``[*ref.shape, *read_shape]``; ``ref``'s outer dims are the buffer stream's, its
     ``c = ref_rank - in_rank`` inner dims say how often each buffer is read).
+
+    A buffer with a dynamic dim (``dynamic_dim``) is read whole, in stored order or ``order``:
+    the walk takes the dim's extent from each buffer reference (:class:`~.sequence.DynamicWalk`,
+    strides of the max-extent grid), with ``step_lang.stoprules.grid_tokens``' empty cases: with
+    the dynamic dim read innermost and of extent 0, a read is its stops alone (an empty
+    innermost vector per outer position); with it read further out (``order``) and of extent 0,
+    a read is empty: no token, a held closing stop stays held (``BlockWriter``), and the slot is
+    still released. A stored-order read replays an empty buffer as the interpreter does, as its
+    (canonical) stops: its closing stop alone when the dynamic dim is not innermost.
 
     Parameters (keyword-only)
     -------------------------
@@ -335,19 +503,24 @@ class Streamify(wiring.Component):
     elem_format : TokenFormat
         The buffered elements (tiles or selectors).
     buffer_shape : sequence of int
-        Static, as in the matching :class:`Bufferize`; so is ``slots``.
+        Static (a dynamic dim's bound), as in the matching :class:`Bufferize`; so are ``slots``
+        and ``dynamic_dim``.
     in_rank : int
         Rank of the buffer-reference stream.
     repeat : sequence of int
         Static repeats (not with ``ref``).
     read_shape, read_stride, base
-        The affine read (both or neither of ``read_shape`` and ``read_stride``).
+        The affine read (both or neither of ``read_shape`` and ``read_stride``); a static
+        buffer only.
+    order : sequence of int
+        A permutation of the buffer dims (not with an affine read).
     ref_format, ref_rank
         The reference stream (contents ignored), ``ref_rank >= in_rank``.
 
     Ports
     -----
-    i : In(stream of :meth:`BufferGeometry.ref_layout`), from Bufferize's ``o``
+    i : In(stream of :meth:`BufferGeometry.ref_layout`), from Bufferize's ``o`` (with a
+        dynamic dim, each reference carries its buffer's extent)
     ref : In(ref_format stream), only with a reference
     o : Out(elem_format stream)
     rd : Out(BufferPortSignature), to Bufferize's ``rd``
@@ -358,7 +531,8 @@ class Streamify(wiring.Component):
         As ``BlockWriter`` with ``k = len(repeat) + len(read_shape)`` (``len(read_shape)`` with a
         reference): inner stops ``grid_stop(m)``, the closing ``S_k`` held and merged with a
         following stop of the driving stream (the buffer stream, or ``ref``) into
-        ``S_{s+k}``; a rank-0 driving stream releases it at once.
+        ``S_{s+k}``; a rank-0 driving stream releases it at once. An empty read (a dynamic
+        outer extent 0) writes nothing and keeps a held ``S_k`` held.
 
     Latency and throughput
         The first element leaves ``3 + words`` cycles after its buffer reference is offered
@@ -369,7 +543,12 @@ class Streamify(wiring.Component):
         buffers), and ``4 * elements + 2`` cycles with four words per element
         (tests/test_hw_memory.py). The output queue is credit-managed, so a stalled output
         stops the memory reads without losing data. The slot is released when its last read is
-        issued.
+        issued. Dynamic buffers have the same timing, with these cycles for the empty cases: a
+        stop-only read (innermost extent 0) commits one stop entry per cycle, no memory read,
+        and ends with a cycle of no entry where its held ``S_k`` would be (with an eager,
+        rank-0 buffer stream that ``S_k`` is an entry); an empty read costs its driving token's
+        take (one cycle, ``SEQUENCER_TAKE``) and nothing else, and then releases the slot
+        (in that cycle) when it was the buffer's last read.
     """
 
     def __init__(
@@ -384,17 +563,38 @@ class Streamify(wiring.Component):
         read_shape: Sequence[int] | None = None,
         read_stride: Sequence[int] | None = None,
         base: int = 0,
+        order: Sequence[int] | None = None,
         ref_format: TokenFormat | None = None,
         ref_rank: int | None = None,
+        dynamic_dim: int | None = None,
         src_loc_at: int = 0,
     ):
         who = type(self).__name__
         config = check_config(who, config)
-        self._geo = geo = _geometry(who, elem_format, buffer_shape, slots, config)
+        self._geo = geo = _geometry(who, elem_format, buffer_shape, slots, config, dynamic_dim)
         in_rank = check_int(who, "in_rank", in_rank, 0)
         repeat = int_tuple(who, "repeat", repeat, minimum=1)
         if (read_shape is None) != (read_stride is None):
             raise ValueError(f"{who} an affine read needs both read_shape and read_stride")
+        self._stored_order = order is None
+        if order is not None or geo.dynamic is not None:
+            if read_shape is not None:
+                what = "order" if order is not None else "a buffer with a dynamic dim"
+                raise ValueError(f"{who} takes {what} or an affine read, not both")
+            rank = len(geo.shape)
+            order = tuple(range(rank)) if order is None else order
+            if not isinstance(order, (tuple, list)) or sorted(
+                v if isinstance(v, int) and not isinstance(v, bool) else -1 for v in order
+            ) != list(range(rank)):
+                raise ValueError(
+                    f"{who} order must be a permutation of range({rank}), not {order!r}"
+                )
+            order = tuple(order)
+            if base != 0:
+                raise ValueError(f"{who} base needs an affine read (read_shape and read_stride)")
+            read_shape = tuple(geo.shape[d] for d in order)
+            read_stride = tuple(geo.strides[d] for d in order)
+        self._order = order
         if read_shape is None:
             read_shape = geo.shape
             read_stride = tuple(math.prod(geo.shape[d + 1 :]) for d in range(len(geo.shape)))
@@ -444,11 +644,24 @@ class Streamify(wiring.Component):
 
     @classmethod
     def from_node(cls, node: Any, config: HwConfig, *, slots: int = BUFFER_SLOTS) -> Streamify:
-        """The block of a ``Streamify`` node; its buffers must be statically sized."""
+        """The block of a ``Streamify`` node; its buffers are statically sized but for at most
+        one dim with a known bound, which is read whole (stored order only for a dim that is
+        outermost or not ragged, since the hardware reads a grid)."""
 
         def build() -> Streamify:
             buffers = node.inputs[0]
-            shape = _static_buffer(node, "in", buffers.elem.shape)
+            shape, dynamic = _buffer_shape(node, "in", buffers.elem.shape)
+            if (
+                dynamic is not None
+                and node.order is None
+                and dynamic > 0
+                and is_ragged(buffers.elem.shape[dynamic])
+            ):
+                # A stored-order read replays a ragged buffer exactly; the hardware walks grids.
+                raise StepTypeError(
+                    f"{where(node, 'in')}: buffer shape {list(map(str, buffers.elem.shape))} has a "
+                    "ragged inner dim; hardware reads it as a full grid only with order"
+                )
             ref = node.inputs[1] if len(node.inputs) > 1 else None
             return cls(
                 src_loc_at=3,
@@ -461,8 +674,10 @@ class Streamify(wiring.Component):
                 read_shape=node.read_shape if node.affine else None,
                 read_stride=node.stride if node.affine else None,
                 base=node.base if node.affine else 0,
+                order=node.order,
                 ref_format=TokenFormat.for_elem(ref.elem, config, where=where(node, "ref")) if ref is not None else None,
                 ref_rank=ref.rank if ref is not None else None,
+                dynamic_dim=dynamic,
             )  # fmt: skip
 
         return build_for_node(node, ops.Streamify, build)
@@ -482,6 +697,22 @@ class Streamify(wiring.Component):
     #: Output queue depth: covers the credit round trip (commit, read, queue latency) for II 1.
     QUEUE_DEPTH = STREAMIFY_QUEUE_DEPTH
 
+    def _dynamic_walk(self) -> dict[str, int | None]:
+        """The sequencer's ``dynamic`` and ``stops_from`` (``step_lang``'s reads of an extent 0):
+        a permuted read walks the stops of an innermost extent 0 and nothing for an outer one;
+        a stored-order read replays the buffer's stops (canonical: an empty innermost vector per
+        row, or just the closing stop when the dynamic dim is not innermost)."""
+        geo = self._geo
+        if geo.dynamic is None:
+            return {}
+        walk = len(self._repeat) + self._order.index(geo.dynamic)
+        k = len(self._repeat) + len(self._read_shape)
+        if walk == k - 1:
+            return {"dynamic": walk, "stops_from": walk}
+        if self._stored_order:
+            return {"dynamic": walk, "stops_from": len(self._repeat)}
+        return {"dynamic": walk, "stops_from": None}
+
     def elaborate(self, platform) -> Module:
         m = Module()
         geo, fmt = self._geo, self._fmt
@@ -496,6 +727,7 @@ class Streamify(wiring.Component):
             slot_width=geo.slot_width,
             eager=driving_rank == 0,
             ref_inner=c,
+            **self._dynamic_walk(),
         )
         wiring.connect(m, wiring.flipped(self.i), seq.outer)
         if c is not None:

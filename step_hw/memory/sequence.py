@@ -8,6 +8,14 @@ block's closing ``S_k`` (``k = len(shape)``) is held back and merges with a foll
 ``S_s`` of the driving stream into ``S_{s+k}``; a data element or the end releases it unchanged;
 a rank-0 driving stream (no stops) writes it at once.
 
+One dim of the walk may have a *runtime* extent (:class:`DynamicWalk`; a buffer with a dynamic
+dim, read by Streamify): ``shape`` then holds that dim's bound, the driving token carries the
+extent (``0..bound``), and the strides stay those of the bound. The empty walks follow
+``step_lang.stoprules.grid_tokens``: with the innermost extent 0, a walk of stops alone (one
+``STOP(1 + grid_stop(outer))`` entry per outer position); with an outer extent 0, no entry at all,
+and a held ``S_k`` stays held (``BlockWriter.block([])``); or, for a buffer replayed in stored
+order, its closing stop alone (``stops_from``).
+
 The sequencer emits *entries*, one per cycle: ``ELEM(index, level)`` (an element followed by a stop
 of ``level``, 0 for none), ``STOP(level)`` or ``DONE``. The blocks' consumers turn entries into
 reads and tokens.
@@ -19,7 +27,7 @@ import enum
 import itertools
 from collections.abc import Sequence
 
-from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.hdl import Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -28,7 +36,7 @@ from step_lang.stoprules import grid_stop
 from ..payload import Kind
 from ..payload_fields import token_layout
 
-__all__ = ["AffineWalk", "Entry", "Sequencer", "walk_reference"]
+__all__ = ["AffineWalk", "DynamicWalk", "Entry", "Sequencer", "walk_reference"]
 
 
 class Entry(enum.IntEnum):
@@ -106,9 +114,104 @@ class AffineWalk(wiring.Component):
         return m
 
 
-def driving_layout(level_bits: int, slot_width: int) -> data.StructLayout:
-    """A driving-stream token: ``kind`` and ``level`` as in every token, plus a ``slot``."""
-    return token_layout(level_bits, slot=unsigned(slot_width))
+class DynamicWalk(wiring.Component):
+    """An :class:`AffineWalk` whose dim ``dynamic`` has a runtime extent.
+
+    ``shape[dynamic]`` is the extent's bound; ``stride`` and ``base`` are as in
+    :class:`AffineWalk` (a buffer's strides are those of its bound, so they stay constants).
+
+    With extent 0 the walk has no element. ``stops_from=q`` (``q <= dynamic``) makes it a walk
+    of stops alone: dims ``q..`` are pinned at their last index, the outer ones walked, so
+    ``level`` is ``(n - q) + grid_stop(outer)``: the innermost dim alone for a dynamic innermost
+    dim (``step_lang.stoprules.grid_tokens``' one empty innermost vector per outer position),
+    or the whole buffer for a stored-order read of an empty buffer (its closing stop).
+    ``stops_from=None``: an empty walk, which the caller does not start (here it would walk
+    extent 1).
+
+    Ports: as :class:`AffineWalk`, plus ``extent`` (in, ``0..shape[dynamic]``), sampled with
+    ``start``, and ``stops`` (out): the walk is one of stops alone. Each step is one adder, as
+    in :class:`AffineWalk`: going to the next element of a dim outside the dynamic one also
+    subtracts ``(extent - 1) * stride[dynamic]``, registered at ``start``.
+    """
+
+    def __init__(
+        self,
+        *,
+        shape: Sequence[int],
+        stride: Sequence[int],
+        base: int,
+        index_width: int,
+        dynamic: int,
+        stops_from: int | None = None,
+    ):
+        self._shape = tuple(shape)
+        self._stride = tuple(stride)
+        self._base = base
+        self._dynamic = dynamic
+        self._stops_from = stops_from
+        n = len(self._shape)
+        super().__init__(
+            {
+                "start": In(1),
+                "advance": In(1),
+                "extent": In(range(self._shape[dynamic] + 1)),
+                "index": Out(index_width),
+                "level": Out(range(n + 1)),
+                "last": Out(1),
+                "stops": Out(1),
+            }
+        )
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        shape, stride, p, q = self._shape, self._stride, self._dynamic, self._stops_from
+        n = len(shape)
+        counters = [Signal(range(max(2, size)), name=f"m{d}") for d, size in enumerate(shape)]
+        top = Signal(range(max(2, shape[p])))  # the dynamic dim's last index: max(extent, 1) - 1
+        back = Signal(range(max(2, (shape[p] - 1) * stride[p] + 1)))  # top * stride[p]
+        stops = Signal()
+        ends = [
+            top if d == p else Mux(stops, 0, size - 1) if q is not None and d >= q else size - 1
+            for d, size in enumerate(shape)
+        ]
+        at_last = [c == e for c, e in zip(counters, ends, strict=True)]
+        trailing = [None] * n + [True]
+        for d in reversed(range(n)):
+            trailing[d] = at_last[d] if trailing[d + 1] is True else at_last[d] & trailing[d + 1]
+        index = Signal.like(self.index, init=self._base)
+        m.d.comb += [
+            self.index.eq(index),
+            self.last.eq(trailing[0]),
+            self.level.eq(sum(t for t in trailing[:n])),
+            self.stops.eq(stops),
+        ]
+        with m.If(self.advance & ~self.last):
+            for d in range(n):
+                delta = stride[d] - sum(
+                    (shape[e] - 1) * stride[e] for e in range(d + 1, n) if e != p
+                )
+                step = index + delta - back if d < p else index + delta
+                carry = at_last[d] if trailing[d + 1] is True else at_last[d] | ~trailing[d + 1]
+                with m.If(~carry):
+                    m.d.sync += counters[d].eq(counters[d] + 1)
+                    m.d.sync += [counters[e].eq(0) for e in range(d + 1, n)]
+                    m.d.sync += index.eq(step)
+        with m.If(self.start):
+            last = Mux(self.extent == 0, 0, self.extent - 1)
+            m.d.sync += [c.eq(0) for c in counters]
+            m.d.sync += [index.eq(self._base), top.eq(last), back.eq(last * stride[p])]
+            m.d.sync += stops.eq((self.extent == 0) if q is not None else 0)
+        return m
+
+
+def driving_layout(
+    level_bits: int, slot_width: int, extent_bound: int | None = None
+) -> data.StructLayout:
+    """A driving-stream token: ``kind`` and ``level`` as in every token, plus a ``slot``, and
+    for a walk with a runtime extent (``extent_bound`` its bound) the ``extent``."""
+    if extent_bound is None:
+        return token_layout(level_bits, slot=unsigned(slot_width))
+    return token_layout(level_bits, slot=unsigned(slot_width), extent=range(extent_bound + 1))
 
 
 def ref_layout(level_bits: int) -> data.StructLayout:
@@ -129,6 +232,14 @@ class Sequencer(wiring.Component):
     ``>= c`` (``c = 0``: exactly one block per buffer, stops of both streams pair up); ``ref``
     stops become ``S_{s+k}``; a ``ref`` stop above ``c`` pairs with the buffer stream's
     ``S_{s-c}``, which is consumed.
+
+    ``dynamic=p``: dim ``p`` of ``shape`` has a runtime extent (:class:`DynamicWalk`), carried by
+    ``outer``'s data tokens (``extent``; latched with the slot). With extent 0 and
+    ``stops_from`` (as :class:`DynamicWalk`) a walk writes ``STOP`` entries alone, one per cycle
+    (its last, the held ``S_k``, is no entry: that cycle only ends the walk); without, the walk
+    is empty: it writes nothing and keeps a held ``S_k`` held, its driving token (with a
+    reference, its reference token) is taken in one cycle without a walk, and ``release``
+    pulses in that cycle when the buffer has no more reads.
 
     Ports
     -----
@@ -158,16 +269,21 @@ class Sequencer(wiring.Component):
         slot_width: int = 1,
         eager: bool,
         ref_inner: int | None = None,
+        dynamic: int | None = None,
+        stops_from: int | None = None,
     ):
         self._shape, self._stride, self._base = tuple(shape), tuple(stride), base
         self._index_width = index_width
         self._eager = eager
         self._ref_inner = ref_inner
+        self._dynamic = dynamic
+        self._stops_from = stops_from
+        bound = None if dynamic is None else self._shape[dynamic]
         self.entry_layout = token_layout(
             level_bits, index=unsigned(index_width), slot=unsigned(slot_width)
         )
         members = {
-            "outer": In(stream.Signature(driving_layout(level_bits, slot_width))),
+            "outer": In(stream.Signature(driving_layout(level_bits, slot_width, bound))),
             "entries": Out(stream.Signature(self.entry_layout)),
             "release": Out(1),
             "error": Out(1),
@@ -180,11 +296,38 @@ class Sequencer(wiring.Component):
         m = Module()
         k = len(self._shape)
         c = self._ref_inner
-        m.submodules.walk = walk = AffineWalk(
-            shape=self._shape, stride=self._stride, base=self._base, index_width=self._index_width
-        )
+        p = self._dynamic
         outer, ent = self.outer, self.entries
         ref = self.ref if c is not None else None
+        if p is None:
+            m.submodules.walk = walk = AffineWalk(
+                shape=self._shape,
+                stride=self._stride,
+                base=self._base,
+                index_width=self._index_width,
+            )
+            empty = None  # whether the driving token's walk has no entries
+        else:
+            q = self._stops_from
+            m.submodules.walk = walk = DynamicWalk(
+                shape=self._shape,
+                stride=self._stride,
+                base=self._base,
+                index_width=self._index_width,
+                dynamic=p,
+                stops_from=q,
+            )
+            if c is None or c == 0:  # the walk starts with the take of the buffer
+                m.d.comb += walk.extent.eq(outer.payload.extent)
+                empty = outer.payload.extent == 0
+            else:  # one walk per reference element, of the buffer taken before
+                extent = Signal.like(outer.payload.extent)
+                m.d.comb += walk.extent.eq(extent)
+                empty = extent == 0
+            if q is not None:
+                empty = None  # an extent 0 still writes the walk's stops
+        # In IDLE the buffer's own emptiness (with a reference, reads start in BUF).
+        idle_empty = empty if c is None or c == 0 else None
         pending = Signal()  # a block's closing S_k is held back
         slot = Signal.like(ent.payload.slot)
         skip_level = Signal.like(ent.payload.level)
@@ -208,26 +351,44 @@ class Sequencer(wiring.Component):
         with m.FSM():
             with m.State("IDLE"), m.If(outer.valid), m.Switch(outer.payload.kind):
                 with m.Case(Kind.DATA):
-                    with m.If(pending):
+                    with m.If(pending if idle_empty is None else pending & ~idle_empty):
                         flush_pending()
                     with m.Else():
                         if c is None or c > 0:
                             m.d.comb += outer.ready.eq(1)
                             m.d.sync += slot.eq(outer.payload.slot)
+                            if c is not None and p is not None:
+                                m.d.sync += extent.eq(outer.payload.extent)
                             if c is None:
-                                m.d.comb += walk.start.eq(1)
-                                m.next = "WALK"
+                                if idle_empty is None:
+                                    m.d.comb += walk.start.eq(1)
+                                    m.next = "WALK"
+                                else:
+                                    with m.If(idle_empty):  # nothing to read: free the slot
+                                        m.d.comb += self.release.eq(1)
+                                    with m.Else():
+                                        m.d.comb += walk.start.eq(1)
+                                        m.next = "WALK"
                             else:
                                 m.next = "BUF"
                         else:  # c == 0: one read per (buffer, ref element) pair
                             with m.If(ref.valid):
-                                m.d.comb += [
-                                    outer.ready.eq(1),
-                                    ref.ready.eq(1),
-                                    walk.start.eq(1),
-                                ]
-                                m.d.sync += slot.eq(outer.payload.slot)
-                                m.next = "WALK"
+                                if idle_empty is None:
+                                    m.d.comb += [
+                                        outer.ready.eq(1),
+                                        ref.ready.eq(1),
+                                        walk.start.eq(1),
+                                    ]
+                                    m.d.sync += slot.eq(outer.payload.slot)
+                                    m.next = "WALK"
+                                else:
+                                    m.d.comb += [outer.ready.eq(1), ref.ready.eq(1)]
+                                    m.d.sync += slot.eq(outer.payload.slot)
+                                    with m.If(idle_empty):  # nothing to read: free the slot
+                                        m.d.comb += self.release.eq(1)
+                                    with m.Else():
+                                        m.d.comb += walk.start.eq(1)
+                                        m.next = "WALK"
                                 with m.If(ref.payload.kind != Kind.DATA):
                                     m.d.sync += error.eq(1)
                 with m.Case(Kind.STOP):
@@ -265,8 +426,15 @@ class Sequencer(wiring.Component):
             with m.State("WALK"):
                 last = walk.last
                 level = walk.level if (k == 0 or self._eager) else Mux(last, 0, walk.level)
-                emit(Entry.ELEM, level)
-                with m.If(taken):
+                if p is None or self._stops_from is None:
+                    emit(Entry.ELEM, level)
+                    step = taken
+                else:  # a walk of stops alone when the extent is 0
+                    held = walk.stops & last if not self._eager else Const(0)
+                    with m.If(~held):  # the held S_k alone is no entry
+                        emit(Mux(walk.stops, Entry.STOP, Entry.ELEM), level)
+                    step = taken | held
+                with m.If(step):
                     m.d.comb += walk.advance.eq(1)
                     with m.If(last):
                         if k > 0 and not self._eager:
@@ -280,8 +448,11 @@ class Sequencer(wiring.Component):
             if c is not None and c > 0:
                 with m.State("BUF"), m.If(ref.valid), m.Switch(ref.payload.kind):
                     with m.Case(Kind.DATA):
-                        with m.If(pending):
+                        with m.If(pending if empty is None else pending & ~empty):
                             flush_pending()
+                        if empty is not None:
+                            with m.Elif(empty):  # an empty read: nothing, a held S_k stays held
+                                m.d.comb += ref.ready.eq(1)
                         with m.Else():
                             m.d.comb += [ref.ready.eq(1), walk.start.eq(1)]
                             m.next = "WALK"
