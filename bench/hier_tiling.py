@@ -18,9 +18,10 @@ hardware tiles (``attention`` rows): bit-exactness of outputs and caches, off-ch
 paper profile's cycles before and after, and with ``--elaborate`` the hardware as above.
 
 ``--moe`` adds the MoE layer at 16 experts, hidden 256 (``MOE_LAYER``, BF16) on 16x16 hardware
-tiles under the time-multiplexed schedules of ``MOE_POINTS`` (``moe`` rows of the JSON): the
-rewritten graph's interpreter outputs against the original's (bit-exact), off-chip bytes, and
-with ``--elaborate`` its elaboration, Verilog and lint as above. (The static schedule, one
+tiles under the time-multiplexed schedules of ``MOE_POINTS``, static and dynamic tiles (``moe``
+rows of the JSON): the rewritten graph's interpreter outputs against the original's
+(bit-exact), off-chip bytes, paper-profile cycles before and after, and with ``--elaborate``
+its elaboration, Verilog and lint as above. (The static schedule, one
 pipeline per expert, is 16 such pipelines; its rewrite is checked in the tests.)
 
 Usage::
@@ -34,6 +35,7 @@ import argparse
 import dataclasses
 import json
 import pathlib
+import re
 import time
 
 from examples import swiglu
@@ -129,6 +131,7 @@ MOE_LAYER = ("hw16", 256, 64, 16, 2)  # MoEConfig: name, hidden, intermediate, e
 MOE_POINTS = [
     ("timemux1_n16_b16", {"tiling": "static", "tile_n": 16, "tile_f": 16, "regions": 1}, 16),
     ("timemux2_n16_b32", {"tiling": "static", "tile_n": 16, "tile_f": 16, "regions": 2}, 32),
+    ("dynamic_timemux1_b16", {"tiling": "dynamic", "tile_f": 16, "regions": 1}, 16),
 ]
 
 
@@ -138,10 +141,14 @@ def moe_point(label: str, schedule: dict, batch: int, *, elaborate: bool, folder
     import numpy as np
 
     from examples import moe, traces
+    from sim import simulate
+    from sim.profiles.paper import PaperProfile
     from step_lang import interpret, metrics
     from step_lang.hier_tiling import hier_tile
 
     config = hw_config()
+    if schedule["tiling"] == "dynamic":  # an expert's tile holds up to every token of the batch
+        config = dataclasses.replace(config, dyn_tile_rows=batch)
     layer = moe.MoEConfig(*MOE_LAYER, dtype="bfloat16")
     graph = moe.build(
         layer, moe.MoESchedule(**schedule), batch, elem_bytes=None, fns=moe.hardware_fns(config)
@@ -155,12 +162,21 @@ def moe_point(label: str, schedule: dict, batch: int, *, elaborate: bool, folder
     tiled = hier_tile(graph, HW_TILE, HW_TILE)
     pass_s = time.perf_counter() - t0
     runs = [interpret(g, {k: v.copy() for k, v in memory.items()}) for g in (graph, tiled)]
-    # the costs depend on the routing: evaluated with the dims each run bound
+    # the costs depend on the routing: evaluated with the dims each run bound, a ragged dim (a
+    # merged expert tile's rows) at its largest value (the storage must hold it)
     costs = [
-        metrics(g, "paper").evaluate(r.bindings.regular)
+        metrics(g, "paper").evaluate(
+            {**{k: max(v) for k, v in r.bindings.ragged.items()}, **r.bindings.regular}
+        )
         for g, r in zip((graph, tiled), runs, strict=True)
     ]
     a, b = (r.memory["out"] for r in runs)
+    cycles = [
+        simulate(
+            g, {k: v.copy() for k, v in memory.items()}, profile=PaperProfile.hdl_validation()
+        ).cycles
+        for g in (graph, tiled)
+    ]
     row = {
         "point": label,
         "schedule": schedule,
@@ -169,6 +185,7 @@ def moe_point(label: str, schedule: dict, batch: int, *, elaborate: bool, folder
         "nodes": [len(graph.nodes), len(tiled.nodes)],
         "offchip_bytes": [int(c.offchip_bytes) for c in costs],
         "onchip_bytes": [int(c.onchip_bytes) for c in costs],
+        "paper_cycles": cycles,
         "bit_exact": bool(np.array_equal(a.view(np.uint16), b.view(np.uint16))),
     }
     if elaborate:
@@ -246,18 +263,27 @@ def _hardware_text(row: dict) -> str:
     )
 
 
+def _merged(old: list[dict], new: list[dict]) -> list[dict]:
+    """The rows of an earlier run not measured again, then this run's."""
+    again = {r["point"] for r in new}
+    return [r for r in old if r["point"] not in again] + new
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.hier_tiling", description=__doc__)
     parser.add_argument("--elaborate", action="store_true", help="also elaborate and lint")
     parser.add_argument("--check", action="store_true", help="also compare interpreter outputs")
-    parser.add_argument("--only", action="append", default=[], metavar="BxI",
-                        help="one point, e.g. 64x256 (repeatable)")  # fmt: skip
+    parser.add_argument("--only", action="append", default=[], metavar="BxI|LABEL",
+                        help="one point, e.g. 64x256, or an MoE/attention label such as "
+                             "dynamic_timemux1_b16 (repeatable)")  # fmt: skip
     parser.add_argument("--moe", action="store_true", help="also the 16-expert MoE layer")
     parser.add_argument("--attention", action="store_true", help="also decode attention")
     args = parser.parse_args(argv)
     points = swiglu.SWEEP
+    sizes = [p for p in args.only if re.fullmatch(r"\d+x\d+", p)]
+    labels = set(args.only) - set(sizes)
     if args.only:
-        want = {tuple(int(v) for v in p.split("x")) for p in args.only}
+        want = {tuple(int(v) for v in p.split("x")) for p in sizes}
         points = [p for p in points if p in want]
     folder = pathlib.Path("build/bench/hier_tiling")
     folder.mkdir(parents=True, exist_ok=True)
@@ -276,12 +302,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.attention:
         rows = []
         for label, schedule, batch, regions in ATTENTION_POINTS:
+            if labels and label not in labels:
+                continue
             row = attention_point(
                 label, schedule, batch, regions, elaborate=args.elaborate, folder=folder
             )
             rows.append(row)
             data = json.loads(OUT.read_text()) if OUT.exists() else {}
-            data["attention"] = rows
+            data["attention"] = _merged(data.get("attention", []), rows)
             OUT.write_text(json.dumps(data, indent=2) + "\n")
             print(
                 f"attention {label}: bit-exact {row['bit_exact']}, off-chip "
@@ -292,14 +320,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.moe:
         moe_rows = []
         for label, schedule, batch in MOE_POINTS:
+            if labels and label not in labels:
+                continue
             row = moe_point(label, schedule, batch, elaborate=args.elaborate, folder=folder)
             moe_rows.append(row)
             data = json.loads(OUT.read_text()) if OUT.exists() else {}
-            data["moe"] = moe_rows
+            data["moe"] = _merged(data.get("moe", []), moe_rows)
             OUT.write_text(json.dumps(data, indent=2) + "\n")
             print(
                 f"moe {label}: bit-exact {row['bit_exact']}, off-chip {row['offchip_bytes']}, "
-                f"on-chip {row['onchip_bytes']} B{_hardware_text(row)}",
+                f"paper cycles {row['paper_cycles']}, on-chip {row['onchip_bytes']} B"
+                f"{_hardware_text(row)}",
                 flush=True,
             )
     return 0

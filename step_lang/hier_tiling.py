@@ -21,17 +21,21 @@ stream, is refused with an error naming the node, its tile and the hardware tile
   (``Bufferize`` of the big tile, the storage the big-tile Map held) and read back
   (``Streamify``, affine) in the order ``(m, n, k)`` over hardware tiles; an ``Accum`` of
   ``matmul_acc`` folds ``k``. Output ``[..., M/r, N/c]``.
-* ``Accum`` of ``matmul_acc`` over ``rank`` big-tile dims ``D``: both operands are buffered
-  over ``D`` and read in the order ``(m, n, *D, k)``; one ``Accum`` of rank ``rank + 1`` folds
-  ``(*D, k)``.
-* ``Accum`` of an element-wise fold (``accum_add``, ``accum_max``) over ``D``: the blocked
-  stream is buffered over ``D`` and read position by position, ``(r, c, *D)``; an ``Accum`` of
-  rank ``rank`` folds ``D`` (each element's order is the original's).
+* ``Accum`` of ``matmul_acc`` over ``rank`` big-tile dims ``D``: each big tile's operands
+  buffered and read ``(m, n, k)``; one ``Accum`` of rank ``rank + 1`` folds ``(*D, k)`` with
+  held accumulators, one per output hardware tile ``(m, n)``.
+* ``Accum`` of an element-wise fold (``accum_add``, ``accum_max``) over ``D`` (static or
+  dynamic): a unit dim inside each hardware tile and one ``Accum(held=2, inner=1)``: each
+  position folds on its own, in the original order.
+* Dynamically sized tiles (rows a symbol, dynamic tiling's ``[n_e, D]``) keep their rows whole
+  and split their columns: ``[n, C]`` is one row block of ``C/c`` tiles ``[n, c]``; a matmul
+  with a dynamic ``M`` has one row block.
 * ``Flatten`` and ``Promote`` of outer dims of a blocked stream (their ranks move up by two);
   ``RepeatStatic`` of a blocked stream replays each block (``Bufferize`` + ``Streamify``).
 * Routing (``Partition``, ``Reassemble``, ``EagerMerge``), ``RandomOffChipLoad`` of
-  ``expert_addr`` addresses, ``Reshape`` with padding, ``Accum`` of ``retile_row``,
-  ``RetileStreamify`` and broadcasting ``Map``: :mod:`step_lang.hier_tiling_routing`.
+  ``expert_addr`` addresses, ``Reshape`` with padding, ``Accum`` of ``retile_row`` (over a
+  dynamic dim too: packing through a permuted buffer read), ``RetileStreamify`` and
+  broadcasting ``Map``: :mod:`step_lang.hier_tiling_routing`.
 
 Accumulation order
     A hardware-tiled matmul sums its products in the original ``k`` order: big tiles in stream

@@ -15,9 +15,11 @@ stands for ``[...]`` of ``[nr * r, nc * c]`` tiles (:class:`~step_lang.hier_tili
 * ``Reshape`` of rank 0 (with padding and padding flags): the blocks flattened into the chunked
   dim, chunks of ``chunk * nr * nc`` hardware tiles, the pad tile split alike.
 * ``Accum`` of ``retile_row`` (packing rows into a tile): each group buffered and its row pieces
-  read column block by column block.
+  read column block by column block; over a dynamic dim, the same with a permuted read
+  (``Streamify(order=)``) of the buffer of pieces, one dynamic tile per column block.
 * ``RetileStreamify`` (optionally masked): each hardware tile split into rows, the rows of a
-  row block read back in row-major order, padded rows dropped row by row.
+  row block read back in row-major order, padded rows dropped row by row; dynamic tiles through
+  a permuted read of their row pieces.
 * broadcasting ``Map`` (``[R, C]`` against ``[1, 1]``, ``[R, 1]``, ``[1, C]``): the small
   operand repeated once per hardware tile it meets.
 * a ``LinearOffChipLoad`` whose ``ref`` is blocked reads once per big tile: the ref counted
