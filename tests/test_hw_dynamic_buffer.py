@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 from amaranth.hdl import Module
 from amaranth.lib import wiring
-from amaranth.lib.wiring import Out
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_hw_memory import BufferPair as Pair
 from test_hw_memory import norm
 from test_sim_rtl_profile import amaranth_pushes, sends
 
@@ -54,35 +54,6 @@ from step_lang.types import int16, int32
 TILE = Tile(int16, 2, 2)
 CFG = HwConfig(tile_rows=2, tile_cols=2)
 N = ragged("n")  # the dynamic buffer dim of the block tests (its bound is the case's)
-
-
-class Pair(wiring.Component):
-    """Bufferize -> Streamify, connected as the elaborator does (``o`` to ``i``, ``rd``), with
-    both sticky error flags on ``error``."""
-
-    def __init__(self, bufferize: Bufferize, streamify: Streamify):
-        self.bufferize, self.streamify = bufferize, streamify
-        members = {
-            "i": bufferize.signature.members["i"],
-            "o": streamify.signature.members["o"],
-            "error": Out(1),
-        }
-        if "ref" in streamify.signature.members:
-            members["ref"] = streamify.signature.members["ref"]
-        super().__init__(members)
-
-    def elaborate(self, platform) -> Module:
-        m = Module()
-        m.submodules.bufferize = bz = self.bufferize
-        m.submodules.streamify = sf = self.streamify
-        wiring.connect(m, wiring.flipped(self.i), bz.i)
-        wiring.connect(m, bz.o, sf.i)
-        wiring.connect(m, sf.rd, bz.rd)
-        wiring.connect(m, sf.o, wiring.flipped(self.o))
-        if "ref" in self.signature.members:
-            wiring.connect(m, wiring.flipped(self.ref), sf.ref)
-        m.d.comb += self.error.eq(bz.error | sf.error)
-        return m
 
 
 # -- the streams ----------------------------------------------------------------------------------

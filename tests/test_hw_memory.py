@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from amaranth.hdl import Module
 from amaranth.lib import wiring
+from amaranth.lib.wiring import Out
 from amaranth.sim import Simulator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -744,11 +745,16 @@ def test_random_store_rejects_out_of_range():
 
 
 class BufferPair(wiring.Component):
-    """Bufferize -> Streamify, connected as an elaborator would: ``o`` to ``i`` and ``rd``."""
+    """Bufferize -> Streamify, connected as an elaborator would: ``o`` to ``i`` and ``rd``;
+    ``error`` is either block's sticky error flag."""
 
     def __init__(self, bufferize: Bufferize, streamify: Streamify):
         self.bufferize, self.streamify = bufferize, streamify
-        members = {"i": bufferize.signature.members["i"], "o": streamify.signature.members["o"]}
+        members = {
+            "i": bufferize.signature.members["i"],
+            "o": streamify.signature.members["o"],
+            "error": Out(1),
+        }
         if "ref" in streamify.signature.members:
             members["ref"] = streamify.signature.members["ref"]
         super().__init__(members)
@@ -763,6 +769,7 @@ class BufferPair(wiring.Component):
         wiring.connect(m, sf.o, wiring.flipped(self.o))
         if "ref" in self.signature.members:
             wiring.connect(m, wiring.flipped(self.ref), sf.ref)
+        m.d.comb += self.error.eq(bz.error | sf.error)
         return m
 
 

@@ -354,16 +354,7 @@ class Bufferize(wiring.Component):
                     m.d.comb += self.i.ready.eq(1)
                     m.d.sync += error.eq(1)
                 with m.Elif(used < geo.slots):
-                    m.d.comb += [
-                        wp.en.eq(1),
-                        wp.addr.eq((fill * geo.size + count) * geo.words + word),
-                        wp.data.eq(padded.word_select(word, geo.word_bits)),
-                    ]
-                    with m.If(last_word):
-                        m.d.comb += self.i.ready.eq(1)
-                        m.d.sync += [count.eq(count + 1), word.eq(0)]
-                    with m.Else():
-                        m.d.sync += word.eq(word + 1)
+                    self._write(m, wp, padded, word, last_word, fill, count, [count.eq(count + 1)])
             with m.Case(Kind.STOP):
                 with m.If(tok.level < b):
                     m.d.comb += self.i.ready.eq(1)  # implied by the static shape
@@ -385,6 +376,21 @@ class Bufferize(wiring.Component):
                 m.d.comb += self.i.ready.eq(1)
                 m.d.sync += [out_valid.eq(1), out.kind.eq(Kind.DONE), out.level.eq(0)]
         return m
+
+    def _write(self, m, wp, padded, word, last_word, fill, at, done) -> None:
+        """Write the input element's next memory word, at element ``at`` of slot ``fill``; its
+        last word takes the token and runs ``done`` (sync statements)."""
+        geo = self._geo
+        m.d.comb += [
+            wp.en.eq(1),
+            wp.addr.eq((fill * geo.size + at) * geo.words + word),
+            wp.data.eq(padded.word_select(word, geo.word_bits)),
+        ]
+        with m.If(last_word):
+            m.d.comb += self.i.ready.eq(1)
+            m.d.sync += [*done, word.eq(0)]
+        with m.Else():
+            m.d.sync += word.eq(word + 1)
 
     def _dynamic_input(
         self, m, wp, padded, word, used, fill, error, out_valid, out, pend, pend_level, closed
@@ -423,16 +429,8 @@ class Bufferize(wiring.Component):
                     m.d.sync += [bad.eq(1), elements.eq(1)]
                 with m.Elif(used < geo.slots):
                     at = sum(i * stride for i, stride in zip(idx, geo.strides, strict=True))
-                    m.d.comb += [
-                        wp.en.eq(1),
-                        wp.addr.eq((fill * geo.size + at) * geo.words + word),
-                        wp.data.eq(padded.word_select(word, geo.word_bits)),
-                    ]
-                    with m.If(last_word):
-                        m.d.comb += self.i.ready.eq(1)
-                        m.d.sync += [idx[b - 1].eq(idx[b - 1] + 1), word.eq(0), elements.eq(1)]
-                    with m.Else():
-                        m.d.sync += word.eq(word + 1)
+                    done = [idx[b - 1].eq(idx[b - 1] + 1), elements.eq(1)]
+                    self._write(m, wp, padded, word, last_word, fill, at, done)
             with m.Case(Kind.STOP):
                 with m.If(tok.level < b):
                     m.d.comb += self.i.ready.eq(1)
