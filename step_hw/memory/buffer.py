@@ -360,22 +360,29 @@ class Bufferize(wiring.Component):
                     m.d.comb += self.i.ready.eq(1)  # implied by the static shape
                 with m.Elif(~out_valid):
                     m.d.comb += [self.i.ready.eq(1), closed.eq(1)]
-                    m.d.sync += [
-                        out_valid.eq(1),
-                        out.kind.eq(Kind.DATA),
-                        out.level.eq(0),
-                        out.slot.eq(fill),
-                        pend.eq(tok.level > b),
-                        pend_level.eq(tok.level - b),
-                        fill.eq(0 if geo.slots == 1 else (fill + 1) % geo.slots),
-                        count.eq(0),
-                    ]
+                    m.d.sync += self._offer(out_valid, out, fill, pend, pend_level, tok.level)
+                    m.d.sync += count.eq(0)
                     with m.If(count != geo.size):
                         m.d.sync += error.eq(1)
             with m.Default(), m.If(~out_valid):  # DONE
                 m.d.comb += self.i.ready.eq(1)
                 m.d.sync += [out_valid.eq(1), out.kind.eq(Kind.DONE), out.level.eq(0)]
         return m
+
+    def _offer(self, out_valid, out, fill, pend, pend_level, level) -> list:
+        """The sync statements that close the buffer in slot ``fill`` with a stop of ``level``:
+        its reference into the output register (then ``S_{level-b}`` for ``level > b``), and
+        the next slot to fill."""
+        b, slots = self._rank, self._geo.slots
+        return [
+            out_valid.eq(1),
+            out.kind.eq(Kind.DATA),
+            out.level.eq(0),
+            out.slot.eq(fill),
+            pend.eq(level > b),
+            pend_level.eq(level - b),
+            fill.eq(0 if slots == 1 else (fill + 1) % slots),
+        ]
 
     def _write(self, m, wp, padded, word, last_word, fill, at, done) -> None:
         """Write the input element's next memory word, at element ``at`` of slot ``fill``; its
@@ -454,15 +461,9 @@ class Bufferize(wiring.Component):
                 with m.Elif(~out_valid & (used < geo.slots)):
                     wrong, row = closing(b)
                     m.d.comb += [self.i.ready.eq(1), closed.eq(1)]
+                    m.d.sync += self._offer(out_valid, out, fill, pend, pend_level, tok.level)
                     m.d.sync += [
-                        out_valid.eq(1),
-                        out.kind.eq(Kind.DATA),
-                        out.level.eq(0),
-                        out.slot.eq(fill),
                         out.extent.eq(Mux(elements, row, 0)),
-                        pend.eq(tok.level > b),
-                        pend_level.eq(tok.level - b),
-                        fill.eq(0 if geo.slots == 1 else (fill + 1) % geo.slots),
                         *(i.eq(0) for i in idx),
                         elements.eq(0),
                         bad.eq(0),
