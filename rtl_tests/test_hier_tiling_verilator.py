@@ -85,10 +85,10 @@ def _attention_case():
 
 def test_hier_tiled_attention_matches_interpreter_and_rtl_profile():
     """Outputs and both caches bit-exact against the interpreter (memories that answer at once;
-    one build), and the rtl profile's cycles within the validation target (5 %,
-    docs/validation.md) of the RTL's. Measured: 224 against 217 (+3.2 %); the first stream to
-    diverge is the request dispatch's first token (one cycle late), the attention front end's
-    known gap (docs/validation.md), not a block of the rewrite."""
+    one build), and the rtl profile's cycles within 2 % of the RTL's (the validation target's
+    mean, docs/validation.md). Measured: 218 against 217 (+0.5 %; 224, +3.2 %, while the
+    interpreter's Partition and Reassemble forwarded whole chunks); the first stream to diverge
+    is the request dispatch's first token (one cycle late), not a block of the rewrite."""
     graph, memory = _attention_case()
     want = interpret(graph, {k: v.copy() for k, v in memory.items()}).memory
     report = cosim.validate(graph, memory, config=HW, tier="fast", tag="hier_attention", quiet=True)
@@ -96,7 +96,7 @@ def test_hier_tiled_attention_matches_interpreter_and_rtl_profile():
     for name in ("out", "k_cache", "v_cache"):
         got = report.cosim.outputs[name]
         np.testing.assert_array_equal(got.view(np.uint16), want[name].view(np.uint16))
-    assert abs(report.rtl_profile_cycles - report.rtl_cycles) <= 0.05 * report.rtl_cycles, str(
+    assert abs(report.rtl_profile_cycles - report.rtl_cycles) <= 0.02 * report.rtl_cycles, str(
         report
     )
 
@@ -146,13 +146,16 @@ def _dynamic_moe_case():
 
 def test_hier_tiled_dynamic_moe_matches_interpreter_and_rtl_profile():
     """Outputs bit-exact against the interpreter (memories that answer at once; one build) and
-    the rtl profile's cycles within the validation target (5 %) of the RTL's."""
+    the rtl profile's cycles within 2 % of the RTL's. Measured: 372 against 372 (381, +2.4 %,
+    while the interpreter's Partition forwarded whole chunks); the first stream to diverge is
+    the token selector's queue (the Partition holds its selector's slot until the chunk has
+    passed; the profile frees it when it takes the token, docs/simulator.md)."""
     graph, memory = _dynamic_moe_case()
     want = interpret(graph, {k: v.copy() for k, v in memory.items()}).memory["out"]
     report = cosim.validate(graph, memory, config=HW, tier="fast", tag="hier_moe_dyn", quiet=True)
     assert report.ok, str(report)
     got = report.cosim.outputs["out"]
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
-    assert abs(report.rtl_profile_cycles - report.rtl_cycles) <= 0.05 * report.rtl_cycles, str(
+    assert abs(report.rtl_profile_cycles - report.rtl_cycles) <= 0.02 * report.rtl_cycles, str(
         report
     )

@@ -173,13 +173,26 @@ class Partition(Node):
                     "sel", f"selector element where the input closed with S{expect_outer + b}"
                 )
             targets = _selected(io, s, self.n, "sel")
-            toks, level = yield from read_chunk(io, 0, b)
-            if b > 0:
-                toks.append(Stop(b))
-                expect_outer = level - b
+            expect_outer = yield from self._forward_chunk(io, targets)
+
+    def _forward_chunk(self, io: Any, targets: list[int]) -> Iterator[Any]:
+        """Copy the next chunk to ``targets`` token by token, each token to every target before
+        the next is taken (as the hardware's multicast forwards it); returns the levels its
+        closing stop owes the selector (``level - rank``)."""
+        b = self.rank
+        while True:
+            tok = yield from io.recv(0)
+            if tok is DONE:
+                raise io.fail("in", "stream ended inside a chunk")
+            if b == 0 and not is_data(tok):
+                raise io.fail("in", f"expected an element, got {tok!r}")
+            closing = b > 0 and isinstance(tok, Stop) and partition_closes_chunk(tok.level, b)
             for j in targets:
-                for t in toks:
-                    yield from io.send(j, t)
+                yield from io.send(j, Stop(b) if closing else tok)
+            if b == 0:
+                return 0
+            if closing:
+                return tok.level - b
 
 
 class Parallelize(Node):
@@ -324,17 +337,38 @@ class Reassemble(Node):
                     "sel",
                     "selector selects no input; the empty non-innermost dimension cannot be written",
                 )
-            group: list[Token] = []
-            for i in chosen:
-                toks, _ = yield from read_chunk(io, i, a)
-                group.extend(toks)
-                if a > 0:
-                    group.append(Stop(a))
-            if a > 0:
-                group[-1] = Stop(a + 1)
+            for k, i in enumerate(chosen):
+                yield from self._forward_chunk(io, i, writer, last=k == len(chosen) - 1)
+            if not chosen:  # an empty innermost group (a == 0)
+                yield from writer.end_block()
+
+    def _forward_chunk(
+        self, io: Any, port: int, writer: BlockWriter, *, last: bool
+    ) -> Iterator[Any]:
+        """Copy the next chunk of input ``port`` token by token (as the hardware forwards it);
+        its closing stop becomes ``S_a`` between chunks, and the group's held ``S_{a+1}`` after
+        the ``last``."""
+        a = self.chunk_rank
+        name = self.input_names[port]
+        while True:
+            tok = yield from io.recv(port)
+            if tok is DONE:
+                raise io.fail(name, "stream ended inside a chunk")
+            if a == 0:
+                if not is_data(tok):
+                    raise io.fail(name, f"expected an element, got {tok!r}")
+                yield from writer.data(tok)
+                break
+            if isinstance(tok, Stop) and partition_closes_chunk(tok.level, a):
+                if not last:
+                    yield from writer.inner_stop(a)
+                break
+            if isinstance(tok, Stop):
+                yield from writer.inner_stop(tok.level)
             else:
-                group.append(Stop(1))
-            yield from writer.block(group)
+                yield from writer.data(tok)
+        if last:
+            yield from writer.end_block()
 
 
 class EagerMerge(Node):
