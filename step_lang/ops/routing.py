@@ -22,24 +22,39 @@ from ..types import ElemType, Selector, StreamType, Tile
 __all__ = ["Broadcast", "EagerMerge", "Parallelize", "Partition", "Reassemble"]
 
 
+def forward_chunk(io: Any, port: int, rank: int, emit: Any) -> Iterator[Any]:
+    """Receive one chunk of ``rank`` from input ``port`` token by token, passing each token
+    inside it to ``emit`` (a generator function) as it arrives, as the hardware's routers
+    forward it; returns the closing stop's level (0 for ``rank == 0``), which is not emitted."""
+    name = io.node.input_names[port]
+    if rank == 0:
+        tok = yield from io.recv(port)
+        if not is_data(tok):
+            raise io.fail(name, f"expected an element, got {tok!r}")
+        yield from emit(tok)
+        return 0
+    while True:
+        tok = yield from io.recv(port)
+        if tok is DONE:
+            raise io.fail(name, "stream ended inside a chunk")
+        if isinstance(tok, Stop) and partition_closes_chunk(tok.level, rank):
+            return tok.level
+        yield from emit(tok)
+
+
 def read_chunk(io: Any, port: int, rank: int) -> Iterator[Any]:
     """Receive one chunk of ``rank`` from input ``port``; returns ``(tokens, closing level)``.
 
     The chunk's closing stop is *not* included in ``tokens``; the level is 0 for ``rank == 0``.
     """
-    if rank == 0:
-        tok = yield from io.recv(port)
-        if not is_data(tok):
-            raise io.fail(io.node.input_names[port], f"expected an element, got {tok!r}")
-        return [tok], 0
     toks: list[Token] = []
-    while True:
-        tok = yield from io.recv(port)
-        if tok is DONE:
-            raise io.fail(io.node.input_names[port], "stream ended inside a chunk")
-        if isinstance(tok, Stop) and partition_closes_chunk(tok.level, rank):
-            return toks, tok.level
+
+    def keep(tok: Token) -> Iterator[Any]:
         toks.append(tok)
+        yield from ()
+
+    level = yield from forward_chunk(io, port, rank, keep)
+    return toks, level
 
 
 def _selected(io: Any, sel: Any, n: int, port: str) -> list[int]:
@@ -173,26 +188,15 @@ class Partition(Node):
                     "sel", f"selector element where the input closed with S{expect_outer + b}"
                 )
             targets = _selected(io, s, self.n, "sel")
-            expect_outer = yield from self._forward_chunk(io, targets)
 
-    def _forward_chunk(self, io: Any, targets: list[int]) -> Iterator[Any]:
-        """Copy the next chunk to ``targets`` token by token, each token to every target before
-        the next is taken (as the hardware's multicast forwards it); returns the levels its
-        closing stop owes the selector (``level - rank``)."""
-        b = self.rank
-        while True:
-            tok = yield from io.recv(0)
-            if tok is DONE:
-                raise io.fail("in", "stream ended inside a chunk")
-            if b == 0 and not is_data(tok):
-                raise io.fail("in", f"expected an element, got {tok!r}")
-            closing = b > 0 and isinstance(tok, Stop) and partition_closes_chunk(tok.level, b)
-            for j in targets:
-                yield from io.send(j, Stop(b) if closing else tok)
-            if b == 0:
-                return 0
-            if closing:
-                return tok.level - b
+            def to_targets(tok: Token, targets: list[int] = targets) -> Iterator[Any]:
+                for j in targets:  # each token to every target before the next is taken
+                    yield from io.send(j, tok)
+
+            level = yield from forward_chunk(io, 0, b, to_targets)
+            if b > 0:
+                yield from to_targets(Stop(b))
+                expect_outer = level - b
 
 
 class Parallelize(Node):
@@ -315,6 +319,13 @@ class Reassemble(Node):
         n = len(self.inputs) - 1
         sel_port = n
         writer = BlockWriter(lambda t: io.send(0, t), a + 1, input_rank=self.inputs[-1].rank)
+
+        def write(tok: Token) -> Iterator[Any]:
+            if isinstance(tok, Stop):
+                yield from writer.inner_stop(tok.level)
+            else:
+                yield from writer.data(tok)
+
         while True:
             s = yield from io.recv(sel_port)
             if s is DONE:
@@ -337,37 +348,11 @@ class Reassemble(Node):
                     "sel",
                     "selector selects no input; the empty non-innermost dimension cannot be written",
                 )
+            # each chunk token by token; S_a between chunks, the group's S_{a+1} held after
             for k, i in enumerate(chosen):
-                yield from self._forward_chunk(io, i, writer, last=k == len(chosen) - 1)
-            if not chosen:  # an empty innermost group (a == 0)
-                yield from writer.end_block()
-
-    def _forward_chunk(
-        self, io: Any, port: int, writer: BlockWriter, *, last: bool
-    ) -> Iterator[Any]:
-        """Copy the next chunk of input ``port`` token by token (as the hardware forwards it);
-        its closing stop becomes ``S_a`` between chunks, and the group's held ``S_{a+1}`` after
-        the ``last``."""
-        a = self.chunk_rank
-        name = self.input_names[port]
-        while True:
-            tok = yield from io.recv(port)
-            if tok is DONE:
-                raise io.fail(name, "stream ended inside a chunk")
-            if a == 0:
-                if not is_data(tok):
-                    raise io.fail(name, f"expected an element, got {tok!r}")
-                yield from writer.data(tok)
-                break
-            if isinstance(tok, Stop) and partition_closes_chunk(tok.level, a):
-                if not last:
+                yield from forward_chunk(io, i, a, write)
+                if a > 0 and k < len(chosen) - 1:
                     yield from writer.inner_stop(a)
-                break
-            if isinstance(tok, Stop):
-                yield from writer.inner_stop(tok.level)
-            else:
-                yield from writer.data(tok)
-        if last:
             yield from writer.end_block()
 
 
