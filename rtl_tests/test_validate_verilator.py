@@ -20,6 +20,8 @@ from step_lang import interpret
 
 #: The validation target per point (docs/validation.md): sim cycles within 5% of RTL cycles.
 TOLERANCE = 0.05
+#: The validation sweep's SwiGLU layer (bench.validate.SWIGLU_SIZE)
+SWIGLU_1X1 = swiglu.SwiGLUConfig(batch=16, hidden=4, intermediate=32, dtype="int16")
 
 
 def _moe_case(pattern: str):
@@ -47,6 +49,14 @@ CASES = {
         swiglu.hardware,
         swiglu.inputs(swiglu.HW_CONFIG, seed=3),
         HwConfig(axi_ports=1),
+    ),
+    # 1x1 tiles on one read port: load_down's consumer stalls while the loads it feeds share
+    # its port; a tile's last burst waits for room in the tile queue, so R never stalls (a
+    # deadlock before that rule, tests/test_sim_rtl_profile.py)
+    "swiglu_1x1_shared_ports": lambda: (
+        lambda: swiglu.hardware(1, 1, HwConfig(tile_rows=16, tile_cols=4), SWIGLU_1X1),
+        swiglu.inputs(SWIGLU_1X1, seed=0),
+        HwConfig(tile_rows=16, tile_cols=4, axi_ports=1),
     ),
 }
 

@@ -38,7 +38,9 @@ of every hardware block (their docstrings; ``docs/hardware.md``), it predicts th
   most ``max_outstanding`` between AR and the last R beat (a slot is reused the cycle after);
   R beats return ``memory_latency`` cycles after AR, one per cycle per port; a tile is offered
   two cycles after its last beat. Its tile queue (3) and order queue (``max_outstanding + 8``)
-  bound how far a load reads ahead of its consumer. A RandomLoad with ``fetch`` blocks replays
+  bound how far a load reads ahead of its consumer: a tile's last burst is requested only once
+  the tile three before it has left the tile queue (the cycle after), so R never waits for the
+  load. A RandomLoad with ``fetch`` blocks replays
   its sequencer cycle by cycle (:class:`_BlockLoad`).
 * **Stores** (``memory/store.py``). A tile's AW leaves ``store_issue`` cycles after the take, its
   W beats ``aw_to_w`` cycles after AW, one per cycle; B follows the last beat after
@@ -110,8 +112,9 @@ RTL_TIMING: NodeRegistry = NodeRegistry("rtl-profile timing")
 _TILE_QUEUE = contract.TILE_QUEUE_DEPTH
 _BOUNDARY = 4096  # AXI4 bursts never cross a 4 KiB boundary
 #: Cycles a node that waits a cycle at a time (for a shared port, a buffer slot, room) keeps
-#: waiting while only such nodes are left before the run is a deadlock (a block's own latencies
-#: are a few cycles).
+#: waiting while only such nodes are left and no shared port moves before the run is a deadlock
+#: (a block's own latencies are a few cycles), beyond the memory's own latencies
+#: (``RtlProfile.settle``).
 _SETTLE = 64
 _MAX_BEATS = 256
 
@@ -184,6 +187,18 @@ class RtlProfile(TimingProfile):
             check_int("RtlProfile", name, getattr(self, name), 0)
         for name in ("memory_outstanding", "beat_interval"):
             check_int("RtlProfile", name, getattr(self, name), 1)
+
+    @property
+    def settle(self) -> int:
+        """Cycles without progress after which waiting nodes are a deadlock: ``_SETTLE`` beyond
+        the memory's latencies (a port may be still for a whole read latency)."""
+        return _SETTLE + self.memory_latency + self.write_response + self.start_up
+
+    def quiet_since(self, since: float, now: float) -> bool:
+        """Whether ``settle`` cycles passed since ``since`` and since a shared port last moved."""
+        run = self._axi[4] if self._axi is not None else None
+        moved = run.moved if run is not None else -math.inf
+        return now - max(since, moved) > self.settle
 
     @property
     def memory_shapes_ports(self) -> bool:
@@ -351,10 +366,9 @@ class _Clocked(NodeTiming):
         must wait for time to pass before it can tell when it sends or takes a token, so the
         shared-port nodes wrap their ``SimIO.send`` / ``SimIO.recv`` (``attach``) with this.
 
-        If only such waiting nodes are left and for ``_SETTLE`` cycles no shared port has moved and no
+        If only such waiting nodes are left and for ``settle`` cycles no shared port has moved and no
         node has started to wait (a port's own latencies are a few cycles), nothing can change
-        any more: a deadlock, which the engine reports as usual (e.g. loads whose R beats are
-        stuck behind a tile that its load's full tile queue cannot take)."""
+        any more: a deadlock, which the engine reports as usual."""
         if settled():
             return
         run, proc, engine = self.port.run, self.io.proc, self.io.engine
@@ -363,7 +377,7 @@ class _Clocked(NodeTiming):
         run.moved = max(run.moved, self.now)
         try:
             while not settled():
-                if self.now - run.moved > _SETTLE and _only_waiting(engine, run.waiting):
+                if self.now - run.moved > self.p.settle and _only_waiting(engine, run.waiting):
                     for i in run.waiting:
                         engine.procs[i].waiting = engine.procs[i].timing._waits_for
                     engine._deadlock()
@@ -392,10 +406,6 @@ def _fn_args(node: Node, toks: list[Any]) -> list[Any]:
     return list(_args(toks, len(node.arg_types)))
 
 
-def _is_matmul(node: Node) -> bool:
-    return "matmul" in (getattr(getattr(node, "fn", None), "name", "") or "")
-
-
 def _matmul_steps(node: Node, lanes: int, a: Any, b: Any) -> int:
     """Cycles of a MAC array on tiles ``a`` and ``b`` (``contract.matmul_steps``), with ``M``
     the rows ``a`` actually holds (a dynamic tile's, not its bound)."""
@@ -416,7 +426,7 @@ class _Block(_Clocked):
         self.last_take = [-math.inf] * len(node.inputs)
         self.busy_until = -math.inf  # the block takes nothing before this cycle
         self.ready_at = -math.inf  # the result of the last take can leave from this cycle
-        self.matmul = block.interval is Interval.MAC and _is_matmul(node)
+        self.matmul = block.interval is Interval.MAC and contract.is_matmul(node)
         self.steps = 1
         self.retile = block.interval is Interval.PER_ROW
         self.expander = block.expands
@@ -627,14 +637,14 @@ class _Load(_Clocked):
         bursts = self.bursts[k]
         for i, beats in enumerate(bursts):
             ar = max(t + i, axi.last_issue + 1, axi.slots[0])
+            if i == len(bursts) - 1:
+                # The last burst waits until the tile queue will have room for the tile.
+                j = self.tiles_sent + len(self.pending) - _TILE_QUEUE
+                if 0 <= j < len(self.tile_pops):
+                    ar = max(ar, self.tile_pops[j] + 1)
             axi.last_issue = ar
             first = max(ar + p.memory_latency, axi.data_free)
             last = first + beats - 1
-            if i == len(bursts) - 1:
-                # The last beat waits for room in the tile queue.
-                j = self.tiles_sent + len(self.pending) - _TILE_QUEUE
-                if 0 <= j < len(self.tile_pops):
-                    last = max(last, self.tile_pops[j] + 1)
             axi.data_free = last + 1
             axi.slots.popleft()
             axi.slots.append(last + 1)
@@ -828,13 +838,18 @@ class _Load(_Clocked):
             bursts = self.bursts[self.tile_k[w]]
             for b, beats in enumerate(bursts):
                 self.burst_of.append((w, b, beats, b == len(bursts) - 1))
-        w, b, _, _ = self.burst_of[n]
+        w, b, _, closes = self.burst_of[n]
         e = self._entry(self.tile_entry[w])
         if e is None:
             return False
         t = e + self.p.load_issue + b
         if n:
             t = max(t, self.ar[n - 1] + 1)
+        j = w - _TILE_QUEUE
+        if closes and j >= 0:  # a tile's last burst waits for room in the tile queue
+            if j >= len(self.tile_pops):
+                return False
+            t = max(t, self.tile_pops[j] + 1)
         if n >= self.mo:  # a slot frees the cycle after a burst's last beat
             if n - self.mo >= len(self.r_last):
                 return False
@@ -847,13 +862,9 @@ class _Load(_Clocked):
         return self.burst_of[len(self.ar) - 1][2]
 
     def r_ready(self, n: int, c: int) -> bool:
-        """``rready`` for the last beat of burst ``n`` in cycle ``c``: a tile's last beat needs
-        room in the tile queue (3)."""
-        w, _, _, closes = self.burst_of[n]
-        j = w - _TILE_QUEUE
-        if not closes or j < 0:
-            return True
-        return j < len(self.tile_pops) and self.tile_pops[j] + 1 <= c
+        """``rready`` for the last beat of burst ``n`` in cycle ``c``: always, since a tile's
+        last burst is requested only once the tile queue will have room (``ar_valid``)."""
+        return True
 
     def r_done(self, n: int, c: int) -> None:
         self.r_last.append(c)
@@ -1138,10 +1149,10 @@ class _BlockLoad(_Clocked):
         bursts = self.bursts[k]
         for i, beats in enumerate(bursts):
             ar = max(ar + 1, axi.slots[0])
+            if i == len(bursts) - 1 and w >= _TILE_QUEUE:  # room in the tile queue
+                ar = max(ar, self.tile_pops[w - _TILE_QUEUE] + 1)
             first = max(ar + p.memory_latency, axi.data_free)
             last = first + beats - 1
-            if i == len(bursts) - 1 and w >= _TILE_QUEUE:  # room in the tile queue
-                last = max(last, self.tile_pops[w - _TILE_QUEUE] + 1)
             axi.data_free = last + 1
             axi.slots.popleft()
             axi.slots.append(last + 1)
@@ -1338,11 +1349,11 @@ class _TakesEarly(_Clocked):
         return ch.occ - sum(1 for f in ch.frees if f <= self.now) < ch.cap
 
     def _stuck(self, since: float) -> bool:
-        """Whether only waiting nodes are left (for ``_SETTLE`` cycles): then the node waits for room as
-        the engine does, which reports the deadlock."""
+        """Whether only waiting nodes are left (for ``settle`` cycles, no shared port moving): then
+        the node waits for room as the engine does, which reports the deadlock."""
         waiting = self.p._buffer_waiting
         waiting.add(self.io.proc.idx)
-        return self.now - since > _SETTLE and _only_waiting(self.io.engine, waiting)
+        return self.p.quiet_since(since, self.now) and _only_waiting(self.io.engine, waiting)
 
 
 class _Streamify(_TakesEarly):
@@ -1699,7 +1710,7 @@ class _Bufferize(_TakesEarly):
     def _wait_release(self) -> Any:
         """Sleep a cycle at a time until the reader's release of the slot is known (the engine
         cannot wake a node on another node's state); a deadlock when only such waiting nodes
-        are left for ``_SETTLE`` cycles."""
+        are left for ``settle`` cycles and no shared port moves."""
         engine, proc = self.io.engine, self.io.proc
         waiting = self.p._buffer_waiting
         waiting.add(proc.idx)
@@ -1708,7 +1719,7 @@ class _Bufferize(_TakesEarly):
             while self._release() is None:
                 run = self.p._axi[4]
                 ports = run.waiting if run is not None else set()
-                if self.now - since > _SETTLE and _only_waiting(engine, waiting | ports):
+                if self.p.quiet_since(since, self.now) and _only_waiting(engine, waiting | ports):
                     proc.waiting = "the release of a buffer slot by its Streamify"
                     engine._deadlock()
                 yield ("sleep", 1)

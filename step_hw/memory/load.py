@@ -66,9 +66,12 @@ class TileReader(wiring.Component):
     :class:`~step_hw.memory.axi.BurstGenerator` and the AR channel, with at most
     ``max_outstanding`` bursts between an AR handshake and the last R beat of the burst. R beats
     are assembled into tiles (a shift register) and queued; the output takes the head of the
-    order queue and, for a tile, the next assembled tile. ``rready`` is low only while the tile
-    queue is full, so a stalled output eventually stalls R (allowed by AXI); ``arvalid`` and the
-    output ``valid`` never depend on their own ``ready``.
+    order queue and, for a tile, the next assembled tile. A tile's last burst is requested only
+    while fewer than ``TILE_QUEUE_DEPTH`` tiles have had their last burst requested and not yet
+    left the tile queue, so the queue has room for every tile's last beat and ``rready`` stays
+    high: a stalled output holds back this load's requests, never the R channel, and so never
+    the other loads of a shared port (``HwConfig.axi_ports``; the memory answers in AR order).
+    ``arvalid`` and the output ``valid`` never depend on their own ``ready``.
     """
 
     def __init__(
@@ -138,6 +141,18 @@ class TileReader(wiring.Component):
                 info.i.payload.eq(gen.bursts.payload.lane),
                 info.i.valid.eq(axi.arvalid & axi.arready),
             ]
+        # A tile's last burst is requested only while fewer than TILE_QUEUE_DEPTH tiles have
+        # had theirs requested and not yet left the tile queue, so the tile queue always has
+        # room for a tile's last beat: R never stalls, and a load whose consumer stalls cannot
+        # block the loads behind it on a shared port (the memory answers in AR order).
+        reserved = Signal(range(contract.TILE_QUEUE_DEPTH + 1))
+        can_issue &= ~gen.bursts.payload.last | (reserved < contract.TILE_QUEUE_DEPTH)
+        reserve = axi.arvalid & axi.arready & gen.bursts.payload.last
+        release = tiles.o.valid & tiles.o.ready
+        with m.If(reserve & ~release):
+            m.d.sync += reserved.eq(reserved + 1)
+        with m.Elif(~reserve & release):
+            m.d.sync += reserved.eq(reserved - 1)
         m.d.comb += [
             axi.arid.eq(0),
             axi.araddr.eq(gen.bursts.payload.addr),
