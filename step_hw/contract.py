@@ -156,6 +156,11 @@ BLOCKS.add(Unsupported("is a top-level port, not a block"), ops.Source, ops.Sink
 BLOCKS.add(Unsupported("is a wire (its output aliases its input), not a block"), ops.Feedback)
 
 
+def is_matmul(node: Node) -> bool:
+    """Whether ``node``'s function is a matmul (a MAC array in hardware, :data:`Interval.MAC`)."""
+    return "matmul" in (getattr(getattr(node, "fn", None), "name", "") or "")
+
+
 def matmul_steps(m: int, k: int, n: int, lanes: int) -> int:
     """Cycles a MAC array of ``lanes`` spends on an ``m x k`` by ``k x n`` tile pair."""
     return max(1, -(-(m * k * n) // lanes))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -207,3 +208,45 @@ def test_perfetto_trace(tmp_path):
     assert names == {"load", "sink"}
     busy = [e for e in spans if e["name"] == "busy"]
     assert sum(e["dur"] for e in busy) == pytest.approx(r.nodes["load"].busy / 1000)
+
+
+def test_elementwise_cycles_charge_one_cycle_per_tile_but_not_matmuls():
+    """``elementwise_cycles`` replaces FLOPs over bandwidth for element-wise functions only."""
+    tokens = {"in0": tile_tokens(4), "in1": tile_tokens(4)}
+    p = PaperProfile(compute_bw_default=1024, elementwise_cycles=1)
+    exp = simulate(tile_source_graph(F.exp, 4, two=False), inputs={"in0": tile_tokens(4)},
+                   profile=PaperProfile(compute_bw_default=1, elementwise_cycles=3))  # fmt: skip
+    assert exp.nodes["op"].busy == 4 * 3  # 256 FLOPs per tile at 1 FLOP/cycle would be 256
+    mm = simulate(tile_source_graph(F.matmul(), 4), inputs=tokens, profile=p)
+    assert mm.nodes["op"].busy == 4 * 8  # still 8192 FLOPs at 1024 FLOPs/cycle
+
+
+def test_paper_profile_for_rtl_takes_the_hardware_rates():
+    from step_hw.config import BF16_CONFIG
+    from step_hw.memory_model import MemoryModel
+
+    cfg = replace(BF16_CONFIG, lanes=64, axi_ports=2, axi_data_width=128, mem_port_elems=8,
+                  queue_depth=4)  # fmt: skip
+    mem = MemoryModel(latency=40, write_response=9, beat_interval=2, start_up=5)
+    p = PaperProfile.for_rtl(cfg, mem)
+    assert (p.compute_bw_default, p.elementwise_cycles, p.pmu_bw, p.channel_depth) == (
+        128,
+        1,
+        16,
+        4,
+    )
+    assert p.memory == MemoryConfig(channels=2, request_bytes=16, interval=2, latency=40,
+                                    startup=5, dispatch=1)  # fmt: skip
+    assert p.memory.bandwidth == 2 * mem.peak_bytes_per_cycle(128)
+    assert PaperProfile.for_rtl(replace(cfg, axi_ports=None), mem, channels=3).memory.channels == 3
+    with pytest.raises(ValueError, match=r"give channels when config\.axi_ports is None"):
+        PaperProfile.for_rtl(replace(cfg, axi_ports=None), mem)
+    # a 16x16 matmul pair costs 8192 FLOPs / 128 = 64 cycles, the MAC array's 4096 / 64 lanes
+    g = tile_source_graph(F.matmul(), 2)
+    r = simulate(g, inputs={"in0": tile_tokens(2), "in1": tile_tokens(2)}, profile=p)
+    assert r.nodes["op"].busy == 2 * 64
+
+
+def test_elementwise_cycles_is_checked():
+    with pytest.raises(ValueError, match="elementwise_cycles"):
+        PaperProfile(elementwise_cycles=-1)

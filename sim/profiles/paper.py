@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from step_hw.contract import is_matmul
 from step_lang import ops
 from step_lang.graph import Node
 from step_lang.registry import NodeRegistry
@@ -62,6 +63,9 @@ class PaperProfile(TimingProfile):
     onchip_convention: str = "artifact"
     write_back: frozenset[str] = frozenset()  # nodes whose results are written to a memory unit
     stops_take_slots: bool = False  # True: stop and done tokens occupy queue slots, as in hardware
+    # Cycles per element of a compute node whose function is not a matmul (None: FLOPs over
+    # the compute bandwidth, the paper's rule); 1 is the generated hardware's element-wise units.
+    elementwise_cycles: int | None = None
 
     def __post_init__(self):
         for name in ("compute_bw_default", "pmu_bw"):
@@ -77,6 +81,8 @@ class PaperProfile(TimingProfile):
             raise TypeError(f"PaperProfile: memory must be a MemoryConfig, not {self.memory!r}")
         for node, bw in self.compute_bw_overrides.items():
             check_int("PaperProfile", f"compute_bw_overrides[{node!r}]", bw, 1)
+        if self.elementwise_cycles is not None:
+            check_int("PaperProfile", "elementwise_cycles", self.elementwise_cycles, 0)
 
     def check_graph(self, graph: Any) -> None:
         compute = {n.name for n in graph.nodes.values() if n.is_compute}
@@ -94,6 +100,41 @@ class PaperProfile(TimingProfile):
     def hdl_validation(cls) -> PaperProfile:
         """The settings of the paper's HDL-validation runs (Fig. 8)."""
         return cls(pmu_bw=256, channel_depth=1, memory=MemoryConfig(channels=8, dispatch=4))
+
+    @classmethod
+    def for_rtl(cls, config: Any, memory: Any, *, channels: int | None = None) -> PaperProfile:
+        """The paper's model with the generated hardware's rates (``make validate``): a
+        :class:`~step_hw.config.HwConfig` ``config`` and the
+        :class:`~step_hw.memory_model.MemoryModel` ``memory`` of the fast co-simulation tier.
+
+        * compute: a MAC array's ``2 * lanes`` FLOPs per cycle for matmul functions, one cycle
+          per tile for the element-wise units (``elementwise_cycles=1``);
+        * on-chip memory: ``mem_port_elems`` elements per cycle (``pmu_bw`` in bytes);
+        * off-chip: ``channels`` channels (default ``config.axi_ports``; one of the two must be
+          given), each of one ``axi_data_width`` beat per ``beat_interval`` cycles,
+          ``memory.latency`` to the first beat and ``memory.start_up`` before a channel's
+          first, shared by every load and store as in the paper's model;
+        * queues of ``config.queue_depth``.
+        """
+        channels = channels or config.axi_ports
+        if not channels:
+            raise ValueError(
+                "PaperProfile.for_rtl: give channels when config.axi_ports is None (the paper's "
+                "model shares its memory channels between operators)"
+            )
+        return cls(
+            compute_bw_default=2 * config.lanes,
+            elementwise_cycles=1,
+            pmu_bw=config.mem_port_elems * config.elem.nbytes,
+            channel_depth=config.queue_depth,
+            memory=MemoryConfig(
+                channels=channels,
+                request_bytes=config.axi_data_width // 8,
+                interval=memory.beat_interval,
+                latency=memory.latency,
+                startup=memory.start_up,
+            ),
+        )
 
     def memory_config(self) -> MemoryConfig:
         return self.memory
@@ -272,6 +313,7 @@ class _ComputeTiming(NodeTiming):
         self.resident = resident
         self.pmu = profile.pmu_bw
         self.bw = profile.compute_bw(node)
+        self.fixed = None if is_matmul(node) else profile.elementwise_cycles
         self.last = len(node.inputs) - 1
         self.store = profile.writes_back(node)
         self.charged = 0
@@ -291,7 +333,11 @@ class _ComputeTiming(NodeTiming):
             return 0
         flops = self._flops_of(self.args)  # ElementFlops
         self.flops += flops
-        cycles = max(self.load, math.ceil(flops / self.bw) if self.bw else 0)
+        if self.fixed is not None:
+            compute = self.fixed
+        else:
+            compute = math.ceil(flops / self.bw) if self.bw else 0
+        cycles = max(self.load, compute)
         self.load, self.args, self.charged = 0, [], cycles
         return cycles
 
