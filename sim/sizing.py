@@ -295,7 +295,7 @@ def _lp_depths(
         row[u], row[v] = 1.0, -1.0  # t_u - t_v <= -lat
         rows.append(row)
         rhs.append(-lat)
-        weight = bits[s.name] * min(c.rate, 1e6)
+        weight = bits.get(s.name, 0) * min(c.rate, 1e6)  # unsized streams: order only
         cost[v] += weight
         cost[u] -= weight
         edges.append((s.name, u, v, lat, c.rate))
@@ -305,7 +305,11 @@ def _lp_depths(
     if res.status != 0:  # pragma: no cover - the constraints are acyclic, so always feasible
         raise RuntimeError(f"queue-sizing LP failed: {res.message}")
     t = res.x
-    return {name: max(0.0, rate * (t[v] - t[u] - lat)) for name, u, v, lat, rate in edges}
+    return {
+        name: max(0.0, rate * (t[v] - t[u] - lat))
+        for name, u, v, lat, rate in edges
+        if name in bits
+    }
 
 
 def plan_queue_sizes(
@@ -351,6 +355,10 @@ def plan_queue_sizes(
     graph = lower_graph(graph)
     images = list(memories) if memories else [None]
     streams = _streams(graph)
+    if hw_config is not None:
+        # A Bufferize hands its buffers to the Streamify that reads them through their shared
+        # memory (``step_hw.memory.buffer``: two slots): no queue in hardware, nothing to size.
+        streams = {n: s for n, s in streams.items() if not isinstance(s.elem, BufferType)}
     base = max(1, int(min_depth))
     bits = {n: token_bits(s, hw_config, dims) for n, s in streams.items()}
     default_depths = {n: graph.queue_depth(n, int(profile.channel_depth)) for n in streams}

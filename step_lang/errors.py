@@ -50,6 +50,12 @@ class StepDeadlock(StepError):
         self.blocked = blocked
         self.queues = queues
 
+    def __reduce__(self):
+        # keyword-only arguments and attributes set after construction (a simulator's causes):
+        # rebuilt from the message and the instance's attributes, so that a deadlock raised in
+        # a worker process reaches its parent whole
+        return (_rebuild, (type(self), str(self), dict(self.__dict__)))
+
 
 class SimDeadlock(StepDeadlock):
     """The simulator (or a co-simulation) stopped making progress before the graph finished.
@@ -62,6 +68,13 @@ class SimDeadlock(StepDeadlock):
     ):
         super().__init__(message, blocked=blocked, queues=queues)
         self.cycle = cycle
+
+
+def _rebuild(cls: type, message: str, state: dict) -> StepDeadlock:
+    err = cls.__new__(cls)
+    Exception.__init__(err, message)
+    err.__dict__.update(state)
+    return err
 
 
 def op_message(kind: str, name: str, port: str | None, text: str) -> str:

@@ -1146,3 +1146,19 @@ def test_converter_error(call: Callable[[], object], message: str):
 def test_value_type_error(call: Callable[[], object], exc: type, message: str):
     with raises_exactly(exc, message):
         call()
+
+
+def test_deadlocks_cross_process_boundaries_whole():
+    """A deadlock raised in a worker process (``make validate --jobs``) reaches its parent with
+    its message, its keyword-only attributes and those set after construction."""
+    import pickle
+
+    from step_lang.errors import SimDeadlock
+
+    err = SimDeadlock("graph 'g' deadlocked", blocked={"a": "room"}, queues={"q": 3}, cycle=7)
+    err.causes = ["q full"]
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is SimDeadlock and str(back) == "graph 'g' deadlocked"
+    assert (back.blocked, back.queues, back.cycle, back.causes) == (
+        {"a": "room"}, {"q": 3}, 7, ["q full"],
+    )  # fmt: skip

@@ -222,3 +222,21 @@ def test_hardware_size_graphs_shrink_with_the_rtl_profile(example, schedule):
     r = size_hardware(example, schedule, images=3)
     assert r.deadlock_free and r.cycles_sized <= r.cycles_deep * 1.01
     assert r.bits_sized < r.bits_default and r.bits_sized <= r.bits_uniform
+
+
+def test_hardware_sizing_leaves_buffer_references_alone():
+    """A Bufferize hands its buffers to its Streamify through their shared memory: in hardware
+    that stream has no queue (and its elements no token format), so sizing for hardware sizes
+    every other stream and leaves it at its depth."""
+    from step_hw.config import HwConfig
+    from step_lang import Bufferize, Graph, Sink, Source, Streamify, StreamType, Tile
+    from step_lang.types import int16
+
+    g = Graph("buffered")
+    x = Source(g, StreamType(Tile(int16, 4, 4), (2, 3)), name="x")
+    bz = Bufferize(x.out, 1, name="bz")
+    Sink(Streamify(bz.out, name="sf").out, name="out")
+    inputs = {"x": [[np.ones((4, 4), np.int16)] * 3] * 2}
+    r = plan_queue_sizes(g, hw_config=HwConfig(), inputs=inputs, functional=True)
+    assert set(r.depths) == {"x.out", "sf.out"}
+    assert r.deadlock_free and r.cycles_sized <= r.cycles_deep * 1.01
