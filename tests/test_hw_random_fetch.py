@@ -510,3 +510,35 @@ def test_rtl_profile_runs_block_loads_on_a_shared_port():
     assert shared.queue_curves["l1.out"].n == len(res.tokens(l1.out))
     assert shared.queue_curves["l2.out"].n == len(res.tokens(l2.out))
     assert (alone.cycles, shared.cycles) == (87, 104)  # one port: the loads take turns
+
+
+# A RandomStore without fetch blocks, its acks to a Sink: (addresses, address stream shape) and
+# the bench's cycles, on the Amaranth simulation and in the rtl profile. The acks, the address
+# stream's stops and its done leave in order, one per cycle, so done follows the last ack by one
+# cycle per stop between them (the profile used to send it one cycle after the last B).
+PLAIN_STORE_CASES = {
+    "rank 1": ([2, 0, 1], (3,), 27),
+    "ragged, a stop after the last tile": ([[1, 3], [0]], (2, R), 28),
+    "one tile": ([3], (1,), 19),
+    "one row of four": ([[2, 0, 1, 3]], (1, R), 32),
+}
+
+
+@pytest.mark.parametrize("name", PLAIN_STORE_CASES)
+def test_rtl_profile_times_plain_random_store_done_as_the_hardware(name: str):
+    addrs, addr_shape, want = PLAIN_STORE_CASES[name]
+    g = Graph("rs_plain")
+    t = g.tensor("t", (16, 4), int16)
+    wa = L.Source(g, StreamType(Tile(int32, 1, 1), addr_shape), name="wa")
+    wd = L.Source(g, StreamType(Tile(int16, 4, 4), addr_shape), name="wd")
+    L.Sink(L.RandomOffChipStore(wa.out, wd.out, t, name="rs").out, name="sink")
+
+    def tiles_like(a):
+        return [tiles_like(b) for b in a] if isinstance(a, list) else np.full((4, 4), 7, np.int16)
+
+    inputs = {"wa": _one_by_one(addrs), "wd": tiles_like(addrs)}
+    tensors = {"t": np.zeros((16, 4), np.int16)}
+    cycles, _, mem, memory_map = hardware_cycles(g, tensors, inputs)
+    res = interpret(g, {"t": tensors["t"].copy()}, inputs=inputs)
+    assert np.array_equal(tensor_at(mem, memory_map["t"]["addr"], tensors["t"]), res.memory["t"])
+    assert (cycles, profile_cycles(g, tensors, inputs)) == (want, want)

@@ -1009,14 +1009,16 @@ class _Store(_Clocked):
 
 
 class _RandomStore(_Store):
-    """RandomStore: LinearStore's write path for the tile at each address; an ack (or the
-    address stream's stop or done) leaves one cycle after the tile's last B response (two after
-    the take of a stop or done: the order queue)."""
+    """RandomStore: LinearStore's write path for the tile at each address. Its output tokens
+    leave in order, one per cycle: an ack ``ACK_AFTER_B`` cycles after its tile's last B response
+    at the earliest, the address stream's stops and done two cycles after their take (the order
+    queue)."""
 
     def __init__(self, profile: RtlProfile, node: Node):
         super().__init__(profile, node)
         self.addr = 0
-        self.ack_at = -math.inf
+        self.virt = -math.inf  # when the RTL's last output token so far leaves
+        self.after = 0  # stops taken since the last tile (their tokens follow its ack)
 
     def before_recv(self, port: int) -> int | WaitFor:
         if port == 0 and not self.io.has(1):
@@ -1033,22 +1035,25 @@ class _RandomStore(_Store):
         self.last_take = now
         if is_data(token):
             b = self._write(self.addr)
-            if b is not None:
-                self.ack_at = max(self.ack_at, b + 1)
+            ack = -math.inf if b is None else b + contract.ACK_AFTER_B
+            self.virt = max(self.virt + 1, ack)
+            self.after = 0
         else:
-            self.ack_at = max(self.ack_at, now + 2)
+            self.virt = max(self.virt + 1, now + 2)
+            self.after += token is not DONE
         return 0
 
     def on_send(self, port: int, token: Any) -> int:
         # The RTL takes the next tile while earlier ones are written (an order queue keeps the
         # acks in order); the interpreter sends each ack before taking the next tile. So acks
-        # leave at once, and the done token carries the wait for the last B response: exact
+        # leave at once, and the done token carries the wait for the tokens before it: exact
         # for acks that go to a sink (as in the examples), early for acks another block reads.
         t = self.last_push[port] + self.spacing[port]
         if token is DONE:
-            t = max(t, self.ack_at)
+            t = max(t, self.virt)
             if self.port is not None and self.tile_b:
-                t = max(t, max(self.tile_b) + 1)
+                # the last ack, the stops after it, then done
+                t = max(t, max(self.tile_b) + contract.ACK_AFTER_B + self.after + 1)
         return max(0, math.ceil(t - self.now)) if t > self.now else 0
 
     data_port = 1
@@ -1246,7 +1251,6 @@ class _BlockStore(_RandomStore):
             self.k_in += 1
             if self.k_in == self.n:
                 ack = now + self.order_latency if b is None else b + contract.ACK_AFTER_B
-                self.ack_at = max(self.ack_at, ack)
                 self.ready.append(ack)
         elif isinstance(token, Stop) and token.level >= 2:
             self.merged = token.level - 2
