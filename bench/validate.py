@@ -38,15 +38,19 @@ from typing import Any
 
 import numpy as np
 
+from bench import validate_scale as scale
 from examples import moe, swiglu
 from sim import simulate
 from sim.profiles import RtlProfile
+from sim.profiles.paper import PaperProfile
 from step_hw.config import HwConfig
 from step_hw.memory_model import PRESETS, MemoryModel
-from step_lang import interpret
+from step_lang import interpret, ops
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "build" / "validate"
+#: The recorded traces of the paper-scale sweeps (``--traces``).
+TRACES = scale.DEFAULT_TRACES
 SPEED = ROOT / "build" / "bench" / "validate_speed.json"
 
 SWIGLU_SIZE = swiglu.SwiGLUConfig(batch=16, hidden=4, intermediate=32, dtype="int16")
@@ -71,6 +75,12 @@ class Point:
     config: HwConfig
     design: str  # points with the same design share a Verilator build
     optional: bool = False  # hardware that may not exist yet: a failure is recorded, not raised
+    # the sweep's own co-simulation tier and memory (None: the command line's)
+    tier: str | None = None
+    memory_model: MemoryModel | None = None
+    # compare the simulator's outputs too (paper-size sweeps: the RTL's against the
+    # interpreter's only, the simulators in timing mode)
+    functional_sim: bool = True
 
 
 def swiglu_points() -> list[Point]:
@@ -87,6 +97,77 @@ def swiglu_points() -> list[Point]:
                 f"swiglu_b{b}_i{i}",
             )
         )
+    return pts
+
+
+def fig8_points() -> list[Point]:
+    """Fig. 8 at the paper's size: 15 ``tile_b x tile_i`` tilings, one build each."""
+    mem = scale.fig8_inputs()
+    return [
+        Point(
+            "fig8",
+            {"tile_b": b, "tile_i": i, **_size(scale.FIG8_LAYER)},
+            lambda b=b, i=i: scale.fig8_graph(b, i),
+            mem,
+            scale.FIG8_HW,
+            f"fig8_b{b}_i{i}",
+            tier="fast",
+            memory_model=scale.SCALE_MEMORY,
+            functional_sim=False,
+        )
+        for b, i in scale.FIG8_TILES
+    ]
+
+
+def moe_scale_points() -> list[Point]:
+    """16 experts, 10 routings of 16 tokens from the recorded Qwen3 trace, three schedules
+    (one build each; a schedule comparison per routing)."""
+    pts = []
+    for name, choices in scale.trace_routings(TRACES).items():
+        mem = scale.moe_inputs(choices)
+        for label, sched in scale.MOE_SCHEDULES.items():
+            pts.append(
+                Point(
+                    "moe_scale",
+                    {
+                        "routing": name,
+                        "schedule": label,
+                        **sched,
+                        "tokens_per_expert": expert_counts(choices, scale.MOE_LAYER[3]),
+                        "batch": scale.MOE_BATCH,
+                    },
+                    lambda sched=sched: scale.moe_graph(sched),
+                    mem,
+                    scale.moe_config(sched),
+                    f"moe_scale_{label}",
+                    tier="fast",
+                    memory_model=scale.SCALE_MEMORY,
+                    functional_sim=False,
+                )
+            )
+    return pts
+
+
+def attention_scale_points() -> list[Point]:
+    """16 requests, 10 KV-length batches from the recorded Azure traces (scaled), three
+    schedules (one build each; a schedule comparison per batch)."""
+    pts = []
+    for name, kv in scale.trace_kv_batches(TRACES).items():
+        mem = scale.attention_inputs(kv)
+        for sched in scale.ATTENTION_SCHEDULES:
+            pts.append(
+                Point(
+                    "attention_scale",
+                    {"kv": name, "kv_lengths": [int(x) for x in kv], "schedule": sched},
+                    lambda sched=sched: scale.attention_graph(sched),
+                    mem,
+                    scale.SCALE_HW,
+                    f"attention_scale_{sched}",
+                    tier="fast",
+                    memory_model=scale.SCALE_MEMORY,
+                    functional_sim=False,
+                )
+            )
     return pts
 
 
@@ -191,128 +272,407 @@ def _key(p: Point) -> str:
     return h.hexdigest()[:16]
 
 
+MEMORY_OPS = (ops.LinearOffChipLoad, ops.RandomOffChipLoad, ops.LinearOffChipStore,
+              ops.RandomOffChipStore)  # fmt: skip
+
+
+def memory_channels(graph: Any, config: HwConfig) -> int:
+    """AXI ports of ``graph``'s hardware that carry reads (``config.axi_ports``, else one per
+    load): the channels of the paper profile's shared memory and of the AXI efficiency's peak."""
+    if config.axi_ports:
+        return config.axi_ports
+    return sum(isinstance(n, MEMORY_OPS[:2]) for n in graph.nodes.values()) or 1
+
+
 def run_point(
     p: Point, *, fresh: bool, trace: bool, tier: str = "axi", memory: MemoryModel | None = None
 ) -> dict[str, Any]:
+    """Run ``p`` on the RTL (cached in ``build/validate/points/``), the rtl profile and the
+    paper profile configured with the same hardware and memory (``PaperProfile.for_rtl``)."""
     from step_hw import cosim
 
-    memory = memory or MemoryModel.axi_ram()
+    tier = p.tier or tier
+    memory = p.memory_model or memory or MemoryModel.axi_ram()
     # the axi tier's points keep their cache names; the fast tier's carry the tier and memory
     suffix = "" if tier == "axi" else f"_{tier}_{memory.tag}"
     cache = OUT / "points" / f"{p.workload}_{_key(p)}{suffix}.json"
-    want = interpret(p.make(), p.memory).memory
     outputs = cosim.output_tensors(p.make())
-    t0 = time.perf_counter()
-    s = simulate(p.make(), p.memory, profile=RtlProfile.for_memory(memory, p.config))
-    sim_wall = time.perf_counter() - t0
-    sim_match = all(np.array_equal(s.memory[o], want[o]) for o in outputs)
-    if cache.is_file() and not fresh and not trace:
+    cached = cache.is_file() and not fresh and not trace
+    sims = _simulate(p, memory, outputs, suffix, fresh=fresh)
+    if cached:
         rtl = json.loads(cache.read_text())
     else:
+        want = interpret(p.make(), p.memory).memory
         r = cosim.run(p.make(), p.memory, config=p.config, trace=trace, tag=_key(p) + suffix, tier=tier,
                       memory_model=None if tier == "axi" else memory)  # fmt: skip
         rtl = {
             "rtl_cycles": r.cycles,
-            "outputs_match": all(np.array_equal(r.outputs[o], want[o]) for o in outputs),
+            "outputs_match": all(_same_bits(r.outputs[o], want[o]) for o in outputs),
             "rtl_build_s": r.build_s,
             "rtl_run_s": r.run_s,
         }
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(json.dumps(rtl))
+    peak = sims["channels"] * memory.peak_bytes_per_cycle(p.config.axi_data_width)
     return {
         "workload": p.workload,
         "params": p.params,
         "rtl_cycles": rtl["rtl_cycles"],
-        "sim_cycles": s.cycles,
-        "outputs_match": bool(rtl["outputs_match"] and sim_match),
+        "sim_cycles": sims["sim_cycles"],
+        "paper_cycles": sims["paper_cycles"],
+        "outputs_match": bool(rtl["outputs_match"] and sims["sim_match"]),
+        "offchip_bytes": sims["offchip_bytes"],
+        "peak_bytes_per_cycle": peak,
+        # bytes moved over cycles times the memory's peak (reads and writes together, as the
+        # paper's shared channels count them)
+        "axi_efficiency": sum(sims["offchip_bytes"]) / (rtl["rtl_cycles"] * peak),
         "_speed": {
-            "sim_wall_s": sim_wall,
+            "sim_wall_s": sims["sim_wall_s"],
+            "paper_wall_s": sims["paper_wall_s"],
+            "sim_cached": sims["cached"],
             "rtl_build_s": rtl["rtl_build_s"],
             "rtl_run_s": rtl["rtl_run_s"],
+            "rtl_cached": cached,
         },
     }
 
 
-def stats(points: list[dict[str, Any]]) -> dict[str, Any]:
-    out = {}
-    for w in sorted({p["workload"] for p in points}):
-        rtl = np.array([p["rtl_cycles"] for p in points if p["workload"] == w], float)
-        sim = np.array([p["sim_cycles"] for p in points if p["workload"] == w], float)
-        pearson = (
-            float(np.corrcoef(rtl, sim)[0, 1]) if len(rtl) > 1 and rtl.std() and sim.std() else 1.0
+#: The packages whose code decides a simulation's result: a change to any file in them
+#: invalidates the cached simulator results of ``build/validate/sims/``.
+SIM_SOURCES = ("sim", "step_lang", "step_hw", "examples", "bench/validate_scale.py")
+
+
+def _source_digest() -> str:
+    h = hashlib.sha256()
+    for top in SIM_SOURCES:
+        root = ROOT / top
+        for f in sorted(root.rglob("*.py")) if root.is_dir() else [root]:
+            h.update(str(f.relative_to(ROOT)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _simulate(
+    p: Point, memory: MemoryModel, outputs: list[str], suffix: str, *, fresh: bool
+) -> dict[str, Any]:
+    """The rtl and paper profiles' results of ``p`` (the rtl profile's outputs compared with the
+    interpreter's when ``p.functional_sim``), cached in ``build/validate/sims/`` under the point
+    and the digest of :data:`SIM_SOURCES`."""
+    cache = OUT / "sims" / f"{p.workload}_{_key(p)}{suffix}_{_source_digest()}.json"
+    if cache.is_file() and not fresh:
+        return {**json.loads(cache.read_text()), "cached": True}
+    t0 = time.perf_counter()
+    s = simulate(p.make(), p.memory, profile=RtlProfile.for_memory(memory, p.config),
+                 functional=p.functional_sim)  # fmt: skip
+    sim_wall = time.perf_counter() - t0
+    sim_match = True
+    if p.functional_sim:
+        want = interpret(p.make(), p.memory).memory
+        sim_match = all(_same_bits(s.memory[o], want[o]) for o in outputs)
+    channels = memory_channels(p.make(), p.config)
+    t0 = time.perf_counter()
+    paper = simulate(
+        p.make(), p.memory, profile=PaperProfile.for_rtl(p.config, memory, channels=channels),
+        functional=False,
+    )  # fmt: skip
+    out = {
+        "sim_cycles": s.cycles,
+        "paper_cycles": paper.cycles,
+        "sim_match": sim_match,
+        "offchip_bytes": [s.offchip_read_bytes, s.offchip_write_bytes],
+        "channels": channels,
+        "sim_wall_s": sim_wall,
+        "paper_wall_s": time.perf_counter() - t0,
+    }
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps(out))
+    return {**out, "cached": False}
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal bit for bit (BF16 tensors compare as their 16-bit patterns: NaN equals itself)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype.kind in "iub":
+        return bool(np.array_equal(a, b))
+    return bool(np.array_equal(a.view(f"u{a.dtype.itemsize}"), b.view(f"u{b.dtype.itemsize}")))
+
+
+#: The simulator profiles each point runs, by their cycles field.
+PROFILES = {"rtl": "sim_cycles", "paper": "paper_cycles"}
+
+
+def _fit(rtl: np.ndarray, sim: np.ndarray) -> dict[str, Any]:
+    pearson = (
+        float(np.corrcoef(rtl, sim)[0, 1]) if len(rtl) > 1 and rtl.std() and sim.std() else 1.0
+    )
+    rel = np.abs(sim - rtl) / rtl
+    return {
+        "points": len(rtl),
+        "pearson": pearson,
+        "mare": float(rel.mean()),
+        "max_rel_error": float(rel.max()),
+    }
+
+
+def stats(points: list[dict[str, Any]], field: str = "sim_cycles") -> dict[str, Any]:
+    """Per sweep (workload, and queue depths when a sweep has several): Pearson correlation,
+    mean absolute relative error and the worst point of ``field`` against the RTL's cycles."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for p in points:
+        if field in p:
+            groups.setdefault(_sweep(p), []).append(p)
+    return {
+        w: _fit(
+            np.array([p["rtl_cycles"] for p in g], float), np.array([p[field] for p in g], float)
         )
-        rel = np.abs(sim - rtl) / rtl
-        out[w] = {
-            "points": len(rtl),
-            "pearson": pearson,
-            "mare": float(rel.mean()),
-            "max_rel_error": float(rel.max()),
-        }
-    return out
+        for w, g in sorted(groups.items())
+    }
+
+
+def _sweep(p: dict[str, Any]) -> str:
+    depths = p["params"].get("depths")
+    return p["workload"] if depths in (None, "default") else f"{p['workload']} ({depths} depths)"
+
+
+def _choice(p: dict[str, Any]) -> tuple[str, str] | None:
+    """(case, option) of a point in a comparison: the schedules of one MoE routing or one
+    attention KV batch, the tile configurations of a SwiGLU sweep."""
+    q = p["params"]
+    if p["workload"] in ("moe", "moe_scale"):
+        return q["routing"], q["schedule"]
+    if p["workload"] in ("attention", "attention_scale"):
+        return q["kv"], q["schedule"]
+    if p["workload"] in ("swiglu", "fig8"):
+        return "tiles", f"{q['tile_b']}x{q['tile_i']}"
+    return None
 
 
 def comparisons(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per MoE routing pattern (attention KV batch): the fastest schedule on the simulator and
-    on the RTL."""
+    """Per comparison (a MoE routing pattern, an attention KV batch, a SwiGLU tile sweep): the
+    fastest option on the RTL and on each simulator profile."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for p in points:
-        case = {"moe": "routing", "attention": "kv"}.get(p["workload"])
-        if case:
-            groups.setdefault((p["workload"], p["params"][case]), []).append(p)
+        choice = _choice(p)
+        if choice:
+            groups.setdefault((_sweep(p), choice[0]), []).append(p)
     out = []
-    for (workload, case), group in groups.items():
+    for (sweep, case), group in groups.items():
         if len(group) < 2:
             continue
-        rtl = sorted(group, key=lambda p: p["rtl_cycles"])
-        sim_win = min(group, key=lambda p: p["sim_cycles"])["params"]["schedule"]
-        out.append(
-            {
-                "workload": workload,
-                "case": case,
-                "schedules": {
-                    p["params"]["schedule"]: [p["rtl_cycles"], p["sim_cycles"]] for p in group
-                },
-                "rtl_winner": rtl[0]["params"]["schedule"],
-                "sim_winner": sim_win,
-                # a tie on the RTL: either is right
-                "agree": any(
-                    p["params"]["schedule"] == sim_win
-                    for p in rtl
-                    if p["rtl_cycles"] == rtl[0]["rtl_cycles"]
-                ),
-            }
-        )
+        best = min(p["rtl_cycles"] for p in group)
+        # a tie on the RTL: either is right
+        rtl_best = {_choice(p)[1] for p in group if p["rtl_cycles"] == best}
+        entry: dict[str, Any] = {
+            "workload": sweep,
+            "case": case,
+            "options": {
+                _choice(p)[1]: [p["rtl_cycles"], *(p.get(f) for f in PROFILES.values())]
+                for p in group
+            },
+            "rtl_winner": sorted(rtl_best)[0],
+        }
+        for name, field in PROFILES.items():
+            if all(field in p for p in group):
+                win = _choice(min(group, key=lambda p: p[field]))[1]
+                entry[f"{name}_profile_winner"] = win
+                entry[f"{name}_profile_agrees"] = win in rtl_best
+        out.append(entry)
     return out
 
 
+MARKERS = {"swiglu": "o", "fig8": "D", "moe": "s", "moe_scale": "P", "attention": "^",
+           "attention_scale": "v"}  # fmt: skip
+
+
 def plot(points: list[dict[str, Any]], path: Path) -> None:
+    """Simulator against RTL cycles, one panel per profile, one series per sweep."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5.5, 5))
-    for w, marker in (("swiglu", "o"), ("moe", "s"), ("attention", "^")):
-        xs = [p["rtl_cycles"] for p in points if p["workload"] == w]
-        ys = [p["sim_cycles"] for p in points if p["workload"] == w]
-        if xs:
-            ax.scatter(xs, ys, marker=marker, label=f"{w} ({len(xs)})", alpha=0.8)
-    lo = min(min(p["rtl_cycles"], p["sim_cycles"]) for p in points)
-    hi = max(max(p["rtl_cycles"], p["sim_cycles"]) for p in points)
-    ax.plot([lo, hi], [lo, hi], "k--", lw=0.8, label="sim = RTL")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("RTL cycles (Verilator, start to done)")
-    ax.set_ylabel("simulator cycles (rtl profile)")
-    ax.set_title("Simulator vs generated RTL")
-    ax.legend()
+    fig, axes = plt.subplots(1, len(PROFILES), figsize=(5.5 * len(PROFILES), 5), squeeze=False)
+    for ax, (name, field) in zip(axes[0], PROFILES.items(), strict=True):
+        shown = [p for p in points if field in p]
+        for sweep in sorted({_sweep(p) for p in shown}):
+            mine = [p for p in shown if _sweep(p) == sweep]
+            ax.scatter([p["rtl_cycles"] for p in mine], [p[field] for p in mine],
+                       marker=MARKERS.get(mine[0]["workload"], "x"),
+                       label=f"{sweep} ({len(mine)})", alpha=0.7)  # fmt: skip
+        if shown:
+            lo = min(min(p["rtl_cycles"], p[field]) for p in shown)
+            hi = max(max(p["rtl_cycles"], p[field]) for p in shown)
+            ax.plot([lo, hi], [lo, hi], "k--", lw=0.8, label="sim = RTL")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("RTL cycles (Verilator, start to done)")
+        ax.set_ylabel(f"simulator cycles ({name} profile)")
+        ax.set_title(f"{name} profile vs generated RTL")
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def fig8_grid(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """The Fig. 8 points as ``tile_b x tile_i`` grids: RTL cycles, each profile's cycles and
+    the AXI efficiency (rows ``tile_b``, columns ``tile_i``; None where a point is missing)."""
+    bs = sorted({b for b, _ in scale.FIG8_TILES})
+    ts = sorted({i for _, i in scale.FIG8_TILES})
+    grids: dict[str, Any] = {"tile_b": bs, "tile_i": ts}
+    for depths in sorted(
+        {p["params"].get("depths", "default") for p in points if p["workload"] == "fig8"}
+    ):
+        at = {
+            (p["params"]["tile_b"], p["params"]["tile_i"]): p
+            for p in points
+            if p["workload"] == "fig8" and p["params"].get("depths", "default") == depths
+        }
+        grids[depths] = {
+            field: [[at[b, i][field] if (b, i) in at else None for i in ts] for b in bs]
+            for field in ("rtl_cycles", *PROFILES.values(), "axi_efficiency")
+        }
+    return grids
+
+
+def plot_fig8(grid: dict[str, Any], path: Path) -> None:
+    """Fig. 8 style: cycles against tile_i, one line per tile_b, RTL solid and each profile
+    dashed; the AXI efficiency below."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    depths = [k for k in grid if k not in ("tile_b", "tile_i")]
+    fig, axes = plt.subplots(2, len(depths), figsize=(6 * len(depths), 8), squeeze=False)
+    for col, d in enumerate(depths):
+        g = grid[d]
+        top, bottom = axes[0][col], axes[1][col]
+        for r, b in enumerate(grid["tile_b"]):
+            line = top.plot(grid["tile_i"], g["rtl_cycles"][r], "o-", label=f"RTL, tile_b {b}")
+            color = line[0].get_color()
+            top.plot(grid["tile_i"], g["sim_cycles"][r], "x--", color=color,
+                     label=f"rtl profile, tile_b {b}")  # fmt: skip
+            top.plot(grid["tile_i"], g["paper_cycles"][r], "+:", color=color,
+                     label=f"paper profile, tile_b {b}")  # fmt: skip
+            bottom.plot(grid["tile_i"], g["axi_efficiency"][r], "o-", color=color,
+                        label=f"tile_b {b}")  # fmt: skip
+        for ax in (top, bottom):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("tile_i")
+            ax.legend(fontsize=6)
+        top.set_ylabel("cycles")
+        top.set_title(f"Fig. 8 on our RTL (SwiGLU 64x256x512 BF16, {d} queue depths)")
+        bottom.set_ylabel("AXI efficiency")
+        bottom.set_ylim(0, 1.05)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+SWEEPS: dict[str, Callable[[], list[Point]]] = {}
+
+
+DEPTHS = ("default", "sized")
+SIZING = OUT / "sizing"
+#: Memory images a design is sized on: the first of its points (as ``make bench``'s sizing
+#: takes three representative images; every point then runs with those depths).
+SIZING_IMAGES = 3
+
+
+def sized_depths(group: list[Point], memory: MemoryModel) -> dict[str, int]:
+    """The queue depths :func:`sim.sizing.plan_queue_sizes` picks for the design of ``group``
+    (points that share it) over the first :data:`SIZING_IMAGES` memory images of the group, with the rtl profile of its
+    hardware and memory; cached in ``build/validate/sizing/`` (one process sizes a design, the
+    others wait for its result)."""
+    import fcntl
+
+    from sim.sizing import plan_queue_sizes
+
+    p = group[0]
+    h = hashlib.sha256(" ".join(_key(q) for q in group).encode()).hexdigest()[:16]
+    cache = SIZING / f"{p.design}_{h}_{memory.tag}.json"
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with open(cache.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if cache.is_file():
+            return json.loads(cache.read_text())["depths"]
+        t0 = time.perf_counter()
+        report = plan_queue_sizes(
+            p.make(), [q.memory for q in group[:SIZING_IMAGES]], hw_config=p.config,
+            profile=RtlProfile.for_memory(memory, p.config), functional=False,
+        )  # fmt: skip
+        cache.write_text(json.dumps({
+            "depths": report.depths, "wall_s": time.perf_counter() - t0,
+            "images": len(group), "cycles_deep": report.cycles_deep,
+            "cycles_sized": report.cycles_sized,
+        }))  # fmt: skip
+    return report.depths
+
+
+def with_sized_depths(p: Point, group: list[Point], memory: MemoryModel) -> Point:
+    """``p`` with the queue depths the sizing pass picks for its design over ``group``'s
+    images (sized when first built)."""
+    depths: dict[str, int] = {}
+
+    def make():
+        if not depths:
+            depths.update(sized_depths(group, p.memory_model or memory))
+        g = p.make()
+        g.queue_depths.update(depths)
+        return g
+
+    return dataclasses.replace(
+        p, params={**p.params, "depths": "sized"}, make=make, design=f"{p.design}_sized"
+    )
+
+
+def _sweep_points(name: str, depths: tuple[str, ...], memory: MemoryModel) -> list[Point]:
+    """The points of sweep ``name`` at each queue-depth setting (built once per process:
+    workers rebuild them and run one by index)."""
+    key = (name, depths, memory, TRACES)
+    if key not in _POINTS:
+        base = SWEEPS[name]()
+        pts = [dataclasses.replace(p, params={**p.params, "depths": "default"}) for p in base]
+        groups: dict[str, list[Point]] = {}
+        for p in base:
+            groups.setdefault(p.design, []).append(p)
+        _POINTS[key] = (pts if "default" in depths else []) + (
+            [with_sized_depths(p, groups[p.design], memory) for p in base]
+            if "sized" in depths
+            else []
+        )
+    return _POINTS[key]
+
+
+_POINTS: dict[tuple, list[Point]] = {}
+
+
+def _run_indexed(name: str, index: int, options: dict[str, Any]) -> dict[str, Any]:
+    """Run point ``index`` of sweep ``name`` (in a worker process): its result, or the error
+    of an optional point."""
+    global TRACES
+    options = dict(options)
+    TRACES = options.pop("traces")
+    p = _sweep_points(name, options.pop("depths"), options["memory"])[index]
+    try:
+        return run_point(p, **options)
+    except Exception as exc:  # recorded in summary.json's "missing"; fatal ones fail the run
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return {
+            "error": f"{p.design}: {type(exc).__name__}: {first[:300]}",
+            "fatal": not p.optional,
+        }
 
 
 def main(argv: list[str] | None = None) -> None:
+    global TRACES
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="swiglu,moe,attention")
+    ap.add_argument("--only", default=",".join(SWEEPS))
+    ap.add_argument("--traces", type=Path, default=scale.DEFAULT_TRACES,
+                    help="recorded traces of the moe_scale and attention_scale sweeps")  # fmt: skip
     ap.add_argument("--fresh", action="store_true", help="re-run the RTL of every point")
     ap.add_argument("--trace", action="store_true", help="record queue traces (slow)")
     ap.add_argument("--limit", type=int, default=0, help="at most this many points per sweep")
@@ -321,6 +681,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--memory", choices=PRESETS, default="axi_ram",
                     help="memory model of the fast tier (and of the rtl profile)")  # fmt: skip
+    ap.add_argument("--depths", default="default,sized",
+                    help="queue depths: the defaults and/or those the sizing pass picks")  # fmt: skip
+    ap.add_argument("--jobs", type=int, default=2,
+                    help="points run at once (Verilator builds still one at a time)")  # fmt: skip
     args = ap.parse_args(argv)
     if args.memory != "axi_ram" and args.tier != "fast":
         ap.error("--memory hbm needs --tier fast")
@@ -328,71 +692,129 @@ def main(argv: list[str] | None = None) -> None:
     # the fast tier's summaries beside the axi tier's: build/validate/fast_<memory>/
     out = OUT if args.tier == "axi" else OUT / f"fast_{memory.tag}"
     out.mkdir(parents=True, exist_ok=True)
-    sweeps = {"swiglu": swiglu_points, "moe": moe_points, "attention": attention_points}
     OUT.mkdir(parents=True, exist_ok=True)
+    depths = tuple(args.depths.split(","))
+    if set(depths) - set(DEPTHS) or not depths:
+        ap.error(f"--depths: a list of {', '.join(DEPTHS)}, not {args.depths!r}")
+    options = {"fresh": args.fresh, "trace": args.trace, "tier": args.tier, "memory": memory,
+               "depths": depths, "traces": args.traces}  # fmt: skip
     t_start = time.perf_counter()
     points, walls, missing = [], {}, []
+    fatal = False
     for name in args.only.split(","):
+        if name not in SWEEPS:
+            ap.error(f"--only: no sweep {name!r}; there are {', '.join(SWEEPS)}")
         t0 = time.perf_counter()
         try:
-            pts = sweeps[name]()
+            TRACES = args.traces
+            pts = _sweep_points(name, depths, memory)
         except Exception as exc:  # a workload whose hardware is not there yet
             print(f"{name}: sweep skipped ({type(exc).__name__}: {exc})")
             missing.append(f"{name}: {type(exc).__name__}: {exc}")
             continue
-        if args.limit:
-            pts = pts[: args.limit]
+        n = min(len(pts), args.limit) if args.limit else len(pts)
+        results = _run_all(name, n, options, args.jobs)
         failed: set[str] = set()
-        for p in pts:
-            if p.design in failed:
+        for index, r in enumerate(results):
+            p = pts[index]
+            if "error" in r:
+                fatal |= r["fatal"]
+                if p.design not in failed or r["fatal"]:
+                    print(f"{name}: {'FAILED' if r['fatal'] else 'skipped'} {r['error']}")
+                    missing.append(r["error"])
+                    failed.add(p.design)
                 continue
-            try:
-                r = run_point(p, fresh=args.fresh, trace=args.trace, tier=args.tier, memory=memory)
-            except Exception as exc:
-                if not p.optional:
-                    raise
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                note = f"{p.design}: {type(exc).__name__}: {first[:300]}"
-                print(f"{name}: skipped {note}")
-                missing.append(note)
-                failed.add(p.design)
-                continue
-            err = (r["sim_cycles"] - r["rtl_cycles"]) / r["rtl_cycles"]
-            print(
-                f"{name:9s} {json.dumps(p.params):90.90s} rtl {r['rtl_cycles']:6d} "
-                f"sim {r['sim_cycles']:6d} ({err:+.1%}) match {r['outputs_match']}",
-                flush=True,
-            )
             points.append(r)
         walls[name] = time.perf_counter() - t0
+    write_summary(points, missing, walls, time.perf_counter() - t_start, args.tier, memory, out)
+    if fatal:
+        raise SystemExit("validate: some points failed (summary.json's missing)")
+
+
+def _run_all(name: str, n: int, options: dict[str, Any], jobs: int) -> list[dict[str, Any]]:
+    """Points ``0 .. n-1`` of sweep ``name``, ``jobs`` at a time, each printed as it ends."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    def show(r: dict[str, Any]) -> None:
+        if "error" in r:
+            return
+        err = (r["sim_cycles"] - r["rtl_cycles"]) / r["rtl_cycles"]
+        perr = (r["paper_cycles"] - r["rtl_cycles"]) / r["rtl_cycles"]
+        print(
+            f"{name:9s} {json.dumps(r['params']):80.80s} rtl {r['rtl_cycles']:7d} "
+            f"sim {r['sim_cycles']:7d} ({err:+.1%}) paper {r['paper_cycles']:7d} ({perr:+.0%}) "
+            f"axi {r['axi_efficiency']:.0%} match {r['outputs_match']}",
+            flush=True,
+        )
+
+    if jobs <= 1 or n <= 1:
+        results = []
+        for i in range(n):
+            results.append(_run_indexed(name, i, options))
+            show(results[-1])
+        return results
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(_run_indexed, name, i, options) for i in range(n)]
+        for f in futures:
+            show(f.result())
+        return [f.result() for f in futures]
+
+
+def write_summary(points, missing, walls, wall, tier, memory, out) -> None:
+    """summary.json, the scatter, the Fig. 8 grid and the speed file; print the statistics."""
     speed = [{"workload": p["workload"], "params": p["params"], **p.pop("_speed")} for p in points]
     summary = {
-        "tier": args.tier,
+        "tier": tier,
         "memory": dataclasses.asdict(memory),
+        "fig8": {
+            "scale": scale.FIG8_SCALE,
+            "hw": dataclasses.asdict(scale.FIG8_HW),
+            "memory": dataclasses.asdict(scale.SCALE_MEMORY),
+        },
         "points": points,
-        "stats": stats(points),
+        "stats": {name: stats(points, field) for name, field in PROFILES.items()},
         "comparisons": comparisons(points),
         "missing": missing,
         "sweep_wall_s": walls,
-        "wall_s": time.perf_counter() - t_start,
+        "wall_s": wall,
     }
+    if any(p["workload"] == "fig8" for p in points):
+        summary["fig8_grid"] = fig8_grid(points)
+        plot_fig8(summary["fig8_grid"], out / "fig8.png")
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     SPEED.parent.mkdir(parents=True, exist_ok=True)
     (
-        SPEED if args.tier == "axi" else SPEED.with_name(f"validate_speed_fast_{memory.tag}.json")
-    ).write_text(json.dumps({"points": speed}, indent=1) + "\n")
+        SPEED if tier == "axi" else SPEED.with_name(f"validate_speed_fast_{memory.tag}.json")
+    ).write_text(
+        json.dumps({"wall_s": wall, "sweep_wall_s": walls, "points": speed}, indent=1) + "\n"
+    )
     if points:
         plot(points, out / "validate.png")
-    for w, st in summary["stats"].items():
-        print(
-            f"{w}: {st['points']} points, Pearson {st['pearson']:.4f}, "
-            f"MARE {st['mare']:.2%} (max {st['max_rel_error']:.2%})"
-        )
+    for name, per in summary["stats"].items():
+        for w, st in per.items():
+            print(
+                f"{name} profile, {w}: {st['points']} points, Pearson {st['pearson']:.4f}, "
+                f"MARE {st['mare']:.2%} (max {st['max_rel_error']:.2%})"
+            )
     comps = summary["comparisons"]
-    if comps:
-        agree = sum(c["agree"] for c in comps)
-        print(f"schedule comparisons: simulator picks the RTL's winner in {agree}/{len(comps)}")
-    print(f"wrote {OUT / 'summary.json'}, {OUT / 'validate.png'}, {SPEED}")
+    for name in PROFILES:
+        judged = [c for c in comps if f"{name}_profile_agrees" in c]
+        if judged:
+            agree = sum(c[f"{name}_profile_agrees"] for c in judged)
+            print(
+                f"{name} profile picks the RTL's fastest option in {agree}/{len(judged)} comparisons"
+            )
+    print(f"wrote {out / 'summary.json'}, {out / 'validate.png'}, {SPEED} ({wall:.0f} s)")
+
+
+SWEEPS.update(
+    fig8=fig8_points,
+    moe_scale=moe_scale_points,
+    attention_scale=attention_scale_points,
+    swiglu=swiglu_points,
+    moe=moe_points,
+    attention=attention_points,
+)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,147 @@
+"""``make validate``'s bookkeeping (``bench/validate.py``, ``bench/validate_scale.py``): the
+statistics, schedule comparisons, Fig. 8 grid, bit comparison and the trace-driven inputs of the
+paper-scale sweeps. The co-simulations themselves are ``rtl_tests/test_validate_verilator.py``."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from bench import validate as V
+from bench import validate_scale as S
+
+
+def _pt(workload, rtl, sim, paper=None, depths="default", **params):
+    p = {"workload": workload, "params": {"depths": depths, **params}, "rtl_cycles": rtl,
+         "sim_cycles": sim}  # fmt: skip
+    if paper is not None:
+        p["paper_cycles"] = paper
+    return p
+
+
+def test_stats_per_sweep_and_depth_setting():
+    pts = [
+        _pt("fig8", 100, 100, tile_b=16, tile_i=16),
+        _pt("fig8", 200, 210, tile_b=16, tile_i=32),
+        _pt("fig8", 100, 95, depths="sized", tile_b=16, tile_i=16),
+        _pt("fig8", 300, 300, depths="sized", tile_b=16, tile_i=32),
+    ]
+    st = V.stats(pts)
+    assert set(st) == {"fig8", "fig8 (sized depths)"}
+    assert st["fig8"]["points"] == 2
+    assert st["fig8"]["mare"] == pytest.approx(0.025)
+    assert st["fig8"]["max_rel_error"] == pytest.approx(0.05)
+    assert st["fig8 (sized depths)"]["max_rel_error"] == pytest.approx(0.05)
+    assert st["fig8"]["pearson"] == pytest.approx(1.0)
+    # a profile a point was not run with is left out, not counted as zero
+    assert V.stats(pts, "paper_cycles") == {}
+
+
+def test_comparisons_pick_each_profiles_fastest_option_and_accept_rtl_ties():
+    pts = [
+        _pt("moe_scale", 100, 120, 90, routing="r0", schedule="static"),
+        _pt("moe_scale", 100, 110, 95, routing="r0", schedule="dynamic"),
+        _pt("moe_scale", 150, 130, 80, routing="r0", schedule="timemux"),
+        _pt("moe_scale", 50, 50, 50, routing="r1", schedule="static"),
+    ]
+    (c,) = V.comparisons(pts)  # r1 has one option: no comparison
+    assert c["case"] == "r0" and c["workload"] == "moe_scale"
+    # static and dynamic tie on the RTL (the first by name is named): either is right
+    assert c["rtl_winner"] == "dynamic"
+    assert (c["rtl_profile_winner"], c["rtl_profile_agrees"]) == ("dynamic", True)
+    assert (c["paper_profile_winner"], c["paper_profile_agrees"]) == ("timemux", False)
+    assert c["options"]["timemux"] == [150, 130, 80]
+
+
+def test_fig8_tile_sweep_is_one_comparison_per_depth_setting():
+    pts = [
+        _pt("fig8", 300, 310, 290, tile_b=b, tile_i=i, depths=d)
+        for b, i in ((16, 16), (64, 256))
+        for d in ("default", "sized")
+    ]
+    pts[1]["rtl_cycles"] = 200  # (16, 16) sized wins on the RTL, (64, 256) in the simulator
+    pts[3]["sim_cycles"] = 250
+    comps = V.comparisons(pts)
+    assert sorted(c["workload"] for c in comps) == ["fig8", "fig8 (sized depths)"]
+    sized = next(c for c in comps if c["workload"] == "fig8 (sized depths)")
+    assert sized["rtl_winner"] == "16x16"
+    assert sized["rtl_profile_winner"] == "64x256"
+    assert (sized["rtl_profile_agrees"], sized["paper_profile_agrees"]) == (False, True)
+
+
+def test_fig8_grid_rows_are_tile_b_and_columns_tile_i():
+    pts = [
+        {**_pt("fig8", 1000 * b + i, 1, 2, tile_b=b, tile_i=i), "axi_efficiency": 0.5}
+        for b, i in S.FIG8_TILES
+        if (b, i) != (32, 64)
+    ]
+    grid = V.fig8_grid(pts)
+    assert grid["tile_b"] == [16, 32, 64] and grid["tile_i"] == [16, 32, 64, 128, 256]
+    rtl = grid["default"]["rtl_cycles"]
+    assert rtl[2][4] == 64256 and rtl[0][1] == 16032
+    assert rtl[1][2] is None  # the missing point
+    assert grid["default"]["axi_efficiency"][0][0] == 0.5
+
+
+def test_same_bits_compares_bf16_patterns():
+    a = np.array([0.0, np.nan, 1.5], ml_dtypes.bfloat16)
+    assert V._same_bits(a, a.copy())  # NaN equals itself bit for bit
+    b = a.copy()
+    b[0] = -0.0
+    assert not V._same_bits(a, b)  # -0 is not +0
+    assert not V._same_bits(a, a.astype(np.float32))
+    assert V._same_bits(np.arange(3), np.arange(3)) and not V._same_bits(np.arange(3), np.ones(3))
+
+
+def test_fold_routing_keeps_the_first_distinct_folded_experts_in_trace_order():
+    choices = np.array([[3, 19, 35, 4], [17, 1, 2, 5], [30, 13, 46, 62]])
+    assert S.fold_routing(choices, 16, 2).tolist() == [[3, 4], [1, 2], [14, 13]]
+    top3 = np.array([[17, 1, 2, 5], [0, 16, 33, 50]])
+    assert S.fold_routing(top3, 16, 3).tolist() == [[1, 2, 5], [0, 1, 2]]
+
+
+def test_fold_routing_refuses_a_token_with_too_few_distinct_experts():
+    choices = np.array([[3, 19, 35, 4], [30, 14, 46, 62]])  # token 1 folds to expert 14 only
+    with pytest.raises(ValueError, match="token 1 has 1 distinct experts after folding onto 16"):
+        S.fold_routing(choices, 16, 2)
+
+
+def test_scale_kv_divides_rounds_and_refuses_what_does_not_fit():
+    assert S.scale_kv(np.array([0, 12, 13, 7930, 50]), 320).tolist() == [1, 1, 1, 317, 2]
+    with pytest.raises(ValueError, match="KV length 8000 / 25 does not fit a cache of 320 rows"):
+        S.scale_kv(np.array([10, 8000]), 320)
+
+
+def _write_traces(root, kv_batches, routing):
+    kv = root / "kv_lengths" / "b16"
+    kv.mkdir(parents=True)
+    for i, lengths in enumerate(kv_batches):
+        np.save(kv / f"conv_stdev{i:04d}_0000_0016.npy", np.array(lengths, np.int64))
+    r = root / "expert_routing" / "qwen_b1024"
+    r.mkdir(parents=True)
+    np.savez(r / "000_001.npz", data=routing)
+
+
+def test_trace_inputs_come_from_the_trace_folder(tmp_path):
+    rng = np.random.default_rng(0)
+    kv = [rng.integers(0, 7000, 16) for _ in range(21)]
+    routing = np.stack([rng.permutation(128)[:8] for _ in range(1024)])
+    _write_traces(tmp_path, kv, routing)
+    batches = S.trace_kv_batches(tmp_path)
+    assert len(batches) == S.ATTENTION_POINTS == 10
+    names = list(batches)
+    assert names[0] == "conv_stdev0000_0000_0016" and names[1] == "conv_stdev0002_0000_0016"
+    assert batches[names[1]].tolist() == S.scale_kv(kv[2], 320).tolist()
+    routings = S.trace_routings(tmp_path)
+    assert len(routings) == S.MOE_POINTS
+    first = routings["000_001_t16"]
+    assert first.shape == (16, 2)
+    assert first.tolist() == S.fold_routing(routing[16:32], 16, 2).tolist()
+
+
+def test_trace_inputs_say_what_is_missing(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no batch-16 KV-length traces under"):
+        S.trace_kv_batches(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no qwen_b1024 routing trace under"):
+        S.trace_routings(tmp_path)
