@@ -44,10 +44,12 @@ bench: $(STAMP)
 	$(PY) -m bench.queue_sizing
 	$(PY) -m bench.cosim_speed
 
-# Simulator (rtl profile) vs Verilated RTL: SwiGLU tile sweep, MoE routing patterns, attention
-# when it has hardware; writes build/validate/summary.json, validate.png and
-# build/bench/validate_speed.json (docs/validation.md). RTL results are cached per design and
-# point; VALIDATE_ARGS="--fresh" re-runs them.
+# Simulators (rtl and paper profiles) vs Verilated RTL: the paper-scale sweeps (Fig. 8 SwiGLU,
+# 16-expert MoE on recorded routing, decode attention on recorded KV lengths; fast tier, HBM-like
+# memory) and the hardware-size sweeps (SwiGLU tiles, MoE routings, attention), each at default
+# and sized queue depths; writes build/validate/summary.json, validate.png, fig8.png and
+# build/bench/validate_speed.json (docs/validation.md). RTL and simulator results are cached per
+# point; VALIDATE_ARGS="--fresh" re-runs them, e.g. VALIDATE_ARGS="--only fig8 --depths default".
 VALIDATE_ARGS ?=
 validate: $(STAMP)
 	$(PY) -m bench.validate $(VALIDATE_ARGS)
