@@ -298,7 +298,6 @@ def run_point(
     cache = OUT / "points" / f"{p.workload}_{_key(p)}{suffix}.json"
     outputs = cosim.output_tensors(p.make())
     cached = cache.is_file() and not fresh and not trace
-    sims = _simulate(p, memory, outputs, suffix, fresh=fresh)
     if cached:
         rtl = json.loads(cache.read_text())
     else:
@@ -313,6 +312,8 @@ def run_point(
         }
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(json.dumps(rtl))
+    # after the RTL (cached first: the expensive half)
+    sims = _simulate(p, memory, outputs, suffix, fresh=fresh)
     peak = sims["channels"] * memory.peak_bytes_per_cycle(p.config.axi_data_width)
     return {
         "workload": p.workload,
@@ -676,6 +677,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fresh", action="store_true", help="re-run the RTL of every point")
     ap.add_argument("--trace", action="store_true", help="record queue traces (slow)")
     ap.add_argument("--limit", type=int, default=0, help="at most this many points per sweep")
+    ap.add_argument("--where", action="append", default=[], metavar="PARAM=VALUE",
+                    help="only points whose parameter has this value (repeatable), e.g. tile_b=64")  # fmt: skip
     ap.add_argument(
         "--tier", choices=("axi", "fast"), default="axi", help="co-simulation tier (docs/cosim.md)"
     )
@@ -712,10 +715,12 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name}: sweep skipped ({type(exc).__name__}: {exc})")
             missing.append(f"{name}: {type(exc).__name__}: {exc}")
             continue
-        n = min(len(pts), args.limit) if args.limit else len(pts)
-        results = _run_all(name, n, options, args.jobs)
+        chosen = [i for i, p in enumerate(pts) if _matches(p, args.where)]
+        if args.limit:
+            chosen = chosen[: args.limit]
+        results = _run_all(name, chosen, options, args.jobs)
         failed: set[str] = set()
-        for index, r in enumerate(results):
+        for index, r in zip(chosen, results, strict=True):
             p = pts[index]
             if "error" in r:
                 fatal |= r["fatal"]
@@ -731,8 +736,19 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("validate: some points failed (summary.json's missing)")
 
 
-def _run_all(name: str, n: int, options: dict[str, Any], jobs: int) -> list[dict[str, Any]]:
-    """Points ``0 .. n-1`` of sweep ``name``, ``jobs`` at a time, each printed as it ends."""
+def _matches(p: Point, where: list[str]) -> bool:
+    """``p``'s parameters have every ``PARAM=VALUE`` of ``where`` (compared as text)."""
+    for cond in where:
+        key, _, value = cond.partition("=")
+        if str(p.params.get(key)) != value:
+            return False
+    return True
+
+
+def _run_all(
+    name: str, chosen: list[int], options: dict[str, Any], jobs: int
+) -> list[dict[str, Any]]:
+    """Points ``chosen`` of sweep ``name``, ``jobs`` at a time, each printed as it ends."""
     from concurrent.futures import ProcessPoolExecutor
 
     def show(r: dict[str, Any]) -> None:
@@ -747,14 +763,14 @@ def _run_all(name: str, n: int, options: dict[str, Any], jobs: int) -> list[dict
             flush=True,
         )
 
-    if jobs <= 1 or n <= 1:
+    if jobs <= 1 or len(chosen) <= 1:
         results = []
-        for i in range(n):
+        for i in chosen:
             results.append(_run_indexed(name, i, options))
             show(results[-1])
         return results
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(_run_indexed, name, i, options) for i in range(n)]
+        futures = [pool.submit(_run_indexed, name, i, options) for i in chosen]
         for f in futures:
             show(f.result())
         return [f.result() for f in futures]
