@@ -145,3 +145,16 @@ def test_trace_inputs_say_what_is_missing(tmp_path):
         S.trace_kv_batches(tmp_path)
     with pytest.raises(FileNotFoundError, match="no qwen_b1024 routing trace under"):
         S.trace_routings(tmp_path)
+
+
+def test_where_picks_points_by_their_parameters():
+    def point(b, i):
+        return V.Point("fig8", {"tile_b": b, "tile_i": i}, None, {}, None, f"fig8_b{b}_i{i}")
+
+    pts = [point(b, i) for b, i in S.FIG8_TILES]
+    assert [p.design for p in pts if V._matches(p, ["tile_b=64", "tile_i=256"])] == [
+        "fig8_b64_i256"
+    ]
+    assert sum(V._matches(p, ["tile_b=32"]) for p in pts) == 5
+    assert not any(V._matches(p, ["tile_b=8"]) for p in pts)
+    assert all(V._matches(p, []) for p in pts)
