@@ -284,11 +284,22 @@ def memory_channels(graph: Any, config: HwConfig) -> int:
     return sum(isinstance(n, MEMORY_OPS[:2]) for n in graph.nodes.values()) or 1
 
 
+class NotCached(Exception):
+    """``--cached-only``: a point whose RTL result is not in the cache (not run)."""
+
+
 def run_point(
-    p: Point, *, fresh: bool, trace: bool, tier: str = "axi", memory: MemoryModel | None = None
+    p: Point,
+    *,
+    fresh: bool,
+    trace: bool,
+    tier: str = "axi",
+    memory: MemoryModel | None = None,
+    cached_only: bool = False,
 ) -> dict[str, Any]:
     """Run ``p`` on the RTL (cached in ``build/validate/points/``), the rtl profile and the
-    paper profile configured with the same hardware and memory (``PaperProfile.for_rtl``)."""
+    paper profile configured with the same hardware and memory (``PaperProfile.for_rtl``);
+    ``cached_only`` raises :class:`NotCached` instead of building and running the RTL."""
     from step_hw import cosim
 
     tier = p.tier or tier
@@ -300,6 +311,8 @@ def run_point(
     cached = cache.is_file() and not fresh and not trace
     if cached:
         rtl = json.loads(cache.read_text())
+    elif cached_only:
+        raise NotCached("no cached RTL result (--cached-only)")
     else:
         want = interpret(p.make(), p.memory).memory
         r = cosim.run(p.make(), p.memory, config=p.config, trace=trace, tag=_key(p) + suffix, tier=tier,
@@ -663,8 +676,8 @@ def _run_indexed(name: str, index: int, options: dict[str, Any]) -> dict[str, An
     except Exception as exc:  # recorded in summary.json's "missing"; fatal ones fail the run
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return {
-            "error": f"{p.design}: {type(exc).__name__}: {first[:300]}",
-            "fatal": not p.optional,
+            "error": f"{p.design} {json.dumps(p.params)[:200]}: {type(exc).__name__}: {first[:300]}",
+            "fatal": not p.optional and not isinstance(exc, NotCached),
         }
 
 
@@ -677,6 +690,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fresh", action="store_true", help="re-run the RTL of every point")
     ap.add_argument("--trace", action="store_true", help="record queue traces (slow)")
     ap.add_argument("--limit", type=int, default=0, help="at most this many points per sweep")
+    ap.add_argument("--cached-only", action="store_true",
+                    help="only points whose RTL result is cached (re-evaluate the simulators)")  # fmt: skip
     ap.add_argument("--where", action="append", default=[], metavar="PARAM=VALUE",
                     help="only points whose parameter has this value (repeatable), e.g. tile_b=64")  # fmt: skip
     ap.add_argument(
@@ -700,7 +715,7 @@ def main(argv: list[str] | None = None) -> None:
     if set(depths) - set(DEPTHS) or not depths:
         ap.error(f"--depths: a list of {', '.join(DEPTHS)}, not {args.depths!r}")
     options = {"fresh": args.fresh, "trace": args.trace, "tier": args.tier, "memory": memory,
-               "depths": depths, "traces": args.traces}  # fmt: skip
+               "depths": depths, "traces": args.traces, "cached_only": args.cached_only}  # fmt: skip
     t_start = time.perf_counter()
     points, walls, missing = [], {}, []
     fatal = False
