@@ -578,7 +578,7 @@ def plot_fig8(grid: dict[str, Any], path: Path) -> None:
             ax.set_xlabel("tile_i")
             ax.legend(fontsize=6)
         top.set_ylabel("cycles")
-        top.set_title(f"Fig. 8 on our RTL (SwiGLU 64x256x512 BF16, {d} queue depths)")
+        top.set_title(f"Fig. 8 on our RTL (SwiGLU 64x256x512 BF16, {d} queue depths)", fontsize=9)
         bottom.set_ylabel("AXI efficiency")
         bottom.set_ylim(0, 1.05)
     fig.tight_layout()
