@@ -17,6 +17,8 @@ checked against an Amaranth simulation of the elaborated graph with such a bench
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 
@@ -544,13 +546,15 @@ def test_streamify_output_back_pressure_delays_the_release():
     assert cycles == 223
 
 
-# An Amaranth simulation of the elaborated graph, its Sources offering a token every cycle
-# (from the cycle after `start`) and its Sinks always ready, as the co-simulation bench does:
-# the cycles every graph queue takes a token, keyed by stream name as `SimResult.sends`, and the
-# bench's cycle count (the first cycle `done` is high, plus one).
-
-
-def amaranth_pushes(graph: Graph, inputs: dict, config: HwConfig) -> tuple[dict, int]:
+def amaranth_pushes(
+    graph: Graph, inputs: dict, config: HwConfig, tensors: dict | None = None
+) -> tuple[dict, int]:
+    """An Amaranth simulation of the elaborated graph, its Sources offering a token every cycle
+    (from the cycle after ``start``) and its Sinks always ready, as the co-simulation bench does:
+    the cycles every graph queue takes a token, keyed by stream name as ``SimResult.sends``, and
+    the bench's cycle count (the first cycle ``done`` is high, plus one). ``tensors`` (off-chip
+    tensors by name) puts a memory with ``MemoryModel.axi_ram()``'s timing on the graph's AXI
+    ports, loaded with them."""
     from amaranth.hdl import Value
     from amaranth.sim import Simulator
 
@@ -581,6 +585,7 @@ def amaranth_pushes(graph: Graph, inputs: dict, config: HwConfig) -> tuple[dict,
     sinks = [getattr(top, f"snk_{n.name}") for n in g.nodes.values() if isinstance(n, SinkOp)]
     pushes: dict[str, list[int]] = {name: [] for name in names}
     end = []
+    limit = 2000
 
     async def bench(ctx):
         ctx.set(top.start, 1)
@@ -589,7 +594,7 @@ def amaranth_pushes(graph: Graph, inputs: dict, config: HwConfig) -> tuple[dict,
         signals = [x for q in queues for x in (q.i.valid, q.i.ready)]
         signals += [port.ready for port, _, _ in srcs] + [top.done]
         at = [0] * len(srcs)
-        for cycle in range(2000):
+        for cycle in range(limit):
             for k, (port, fmt, toks) in enumerate(srcs):
                 ctx.set(port.valid, at[k] < len(toks))
                 if at[k] < len(toks):
@@ -607,7 +612,21 @@ def amaranth_pushes(graph: Graph, inputs: dict, config: HwConfig) -> tuple[dict,
 
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
-    sim.run()
+    if tensors is None:
+        sim.run()
+    else:
+        from test_hw_memory import AxiModel, memory_with
+
+        from step_hw.memory_model import MemoryModel
+
+        ram = MemoryModel.axi_ram()
+        assert ram.latency == ram.write_response == 2  # the AxiModel answers latency + 1 after
+        image = memory_with({top.memory_map[n]["addr"]: a for n, a in tensors.items()}, 1 << 16)
+        model = AxiModel(image, config.axi_data_width // 8, "always", random.Random(0), latency=1)
+        for port in top.axi_managers:
+            axi = getattr(top, port)
+            sim.add_testbench(model.reader(axi) if axi.signature.read else model.writer(axi))
+        sim.run_until(limit * 1e-6)  # the memory's testbenches never return
     assert len(queues) == len(names) and end, "the graph did not finish"
     return pushes, end[0]
 

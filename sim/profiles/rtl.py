@@ -13,11 +13,19 @@ of every hardware block (their docstrings; ``docs/hardware.md``), it predicts th
   stream into it has no latency of its own, and the loop's queue is the Feedback output's.
 * **Blocks.** A block takes at most one token per input per cycle. Registered blocks (compute
   units, shape operators, ToSelector) offer a result one cycle after the take and one token per
-  output per cycle; routers and Broadcast are combinational (latency 0); EagerMerge offers a
-  chunk's selector in the cycle it forwards the chunk's first token, and its done tokens the
-  cycle after it took the last input's. A MAC array spends ``ceil(M*K*N / lanes)`` cycles per
-  tile pair (``compute/matmul.py``), RetileStreamify one cycle per row of a tile, RepeatStatic
-  one cycle per copy.
+  output per cycle. A MAC array spends ``ceil(M*K*N / lanes)`` cycles per tile pair
+  (``compute/matmul.py``), from the cycle its operands are offered (its last result may still
+  wait in the output register) to the take in the last; RetileStreamify one cycle per row of a
+  tile, RepeatStatic one cycle per copy. FlatMap generators, RetileStreamify and RepeatStatic
+  write a piece (copy) per cycle as the output register frees and take their element with the
+  last (:class:`_Expander`).
+* **Routers and Broadcast** are combinational (latency 0): a token leaves in the cycle its
+  input queue offers it, to each of several outputs in the first cycle that output has room, and
+  is taken from its queue only when the (last) output takes it; a selector is taken with what it
+  routes; Reassemble writes a group's held closing stop once the next selector token is offered;
+  EagerMerge grants the lowest-indexed input offering a token, offers the chunk's selector from
+  then until taken, passes the chunk as the data output takes it, and its done tokens the cycle
+  after it took the last input's (:class:`_Router`).
 * **On-chip buffers** (``memory/buffer.py``: static buffers, and buffers with one dynamic dim,
   sized by its bound). An element is ``contract.buffer_words`` memory words, one per cycle on
   either side. Bufferize takes an element after its writes, the closing stop (and done) once its
@@ -40,7 +48,8 @@ of every hardware block (their docstrings; ``docs/hardware.md``), it predicts th
   two cycles after its last beat. Its tile queue (3) and order queue (``max_outstanding + 8``)
   bound how far a load reads ahead of its consumer: a tile's last burst is requested only once
   the tile three before it has left the tile queue (the cycle after), so R never waits for the
-  load. A RandomLoad with ``fetch`` blocks replays
+  load. A RandomLoad takes each address from its queue in the cycle of its entry, while earlier
+  tiles wait to leave (``_take_ahead``). A RandomLoad with ``fetch`` blocks replays
   its sequencer cycle by cycle (:class:`_BlockLoad`).
 * **Stores** (``memory/store.py``). A tile's AW leaves ``store_issue`` cycles after the take, its
   W beats ``aw_to_w`` cycles after AW, one per cycle; B follows the last beat after
@@ -86,6 +95,8 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from step_hw import contract
 from step_hw.contract import BLOCKS, HwConfig, Interval
@@ -290,6 +301,11 @@ class RtlProfile(TimingProfile):
         own = RTL_TIMING.get(node)
         if own is not None:
             return RTL_TIMING.entry(node)(self, node)
+        block = BLOCKS.entry(node)
+        if block.interval is Interval.PER_COPY or (
+            block.expands and node.fn.name != "retile_rows_masked"
+        ):
+            return _Expander(self, node)
         return _Block(self, node)  # timed from its hardware-contract entry (BLOCKS.entry)
 
 
@@ -415,7 +431,9 @@ def _matmul_steps(node: Node, lanes: int, a: Any, b: Any) -> int:
 
 
 class _Block(_Clocked):
-    """Compute units, routers and shape operators (see the module docstring)."""
+    """Compute units and shape operators: registered blocks (see the module docstring). The
+    combinational blocks (routers, Broadcast) have models of their own (:class:`_Router`); a
+    combinational block without one would be timed here, its input taken when it passes it on."""
 
     def __init__(self, profile: RtlProfile, node: Node):
         super().__init__(profile, node)
@@ -432,14 +450,18 @@ class _Block(_Clocked):
         self.expander = block.expands
         self.pieces = 1
         self.repeat = node.count if block.interval is Interval.PER_COPY else 1
-        # EagerMerge offers a chunk's selector with its first token (``step_hw.router``).
-        self.merge = block.selector_with_first_token
         self.count_flops = ElementFlops(node) if node.is_compute else None
         self.args: list[Any] = []
         # An Accum with held accumulators: stops of this level or above close a group, whose
         # accumulators leave contract.HELD_EMIT_DELAY cycles later than a plain Accum's.
         held = isinstance(node, ops.Accum) and node.held
         self.held_group = node.rank + node.held if held else None
+        # A plain Accum's stop above its rank leaves a stop of its own after the accumulator
+        # (``pending`` in ``compute/_unit.py``): the unit does nothing else until it has
+        # written it, in the cycle the accumulator leaves the output register.
+        self.pending_after = node.rank if isinstance(node, ops.Accum) and not held else None
+        self.pending = False
+        self.steps_from = -math.inf  # a MAC array's steps start no earlier (``pending``)
 
     def before_recv(self, port: int) -> int | WaitFor:
         now = self.now
@@ -452,26 +474,37 @@ class _Block(_Clocked):
                     return WaitFor(q)
             self.steps = 1
             if self.matmul and is_data(self.io.head(port)):
-                # ... a MAC array reads its operands in place and takes them in its last step.
+                # ... a MAC array reads its operands in place from the cycle all are offered
+                # (its result register may still hold the last result: only the last step
+                # writes it) and takes them in its last step.
                 heads = [self.io.head(q) for q in range(self.group)]
                 self.steps = _matmul_steps(self.node, self.p.config.lanes, heads[0], heads[1])
-                t = max(t, now) + self.steps - 1
+                offered = max(self.io.inputs[q].q[0][0] for q in range(self.group))
+                start = max(t, offered, self.steps_from)
+                t = (start if self.held_group is None else max(t, now)) + self.steps - 1
         return max(0, math.ceil(t - now)) if t > now else 0
 
     def hold(self, port: int, token: Any) -> int:
         """An expander (FlatMap, RetileStreamify) takes its inputs with the element's last
-        piece: their slots stay taken while the pieces go out."""
+        piece: their slots stay taken while the pieces go out (one per cycle: a masked
+        RetileStreamify's; the others take them when the last piece is written, ``_Expander``)."""
         if not self.expander or not is_data(token):
             return 0
         if self.n_in == 0:  # the first input of the group: count the element's pieces
-            if self.retile:
-                shape = getattr(token, "shape", (1, 1))
-                self.pieces = int(shape[0] if self.node.split == "rows" else shape[1])
-            else:
-                toks = [token] + [self.io.head(q) for q in range(1, self.group)]
-                sub = self.node.fn.apply(self.node.out_types[0].elem, *_fn_args(self.node, toks))
-                self.pieces = sum(1 for t in to_tokens(sub, self.node.fn.rank)[:-1] if is_data(t))
+            self.pieces = self._count_pieces(token)
         return max(0, self.pieces - 1)
+
+    def _count_pieces(self, token: Any) -> int:
+        """Output pieces of an expander's element whose first input is ``token`` (the others
+        are the heads of the other inputs)."""
+        if self.retile:
+            shape = getattr(token, "shape", (1, 1))
+            return int(shape[0] if self.node.split == "rows" else shape[1])
+        if isinstance(self.node, ops.RepeatStatic):
+            return self.node.count
+        toks = [token] + [self.io.head(q) for q in range(1, self.group)]
+        sub = self.node.fn.apply(self.node.out_types[0].elem, *_fn_args(self.node, toks))
+        return sum(1 for t in to_tokens(sub, self.node.fn.rank)[:-1] if is_data(t))
 
     def on_recv(self, port: int, token: Any) -> int:
         now = self.now
@@ -502,14 +535,17 @@ class _Block(_Clocked):
             and token.level >= self.held_group
         ):
             lat += contract.HELD_EMIT_DELAY
+        if self.pending_after is not None and isinstance(token, Stop):
+            self.pending = token.level > self.pending_after
         self.ready_at = now + lat
         return 0
 
     def sent(self, port: int, token: Any) -> None:
         now = self.now
+        if self.pending and isinstance(token, Stop):  # written as the accumulator left
+            self.pending = False
+            self.steps_from = self.last_push[port] + 1
         self.last_push[port] = now
-        if self.merge and port == 1:
-            return  # a selector holds no input: the chunk's first token goes in the same cycle
         if not self.latency:
             # A combinational block holds its input until the outputs take it: the input queue
             # offers the next token the cycle after.
@@ -517,17 +553,494 @@ class _Block(_Clocked):
 
     def on_send(self, port: int, token: Any) -> int:
         # A registered output leaves one token per cycle. A combinational block passes each
-        # token on in the cycle it takes it; the engine may send tokens it took earlier later
-        # (Reassemble reads a whole group first), so only a slow queue spaces them.
+        # token on in the cycle it takes it, so only a slow queue spaces them.
         gap = self.spacing[port] - (0 if self.latency else 1)
         t = max(self.ready_at, self.last_push[port] + gap)
-        if self.merge and port == 1 and is_data(token):
-            # A chunk starts the cycle after the previous one's last token.
-            t = max(t, self.last_push[0] + 1)
-        elif self.merge and token is DONE and port == 0:
-            # The done tokens follow the cycle the last input's done token was taken in.
-            t = max(t, max(self.last_take) + 1)
         return max(0, math.ceil(t - self.now)) if t > self.now else 0
+
+
+class _Expander(_Block):
+    """A FlatMap generator, an unmasked RetileStreamify or a RepeatStatic (``step_hw.addrgen``,
+    ``compute/retile.py``, ``shape.py``): an element is read in place while its pieces (copies)
+    are written into the output register, each in the cycle the register frees (the token before
+    leaves it), and its inputs are taken with the last piece's write: in the cycle the token
+    before the last piece leaves the register (at once for an element of no pieces). Without
+    back-pressure that is ``pieces - 1`` cycles after the take (as ``_Block.hold``); with it,
+    later. The node's ``recv`` of an element's inputs is wrapped to leave them in their queues
+    until then (``attach``)."""
+
+    def attach(self, io: Any) -> None:
+        super().attach(io)
+        recv, send = io.recv, io.send
+        self.in_place: list[int] = []  # inputs of the element in hand, still in their queues
+        self.to_write = 0  # pieces of it not written into the output register yet
+        self.popping = False
+
+        def take_in_place(i: int) -> Any:
+            ch = io.inputs[i]
+            while True:  # as SimIO.recv waits for a token and for this block to take it
+                if ch.q:
+                    if ch.q[0][0] <= self.now:
+                        if not is_data(ch.q[0][1]):
+                            return (yield from recv(i))
+                        wait = self.before_recv(i)
+                        if isinstance(wait, WaitFor):
+                            yield from io.peek(wait.port)
+                            continue
+                        if wait > 0:
+                            yield ("sleep", wait)
+                        break
+                    yield ("until", ch.q[0][0], ch)
+                else:
+                    yield ("recv", ch)
+            token = ch.q[0][1]
+            if self.n_in == 0:
+                self.pieces = self._count_pieces(token)
+            self.in_place.append(i)
+            self.on_recv(i, token)
+            if self.n_in == 0:  # the element is in hand
+                self.to_write = self.pieces
+                if self.to_write <= 0:  # no piece: taken at once
+                    yield from self._take()
+            return token
+
+        def send_piece(j: int, token: Any) -> Any:
+            if is_data(token) and self.in_place and self.to_write == 1:
+                # the last piece is written as the token before it leaves the register (the
+                # node sends each token once the one before has left), the element taken with it
+                yield from self._take()
+            yield from send(j, token)
+            if is_data(token) and self.to_write > 0:
+                self.to_write -= 1
+
+        self._recv_now = recv
+        io.recv, io.send = take_in_place, send_piece
+
+    def _take(self) -> Any:
+        """Take the element's inputs from their queues, now."""
+        self.popping = True
+        for i in self.in_place:
+            yield from self._recv_now(i)
+        self.popping = False
+        self.in_place = []
+
+    def before_recv(self, port: int) -> int | WaitFor:
+        return 0 if self.popping else super().before_recv(port)
+
+    def hold(self, port: int, token: Any) -> int:
+        return 0
+
+    def on_recv(self, port: int, token: Any) -> int:
+        return 0 if self.popping else super().on_recv(port, token)
+
+
+# -- routers (step_hw/broadcast.py, step_hw/router.py) ------------------------------------------
+
+_NONE = object()  # no token held on an input
+
+
+def _same_token(a: Any, b: Any) -> bool:
+    return a is b or (isinstance(a, Stop) and isinstance(b, Stop) and a.level == b.level)
+
+
+class _Router(_Clocked):
+    """A combinational block (``Block.latency == 0``): Broadcast, Partition, Reassemble,
+    EagerMerge, Parallelize, as ``step_hw.broadcast`` and ``step_hw.router`` build them.
+
+    The hardware offers a token on its outputs in the cycle its input queue offers it, and takes
+    it from the input (``ready``) only in the cycle its output (the last of the outputs it goes
+    to: ``fork``, each output taking it in the first cycle it has room) takes it; a selector is
+    taken with the chunk it routes; the next token of an input is offered the cycle after
+    (``last_pop + 1``). The interpreter's node takes a token, then sends it to its outputs in
+    order, and reads some chunks whole before forwarding them. So the node's ``recv`` and
+    ``send`` are wrapped (``attach``): ``recv`` returns the head of the input queue without
+    taking it (the token is *held*, its slot stays taken), and the node's ``send`` of it pushes it
+    to every output it goes to at once, each when it has room, and takes the held inputs the
+    hardware consumes with it. Tokens the hardware passes on before the node sends them (the
+    other outputs of a fork, a held stop written early, a chunk read whole) are pushed at the
+    hardware's cycle and the node's later ``send`` of each is a no-op (checked to be the same
+    token). Subclasses say what is held and what each send consumes.
+    """
+
+    def __init__(self, profile: RtlProfile, node: Node):
+        super().__init__(profile, node)
+        n = len(node.inputs)
+        self.held: list[Any] = [_NONE] * n
+        self.last_pop = [-math.inf] * n
+        self.not_before = [-math.inf] * n  # a block's own earliest take of each input
+        self.early: list[deque] = [deque() for _ in node.outputs]  # pushed before the node sends
+        self.background: list[tuple[int, Any]] = []  # (output, token) to push when there is room
+
+    def attach(self, io: Any) -> None:
+        super().attach(io)
+        self._recv, self._send = io.recv, io.send
+        io.recv, io.send = self.node_recv, self.node_send
+
+    # -- the node's calls --------------------------------------------------------------------
+
+    def node_recv(self, i: int) -> Any:
+        raise NotImplementedError
+
+    def node_send(self, j: int, token: Any) -> Any:
+        if self.early[j]:
+            early = self.early[j].popleft()
+            if not _same_token(early, token):
+                raise RuntimeError(
+                    f"rtl profile: {self.node.kind} '{self.node.name}' sends {token!r} on output "
+                    f"{j}, the hardware model pushed {early!r}"
+                )
+            return
+        yield from self.forward(j, token)
+
+    def forward(self, j: int, token: Any) -> Any:
+        """The node sends ``token`` on output ``j`` (not pushed before)."""
+        raise NotImplementedError
+
+    # -- cycles --------------------------------------------------------------------------------
+
+    def takeable(self, i: int) -> bool:
+        """Whether input ``i``'s queue offers its head token this cycle."""
+        ch, now = self.io.inputs[i], self.now
+        return (
+            bool(ch.q)
+            and ch.q[0][0] <= now
+            and now >= self.last_pop[i] + 1
+            and now >= self.not_before[i]
+        )
+
+    def room(self, j: int) -> bool:
+        """Whether output ``j``'s queue takes a token this cycle (``w_rdy``)."""
+        ch, now = self.io.outputs[j], self.now
+        if now < self.last_push[j] + self.spacing[j]:
+            return False
+        return ch.occ - sum(1 for f in ch.frees if f <= now) < ch.cap
+
+    def wait(self, inputs: Any = (), outputs: Any = ()) -> Any:
+        """Sleep until one of ``inputs`` may offer a token or one of ``outputs`` may have room
+        (the time each will, when known; else until its producer sends or consumer takes)."""
+        yield from self.service()
+        io, now = self.io, self.now
+        ep = io.proc.epoch + 1  # the epoch the engine gives the command yielded below
+        t, park = math.inf, None
+        outputs = [*outputs, *(j for j, _ in self.background)]
+        if not inputs and not outputs:
+            return  # the background tokens just left
+        for i in inputs:
+            ch = io.inputs[i]
+            t0 = max(self.last_pop[i] + 1, self.not_before[i])
+            if ch.q:
+                t0 = max(t0, ch.q[0][0])
+            elif t0 <= now:
+                ch.recv_waiter = (io.proc, ep)
+                park = ("recv", ch)
+                continue
+            if t0 > now:
+                t = min(t, t0)
+        for j in outputs:
+            ch = io.outputs[j]
+            t0 = self.last_push[j] + self.spacing[j]
+            if t0 > now:
+                t = min(t, t0)
+                continue
+            frees = [f for f in ch.frees if f > now]
+            if frees:
+                t = min(t, min(frees))
+            else:
+                ch.send_waiter = (io.proc, ep)
+                park = ("send", ch)
+        if t < math.inf:
+            yield ("sleep", t - now)
+        elif park is not None:
+            yield park
+        else:  # pragma: no cover - nothing can change: a bug of the model
+            raise RuntimeError(f"rtl profile: {self.node.name} waits for nothing")
+        yield from self.service()
+
+    def service(self) -> Any:
+        """Push the background tokens whose output has room now."""
+        for item in list(self.background):
+            if self.room(item[0]):
+                self.background.remove(item)
+                yield from self._send(*item)
+
+    def take_when_offered(self, i: int) -> Any:
+        """Wait until input ``i`` offers its head token; return it (still in the queue)."""
+        while not self.takeable(i):
+            yield from self.wait(inputs=[i])
+        return self.io.inputs[i].q[0][1]
+
+    def pop(self, i: int) -> Any:
+        """Take input ``i``'s head token now (it is offered)."""
+        token = yield from self._recv(i)
+        self.last_pop[i] = self.now
+        self.held[i] = _NONE
+        return token
+
+    def fork(self, token: Any, targets: Any, sent: int | None = None) -> Any:
+        """Offer ``token`` to every output in ``targets``, each taking it in the first cycle it
+        has room (``step_hw.broadcast.fork``); return when the last has. Every target but
+        ``sent`` (the node's own send) is recorded as pushed early."""
+        left = list(targets)
+        yield from self.service()
+        while True:
+            for j in list(left):
+                if self.room(j):
+                    left.remove(j)
+                    yield from self._send(j, token)
+                    if j != sent:
+                        self.early[j].append(token)
+            if not left:
+                return
+            yield from self.wait(outputs=left)
+
+
+class _Broadcast(_Router):
+    """Broadcast: each output takes a token at its own pace; the input advances when the last
+    has (``step_hw.broadcast.Broadcast``)."""
+
+    def node_recv(self, i: int) -> Any:
+        token = yield from self.take_when_offered(i)
+        self.held[i] = token
+        return token
+
+    def forward(self, j: int, token: Any) -> Any:
+        yield from self.fork(token, range(len(self.node.outputs)), j)
+        yield from self.pop(0)
+
+
+class _Partition(_Router):
+    """Partition (``step_hw.router.Partition``): each token of a chunk goes to every selected
+    output at its own pace and is taken when the last has; the selector is taken with the
+    element (rank 0) or with the chunk's closing stop (rank >= 1); a chunk for no output is
+    taken a token per cycle; a selector stop of rank >= 1 takes a cycle of its own, one of rank 0
+    is taken with the input's stop. On the selector's done token every output takes a done
+    token, then both done tokens are taken together, the cycle after at the earliest."""
+
+    def __init__(self, profile: RtlProfile, node: Node):
+        super().__init__(profile, node)
+        self.rank = node.rank
+
+    def _consumes_selector(self, x: Any) -> bool:
+        return self.rank == 0 or (isinstance(x, Stop) and x.level >= self.rank)
+
+    def _drop(self) -> Any:
+        """A held input token that went to no output: taken in the cycle it was offered."""
+        x = self.held[0]
+        if x is not _NONE:
+            yield from self.pop(0)
+            if self._consumes_selector(x):
+                yield from self.pop(1)
+
+    def node_recv(self, i: int) -> Any:
+        yield from self._drop()
+        sel = self.held[1]
+        token = yield from self.take_when_offered(i)
+        if i == 1:
+            if isinstance(token, Stop) and self.rank > 0:
+                return (yield from self.pop(1))
+            self.held[1] = token
+        elif sel is DONE or isinstance(sel, Stop):  # taken together with the selector's
+            yield from self.pop(0)
+            yield from self.pop(1)
+        else:
+            self.held[0] = token
+        return token
+
+    def forward(self, j: int, token: Any) -> Any:
+        sel = self.held[1]
+        if sel is DONE:
+            yield from self.fork(token, range(len(self.node.outputs)), j)
+            self.not_before[0] = self.now + 1  # `closed` is a register
+            return
+        targets = [int(k) for k in np.flatnonzero(np.asarray(sel).reshape(-1))]
+        yield from self.fork(token, targets, j)
+        x = self.held[0]
+        yield from self.pop(0)
+        if self._consumes_selector(x):
+            yield from self.pop(1)
+
+
+class _Reassemble(_Router):
+    """Reassemble (``step_hw.router.Reassemble``): the selector is taken in the group's first
+    cycle (with the first chunk's first token), each input token when the output takes it. The
+    group's closing stop is written once the last chunk has passed (its closing stop, for chunks
+    of rank >= 1, is taken with it), not in the group's first cycle, and, with a selector of
+    rank >= 1, only once the next selector token is offered: merged with it if that is a stop
+    (both taken), else written alone, and that selector token is taken the cycle after at the
+    earliest (the interpreter writes it with the next group's first token). A selector stop
+    outside a group is a merged stop of its own. The done token is written, then every input's
+    done token is taken, from the cycle after, the selector's with the last."""
+
+    def __init__(self, profile: RtlProfile, node: Node):
+        super().__init__(profile, node)
+        self.n = len(node.inputs) - 1
+        self.a = node.chunk_rank
+        self.q = node.inputs[-1].rank
+        self.left = 0  # chunks of the current group not yet (fully) read
+        self.pending = False  # the group's closing stop is held back for the next selector
+        self.close_from = -math.inf  # the group's closing stop is written from this cycle
+        self.closing_input = None  # input whose held closing stop the group's stop replaces
+
+    def node_recv(self, i: int) -> Any:
+        if i < self.n:
+            token = yield from self.take_when_offered(i)
+            if self.held[self.n] is DONE:  # the done phase: all inputs' done tokens
+                yield from self.pop(i)
+                if i == self.n - 1:
+                    yield from self.pop(self.n)
+                return token
+            closes = (
+                is_data(token) if self.a == 0 else isinstance(token, Stop) and token.level >= self.a
+            )
+            if closes:
+                self.left -= 1
+                if self.left == 0 and self.a > 0:  # replaced by the group's closing stop
+                    self.closing_input = i
+                    self.pending = True
+            self.held[i] = token
+            return token
+        if self.pending and self.q > 0:
+            s = yield from self.take_when_offered(i)
+            if not isinstance(s, Stop):  # the held stop is written alone, now
+                stop = Stop(self.a + 1)
+                while self.now < self.close_from:
+                    yield ("sleep", self.close_from - self.now)
+                yield from self.fork(stop, [0])
+                yield from self._closed()
+        s = yield from self.take_when_offered(i)
+        if is_data(s):
+            yield from self.pop(i)
+            self.left = int(np.count_nonzero(np.asarray(s)))
+            self.close_from = self.now + 1
+            self.pending = self.left == 0
+        else:  # a stop (merged into the closing stop) or done: taken with what it writes
+            self.held[i] = s
+        return s
+
+    def _closed(self) -> Any:
+        """The group's closing stop was written: take what it consumes; the next selector token
+        is taken from the next cycle (``idle`` is a register)."""
+        self.pending = False
+        self.not_before[self.n] = self.now + 1
+        if self.closing_input is not None:
+            yield from self.pop(self.closing_input)
+            self.closing_input = None
+
+    def forward(self, j: int, token: Any) -> Any:
+        if token is DONE:
+            yield from self.fork(token, [0], 0)
+            for i in range(self.n):
+                self.not_before[i] = self.now + 1
+            return
+        if isinstance(token, Stop) and token.level > self.a:  # the group's closing stop
+            while self.now < self.close_from:
+                yield ("sleep", self.close_from - self.now)
+            yield from self.fork(token, [0], 0)
+            yield from self._closed()
+            if isinstance(self.held[self.n], Stop):
+                yield from self.pop(self.n)
+            return
+        # a token of a chunk (for chunks of rank >= 1, a stop between chunks)
+        i = next(k for k in range(self.n) if self.held[k] is not _NONE)
+        yield from self.fork(token, [0], 0)
+        yield from self.pop(i)
+        if self.a == 0 and self.left == 0:
+            self.pending = True
+            self.close_from = max(self.close_from, self.now + 1)
+
+
+class _EagerMerge(_Router):
+    """EagerMerge (``step_hw.router.EagerMerge``): when idle, the lowest-indexed input that
+    offers a token is granted; its selector is offered from that cycle until taken, and the
+    chunk's tokens pass as the data output takes them (independently of the selector). The next
+    chunk is granted the cycle after both the selector and the chunk's last token were taken. An
+    input's done token is taken in the first cycle it is offered (not being forwarded); the
+    outputs' done tokens are offered the cycle after the last was, each taken at its own pace."""
+
+    def __init__(self, profile: RtlProfile, node: Node):
+        super().__init__(profile, node)
+        self.a = node.chunk_rank
+        self.done_taken = -math.inf
+        self.cur: int | None = None  # the input granted last
+        self.idle_from = -math.inf  # the cycle `busy` is clear after the last chunk
+
+    def attach(self, io: Any) -> None:
+        super().attach(io)
+        from step_lang.arrival import LowestIndexFirst
+
+        io.policy = LowestIndexFirst  # the grant among the inputs offering a token
+
+    def node_recv(self, i: int) -> Any:
+        ch = self.io.inputs[i]
+        if ch.q and ch.q[0][1] is DONE and self.held[i] is _NONE:
+            # taken as soon as offered, unless its input's chunk is still being forwarded: the
+            # node looks for done tokens only between chunks
+            at = max(ch.q[0][0], self.last_pop[i] + 1)
+            if i == self.cur:
+                at = max(at, self.idle_from)
+            yield from self.take_when_offered(i)
+            token = yield from self.pop(i)
+            self.done_taken = max(self.done_taken, at)
+            return token
+        if self.held[i] is not _NONE:  # the node reads a whole chunk: forward what it holds
+            token = self.held[i]
+            yield from self.fork(token, [0])
+            yield from self.pop(i)
+        token = yield from self.take_when_offered(i)
+        self.held[i] = token
+        self.cur = i
+        return token
+
+    def forward(self, j: int, token: Any) -> Any:
+        if token is DONE:  # the outputs' done tokens, the cycle after the last input's
+            t = self.done_taken + 1
+            if t > self.now:
+                yield ("sleep", t - self.now)
+            yield from self.fork(DONE, [0, 1], j)
+            return
+        if j == 1:  # the selector: offered from the grant, taken whenever the output has room
+            self.background.append((1, token))
+            yield from self.service()
+            return
+        yield from self.fork(token, [0], 0)
+        yield from self.pop(self.cur)
+        if self.a == 0 or (isinstance(token, Stop) and token.level >= self.a):  # chunk passed
+            while self.background:
+                yield from self.wait()
+            self.idle_from = self.now + 1
+            yield ("sleep", 1)  # `busy` clears at the end of this cycle: the next grant
+
+
+class _Parallelize(_Router):
+    """Parallelize (``step_hw.router.Parallelize``): each token goes to the output whose turn it
+    is as that output takes it (the interpreter reads a chunk of rank >= 1 whole first), a
+    dropped stop (rank 0) takes a cycle, the done token goes to every output at its own pace."""
+
+    def __init__(self, profile: RtlProfile, node: Node):
+        super().__init__(profile, node)
+        self.b = node.rank
+        self.turn = 0
+
+    def node_recv(self, i: int) -> Any:
+        if self.held[0] is not _NONE:  # a chunk read whole: forward the token before
+            token = self.held[0]
+            yield from self.fork(token, [self.turn])
+            yield from self.pop(0)
+        token = yield from self.take_when_offered(0)
+        if self.b == 0 and isinstance(token, Stop):
+            return (yield from self.pop(0))  # dropped
+        self.held[0] = token
+        return token
+
+    def forward(self, j: int, token: Any) -> Any:
+        if token is DONE:
+            yield from self.fork(token, range(len(self.node.outputs)), j)
+            yield from self.pop(0)
+            return
+        yield from self.fork(token, [j], j)
+        yield from self.pop(0)
+        if self.b > 0:
+            self.turn = (j + 1) % len(self.node.outputs) if isinstance(token, Stop) else j
 
 
 def _geometry(node: Node, config: HwConfig) -> tuple[list[list[int]], int]:
@@ -589,6 +1102,9 @@ class _Load(_Clocked):
         self.walk_start = None if node.inputs else profile.load_start
         self.idx = self._indices()
         self.rand_k = 0
+        self.ahead_entries: deque = deque()  # entries of addresses taken ahead (_take_ahead)
+        self.taking_ahead = False
+        self.paid = False  # the node's send was charged by _take_ahead already
 
     def _indices(self):
         n = self.node
@@ -608,6 +1124,8 @@ class _Load(_Clocked):
         if self.port is not None:
             self.refs.append((self.io.visible, token))
             return 0
+        if self.taking_ahead:  # its node asks for it later (``_take_ahead``)
+            return 0
         # A reference token starts the sequencer one cycle after it is seen; an address is a
         # command of the tile reader at once.
         self.walk_start = self.io.visible + (0 if self.random else 1)
@@ -617,15 +1135,26 @@ class _Load(_Clocked):
         return 0
 
     def _entry_time(self) -> float:
-        """Cycle of the sequencer's next entry (one per cycle; the order queue bounds it)."""
-        t = self.entry + 1
-        if self.walk_start is not None:
-            t = max(t, self.walk_start)
-        j = self.entries - self.order_depth
-        if j >= 0 and j < len(self.out_pops):
-            t = max(t, self.out_pops[j] + 1)
+        """Cycle of the sequencer's next entry (one per cycle; the order queue bounds it); an
+        address taken ahead (``_take_ahead``) has its entry already."""
+        if self.ahead_entries:
+            return self.ahead_entries.popleft()
+        t = self._next_entry(self.walk_start)
         self.entries += 1
         self.entry = t
+        return t
+
+    def _next_entry(self, start: float | None) -> float | None:
+        """The cycle of the next entry, its command there from ``start`` (None: the order queue
+        is full until a token that has not left yet leaves)."""
+        t = self.entry + 1
+        if start is not None:
+            t = max(t, start)
+        j = self.entries - self.order_depth
+        if j >= 0:
+            if j >= len(self.out_pops):
+                return None
+            t = max(t, self.out_pops[j] + 1)
         return t
 
     def _read_tile(self, k: int) -> float:
@@ -652,6 +1181,9 @@ class _Load(_Clocked):
 
     def on_send(self, port: int, token: Any) -> int:
         now = self.now
+        if self.paid:  # charged by ``_take_ahead``'s send already
+            self.paid = False
+            return 0
         if self.port is not None:
             i = len(self.out_pops)  # this token's command (``_more``)
             w = self.cmd_tile[i]
@@ -673,12 +1205,11 @@ class _Load(_Clocked):
         else:
             # Stops and done leave the output stage one per cycle (stops of a walk follow their
             # tile's entry; a reference's stops are entries of their own).
+            entry = self.entry
             if not isinstance(token, Stop) or self.node.inputs:
-                self._entry_time()
+                entry = self._entry_time()
             # A RandomLoad's stop or done is a command of its own, through the order queue.
-            t = max(
-                self.entry + (2 if self.random else 1), self.last_push[port] + self.spacing[port]
-            )
+            t = max(entry + (2 if self.random else 1), self.last_push[port] + self.spacing[port])
         return max(0, math.ceil(t - now)) if t > now else 0
 
     # -- on a shared read port (``ReadPort``) ---------------------------------------------------
@@ -721,13 +1252,100 @@ class _Load(_Clocked):
     def attach(self, io: Any) -> None:
         super().attach(io)
         if self.port is not None:
-            send = io.send
+            self._port_take_ahead(io)
+        elif self.random:
+            self._take_ahead(io)
 
-            def send_when_read(j: int, token: Any) -> Any:
-                yield from self._wait(lambda: self._tile_read(token), "a tile")
-                yield from send(j, token)
+    # -- a RandomLoad takes its addresses ahead ------------------------------------------------
+    #
+    # Its node takes an address, sends the tile, then takes the next; the hardware's tile reader
+    # takes an address as a command in the cycle of its sequencer entry (one per cycle, while
+    # the order queue has room) and reads while earlier tiles wait to leave. The entries were
+    # always timed from the cycle each address became visible, but the address queue's slot
+    # freed only when the node took it: with a queue of depth 1 the next address then arrived
+    # late. So while the node waits to send, its ``send`` takes the next addresses at their
+    # entries (their timing kept for the node's ``recv`` of each, in order).
 
-            io.send = send_when_read
+    def _take_ahead(self, io: Any) -> None:
+        recv, send = io.recv, io.send
+        self.ahead: deque = deque()  # (token, visible) taken ahead of the node's recv
+
+        def recv_ahead(i: int) -> Any:
+            if self.ahead:
+                token, io.visible = self.ahead.popleft()
+                self.on_recv(i, token)
+                return token
+            return (yield from recv(i))
+
+        def send_taking(j: int, token: Any) -> Any:
+            cost = self.on_send(j, token)
+            t, self.paid = self.now + cost, True
+            ch = io.inputs[0]
+            while True:
+                now = self.now
+                e = self._next_entry(ch.q[0][0]) if ch.q else None
+                if e is not None and e <= now:
+                    self.taking_ahead = True
+                    self.ahead.append(((yield from recv(0)), io.visible))
+                    self.taking_ahead = False
+                    self.entries += 1
+                    self.entry = e
+                    self.ahead_entries.append(e)
+                    continue
+                if now < t:
+                    if not ch.q:  # an address that arrives meanwhile wakes the node
+                        ch.recv_waiter = (io.proc, io.proc.epoch + 1)
+                    yield ("sleep", min(x for x in (e, t) if x is not None) - now)
+                    continue
+                if e is None or self._room(j):
+                    break  # SimIO.send waits for room from here
+                # no room yet: the next address may be taken meanwhile
+                frees = [f for f in io.outputs[j].frees if f > now]
+                yield ("sleep", min(e, *frees) - now if frees else 1)
+            yield from send(j, token)
+
+        io.recv, io.send = recv_ahead, send_taking
+
+    def _port_take_ahead(self, io: Any) -> None:
+        """On a shared port: the node's ``send`` waits for the tile's last beat (``_wait``), and a
+        RandomLoad's takes its next addresses meanwhile, each in the cycle of its entry
+        (``_entry``), as ``_take_ahead`` does for a load of a port of its own."""
+        recv, send = io.recv, io.send
+        ahead = self.random and self.node.fetch is None
+        taken: deque = deque()  # taken ahead of the node's recv (``on_recv`` has seen them)
+
+        def due() -> bool | None:
+            """Whether the next address's entry has come (None: not known yet)."""
+            if not ahead or not io.inputs[0].q:
+                return None
+            e = self._entry(len(self.refs))
+            return None if e is None else e <= self.now
+
+        def take_due() -> Any:
+            while due():
+                taken.append((yield from recv(0)))
+
+        def recv_ahead(i: int) -> Any:
+            if taken:
+                return taken.popleft()
+            return (yield from recv(i))
+
+        def send_when_read(j: int, token: Any) -> Any:
+            while True:
+                yield from take_due()
+                yield from self._wait(lambda: due() or self._tile_read(token), "a tile")
+                if not due():
+                    break
+            while not self._room(j) and due() is not None:  # no room: take addresses meanwhile
+                yield ("sleep", 1)
+                yield from take_due()
+            yield from send(j, token)
+
+        io.recv, io.send = recv_ahead, send_when_read
+
+    def _room(self, j: int) -> bool:
+        ch = self.io.outputs[j]
+        return ch.occ - sum(1 for f in ch.frees if f <= self.now) < ch.cap
 
     def _tile_read(self, token: Any) -> bool:
         i = len(self.out_pops)
@@ -1010,9 +1628,9 @@ class _Store(_Clocked):
 
 class _RandomStore(_Store):
     """RandomStore: LinearStore's write path for the tile at each address. Its output tokens
-    leave in order, one per cycle: an ack ``ACK_AFTER_B`` cycles after its tile's last B response
-    at the earliest, the address stream's stops and done two cycles after their take (the order
-    queue)."""
+    leave in order, one per cycle (every other cycle into a queue of depth 1 or 2): an ack
+    ``ACK_AFTER_B`` cycles after its tile's last B response at the earliest, the address stream's
+    stops and done two cycles after their take (the order queue)."""
 
     def __init__(self, profile: RtlProfile, node: Node):
         super().__init__(profile, node)
@@ -1036,10 +1654,10 @@ class _RandomStore(_Store):
         if is_data(token):
             b = self._write(self.addr)
             ack = -math.inf if b is None else b + contract.ACK_AFTER_B
-            self.virt = max(self.virt + 1, ack)
+            self.virt = max(self.virt + self.spacing[0], ack)
             self.after = 0
         else:
-            self.virt = max(self.virt + 1, now + 2)
+            self.virt = max(self.virt + self.spacing[0], now + 2)
             self.after += token is not DONE
         return 0
 
@@ -1053,7 +1671,8 @@ class _RandomStore(_Store):
             t = max(t, self.virt)
             if self.port is not None and self.tile_b:
                 # the last ack, the stops after it, then done
-                t = max(t, max(self.tile_b) + contract.ACK_AFTER_B + self.after + 1)
+                last = max(self.tile_b) + contract.ACK_AFTER_B
+                t = max(t, last + (self.after + 1) * self.spacing[port])
         return max(0, math.ceil(t - self.now)) if t > self.now else 0
 
     data_port = 1
@@ -1851,5 +2470,10 @@ RTL_TIMING.add(_Source, ops.Source)
 RTL_TIMING.add(lambda profile, node: NodeTiming(), ops.Feedback)  # a wire: no timing of its own
 RTL_TIMING.add(_buffer_pair(_Bufferize), ops.Bufferize)
 RTL_TIMING.add(_buffer_pair(_Streamify), ops.Streamify)
+RTL_TIMING.add(_Broadcast, ops.Broadcast)
+RTL_TIMING.add(_Partition, ops.Partition)
+RTL_TIMING.add(_Reassemble, ops.Reassemble)
+RTL_TIMING.add(_EagerMerge, ops.EagerMerge)
+RTL_TIMING.add(_Parallelize, ops.Parallelize)
 # Every other operator is timed as the block its hardware-contract entry describes
 # (``step_hw.contract.BLOCKS``; ``_Block``): a new operator needs no entry here.

@@ -1,0 +1,395 @@
+"""The ``rtl`` profile with the small queues the sizing pass picks (``sim/profiles/rtl.py``).
+
+With queues of depth 1 (a single register: a token every other cycle) a block that holds its
+input token in its queue a cycle longer, or frees it a cycle early, moves every token behind it:
+at the sized depths of the hardware-size attention and MoE the profile was up to 14% off the RTL
+(the dynamic attention +4%) before the blocks below took their inputs when the hardware does.
+
+* Routers and Broadcast (``step_hw.router``, ``step_hw.broadcast``) are combinational: they take
+  a token from their input only in the cycle the (last) output takes it, each output of a fork
+  at its own pace; Partition takes its selector with the element, or the chunk's closing stop;
+  Reassemble writes a group's held closing stop as soon as the next selector token is offered;
+  EagerMerge passes a chunk's data while its selector waits; Parallelize forwards a chunk token
+  by token.
+* FlatMap generators (``step_hw.addrgen``) and RepeatStatic take their element when its last
+  piece (copy) is written into the output register, the cycle the one before it leaves.
+* A RandomLoad takes an address in the cycle of its sequencer entry, while earlier tiles wait.
+* A MAC array steps through a tile pair from the cycle its operands are offered, while its last
+  result may still wait in the output register.
+
+The cycle numbers are an Amaranth simulation's of the elaborated graph with the co-simulation
+bench's Sources and Sinks and ``MemoryModel.axi_ram()``'s memory timing (``amaranth_pushes``,
+compared live as well), and the hardware-size examples' are Verilator's (``step_hw.cosim``,
+fast tier).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_sim_rtl_profile import amaranth_pushes as shared_amaranth_pushes
+
+from sim import simulate
+from sim.profiles import RtlProfile
+from step_hw.config import HwConfig, config_for
+from step_lang import (
+    Accum,
+    EagerMerge,
+    FlatMap,
+    Graph,
+    Map,
+    Parallelize,
+    Partition,
+    RandomOffChipLoad,
+    Reassemble,
+    RepeatStatic,
+    Sink,
+    Source,
+    StreamType,
+    Tile,
+    numerics,
+    ragged,
+)
+from step_lang import functions as F
+from step_lang.types import DTYPES, Selector
+
+INT16, INT32 = DTYPES["int16"], DTYPES["int32"]
+FX = numerics.functions(HwConfig())
+T = Tile(INT16, 4, 4)
+
+
+def tiles(n: int) -> list[np.ndarray]:
+    return [np.full((4, 4), i, np.int16) for i in range(n)]
+
+
+def sel(*bits: int) -> np.ndarray:
+    return np.array(bits, dtype=bool)
+
+
+def slow(g: Graph, x, name: str):
+    """A MAC array behind ``x`` (``ceil(64 / lanes)`` cycles per tile) into a Sink; ``w`` source."""
+    w = Source(g, StreamType(T, x.type.shape), name=f"w{name}").out
+    Sink(Map(x, w, fn=FX.matmul_out("int16"), name=f"mm{name}").out, name=f"k{name}")
+
+
+# Each case: (graph, off-chip tensors, Source tokens).
+
+
+def fanout():
+    """A Broadcast to a slow MAC array and an element-wise unit."""
+    g = Graph("fanout")
+    a = Map(Source(g, StreamType(T, (4,)), name="x").out, fn=FX.silu, name="a").out
+    slow(g, a, "0")
+    Sink(Map(a, fn=FX.silu, name="b").out, name="k1")
+    return g, {}, {"x": tiles(4), "w0": tiles(4)}
+
+
+def route(rank: int):
+    """A Partition of four elements (rank 0) or two-tile chunks (rank 1) to a slow MAC array
+    and an element-wise unit; the third selector multicasts, the fourth drops its chunk."""
+    g = Graph(f"route{rank}")
+    shape = (4,) if rank == 0 else (4, 2)
+    x = Source(g, StreamType(T, shape), name="x").out
+    s = Source(g, StreamType(Selector(2), (4,)), name="s").out
+    o0, o1 = Partition(x, s, rank, name="p").outputs
+    slow(g, o0, "0")
+    Sink(Map(o1, fn=FX.silu, name="m1").out, name="k1")
+    xs = tiles(4) if rank == 0 else [tiles(2) for _ in range(4)]
+    ws = tiles(2) if rank == 0 else [tiles(2) for _ in range(2)]
+    return g, {}, {"x": xs, "s": [sel(1, 0), sel(0, 1), sel(1, 1), sel(0, 0)], "w0": ws}
+
+
+def gather():
+    """The attention's ``kgather``: a Reassemble of one chunk per selector (count 1) by a
+    rank-1 selector stream, so each group's closing stop waits for the next selector token."""
+    g = Graph("gather")
+    a = Map(Source(g, StreamType(T, (ragged("na"),)), name="a").out, fn=FX.silu, name="ma").out
+    b = Source(g, StreamType(T, (ragged("nb"),)), name="b").out
+    s = Source(g, StreamType(Selector(2), (2, ragged("t"))), name="s").out
+    Sink(Map(Reassemble([a, b], s, count=1, name="r").out, fn=FX.silu, name="mr").out, name="k")
+    groups = [[sel(1, 0), sel(0, 1)], [sel(1, 0), sel(1, 0), sel(0, 1)]]
+    return g, {}, {"a": tiles(3), "b": tiles(2), "s": groups}
+
+
+def merge():
+    """An EagerMerge of a Source and a unit into a slow MAC array; its selectors to a Sink."""
+    g = Graph("merge")
+    a = Source(g, StreamType(T, (3,)), name="a").out
+    b = Map(Source(g, StreamType(T, (3,)), name="b").out, fn=FX.silu, name="mb").out
+    m = EagerMerge([a, b], name="m")
+    slow(g, m.output("data"), "0")
+    Sink(m.output("sel"), name="ks")
+    return g, {}, {"a": tiles(3), "b": tiles(3), "w0": tiles(6)}
+
+
+def deal():
+    """Parallelize of two-tile chunks (rank 1) to a slow MAC array and an element-wise unit."""
+    g = Graph("deal")
+    o0, o1 = Parallelize(
+        Source(g, StreamType(T, (5, 2)), name="x").out, 2, rank=1, name="p"
+    ).outputs
+    slow(g, o0, "0")
+    Sink(Map(o1, fn=FX.silu, name="m1").out, name="k1")
+    return g, {}, {"x": [tiles(2) for _ in range(5)], "w0": [tiles(2) for _ in range(3)]}
+
+
+def flags():
+    """The attention's ``tiles``: FlatMap ``last_tile_flags`` (3, 1 and 2 pieces) steering a
+    Partition whose first output feeds a slow MAC array."""
+    g = Graph("flags")
+    n = Source(g, StreamType(Tile(INT32, 1, 1), (3,)), name="n").out
+    f = FlatMap(n, fn=F.last_tile_flags, name="f").out
+    o0, o1 = Partition(Source(g, StreamType(T, f.type.shape), name="x").out, f, 0, name="p").outputs
+    slow(g, o0, "0")
+    Sink(o1, name="k1")
+    counts = [np.full((1, 1), c, np.int32) for c in (3, 1, 2)]
+    return g, {}, {"n": counts, "x": tiles(6), "w0": tiles(3)}
+
+
+def load():
+    """A RandomLoad of five 4x4 tiles into a slow MAC array."""
+    g = Graph("rload")
+    t = g.tensor("t", (16, 8), "int16")
+    a = Source(g, StreamType(Tile(INT32, 1, 1), (5,)), name="a").out
+    slow(g, RandomOffChipLoad(a, t, tile=(4, 4), name="load").out, "0")
+    addrs = [np.full((1, 1), k, np.int32) for k in (3, 0, 7, 2, 5)]
+    return g, {"t": np.arange(128, dtype=np.int16).reshape(16, 8)}, {"a": addrs, "w0": tiles(5)}
+
+
+def mac():
+    """Two MAC arrays in a row and an accumulating one (rank 1) between them."""
+    g = Graph("mac")
+    x = Source(g, StreamType(T, (2, 3)), name="x").out
+    y = Map(x, Source(g, StreamType(T, (2, 3)), name="w").out, fn=FX.matmul_out("int16"), name="mm")
+    v = Source(g, StreamType(T, (2, 3)), name="v").out
+    acc = Accum(y.out, v, fn=FX.matmul_acc_out("int16"), rank=1, name="acc").out
+    slow(g, acc, "0")
+    nested = [tiles(3), tiles(3)]
+    return g, {}, {"x": nested, "w": nested, "v": nested, "w0": tiles(2)}
+
+
+def repeat():
+    """RepeatStatic of 2x2 tiles, three copies each, into a slow MAC array."""
+    g = Graph("repeat")
+    y = RepeatStatic(Source(g, StreamType(T, (2, 2)), name="x").out, 3, name="rep").out
+    slow(g, y, "0")
+    return g, {}, {"x": [tiles(2), tiles(2)], "w0": [[tiles(3), tiles(3)], [tiles(3), tiles(3)]]}
+
+
+CASES = {
+    "fanout": fanout,
+    "route0": lambda: route(0),
+    "route1": lambda: route(1),
+    "gather": gather,
+    "merge": merge,
+    "deal": deal,
+    "flags": flags,
+    "load": load,
+    "mac": mac,
+    "repeat": repeat,
+}
+
+
+def profile_run(case: str, config: HwConfig) -> tuple[dict[str, list[int]], int]:
+    graph, tensors, inputs = CASES[case]()
+    mem = {name: a.copy() for name, a in tensors.items()}
+    r = simulate(graph, mem, inputs=inputs, profile=RtlProfile(config), trace=True)
+    return {s: [int(t) for t in ts] for s, ts in r.sends.items()}, r.cycles
+
+
+def amaranth_pushes(case: str, config: HwConfig) -> tuple[dict[str, list[int]], int]:
+    """``test_sim_rtl_profile.amaranth_pushes`` of ``case``'s graph, on a memory with
+    ``MemoryModel.axi_ram()``'s timing."""
+    graph, tensors, inputs = CASES[case]()
+    return shared_amaranth_pushes(graph, inputs, config, tensors)
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+@pytest.mark.parametrize("case", CASES)
+def test_every_queue_matches_an_amaranth_simulation(case, depth):
+    config = HwConfig(queue_depth=depth, lanes=8)
+    assert profile_run(case, config) == amaranth_pushes(case, config)
+
+
+# Depth 1, a MAC array of 16 lanes (4 cycles per tile) unless said otherwise: the Amaranth
+# simulation's cycles (the profile before these blocks were modelled in parentheses).
+
+
+def test_broadcast_outputs_take_a_token_at_their_own_pace():
+    # The unit's copies leave at 4, 6 while the MAC array still holds its first (its copies at
+    # 4, 9, 14, ...); the Broadcast takes a token from `a.out` when the last output took it, so
+    # `a` refills at 3, 5, 10, 15, 20. (The profile sent to the outputs in order and took the
+    # input at once: the unit's copies at 4, 9, 14, 19, 24 and `a.out` at 3, 5, 7, 11, 16.)
+    got, cycles = profile_run("fanout", HwConfig(queue_depth=1))
+    assert got["a_out_bc.out1"] == [4, 6, 11, 16, 21]
+    assert got["a_out_bc.out0"] == [4, 9, 14, 19, 24]
+    assert got["a.out"] == [3, 5, 10, 15, 20]
+    assert cycles == 29
+
+
+def test_partition_takes_its_selector_with_the_chunk():
+    # Rank 1: selector i is taken with chunk i's closing stop, so the selector queue refills at
+    # 13, 19, 31 and 37 (not 3, 14, 19, 31); chunk 2 goes to both outputs at their own pace.
+    # 43 cycles (39).
+    got, cycles = profile_run("route1", HwConfig(queue_depth=1))
+    assert got["s.out"] == [1, 13, 19, 31, 37]
+    assert got["p.out1"] == [14, 16, 18, 20, 22, 27, 38]
+    assert cycles == 43
+    # Rank 0: the element and its selector are taken together, when the output takes it.
+    got, cycles = profile_run("route0", HwConfig(queue_depth=1, lanes=8))
+    assert got["s.out"] == got["x.out"] == [1, 3, 5, 12, 14]
+    assert got["p.out1"] == [4, 6, 15]
+    assert cycles == 25
+
+
+def test_reassemble_writes_a_held_stop_when_the_next_selector_comes():
+    # A group's closing S1 is written as soon as the next selector token is offered, before the
+    # next group's data is there (the interpreter writes it with that data): `b` is read at 9
+    # and 21 (6, 18), the selector queue refills at 8, 11, 13, 16, 20, 23.
+    got, cycles = profile_run("gather", HwConfig(queue_depth=1))
+    assert got["b.out"] == [1, 9, 21]
+    assert got["s.out"] == [1, 3, 8, 11, 13, 16, 20, 23]
+    assert got["r.out"] == list(range(4, 25, 2))
+    assert cycles == 29
+
+
+def test_eager_merge_passes_the_data_while_its_selector_waits():
+    # MAC array of 8 lanes. The selector queue (depth 1) holds a selector until the sink takes
+    # it; the data goes on meanwhile, and the next chunk is granted once both were taken. The
+    # done tokens follow the cycle after the last input's: selectors at 2, 4, 12, 21, 30, 40, 50
+    # (2, 4, 12, 21, 30, 39, 56).
+    got, cycles = profile_run("merge", HwConfig(queue_depth=1, lanes=8))
+    assert got["m.sel"] == [2, 4, 12, 21, 30, 40, 50]
+    assert got["m.data"] == [2, 11, 20, 29, 38, 47, 56]
+    assert got["mb.out"] == [3, 21, 39, 48]
+    assert cycles == 61
+
+
+def test_parallelize_forwards_a_chunk_token_by_token():
+    # The interpreter reads a rank-1 chunk whole before sending it; the hardware passes each
+    # token as its output takes it: 55 cycles (71).
+    got, cycles = profile_run("deal", HwConfig(queue_depth=1))
+    assert got["p.out0"] == [2, 7, 12, 20, 25, 30, 38, 43, 48, 50]
+    assert got["p.out1"] == [14, 16, 18, 32, 34, 36, 50]
+    assert cycles == 55
+
+
+def test_flatmap_takes_its_element_with_the_last_piece_written():
+    # last_tile_flags writes 3, 1 and 2 selectors; an element is taken when its last piece is
+    # written, the cycle the piece before leaves the output register: the count queue refills at
+    # 6, 11, 15 (5, 8, 13). 25 cycles (24).
+    got, cycles = profile_run("flags", HwConfig(queue_depth=1))
+    assert got["n.out"] == [1, 6, 11, 15]
+    assert got["f.out"] == [3, 5, 10, 12, 14, 16, 18]
+    assert cycles == 25
+
+
+def test_random_load_takes_addresses_ahead_of_its_tiles():
+    # The address queue (depth 1) refills every other cycle: each address is taken at its
+    # sequencer entry while earlier tiles wait for the MAC array (the profile took it after the
+    # tile before had left: 14, 20, 27, 33). 47 cycles (49).
+    got, cycles = profile_run("load", HwConfig(queue_depth=1))
+    assert got["a.out"] == [1, 3, 5, 7, 9, 11]
+    assert got["load.out"] == [13, 19, 25, 31, 37, 42]
+    assert cycles == 47
+
+
+def test_repeat_static_takes_its_element_with_the_last_copy():
+    # The element stays in its queue (depth 1) until its last copy is written, the cycle the
+    # copy before leaves the output register: the queue refills at 9, 26, 31, 43, 60, 65 (3,
+    # 14, 31, 36, 48, 65: the profile took it with the first copy).
+    got, cycles = profile_run("repeat", HwConfig(queue_depth=1))
+    assert got["x.out"] == [1, 9, 26, 31, 43, 60, 65]
+    assert cycles == 76
+
+
+def test_a_mac_array_steps_while_its_last_result_waits():
+    # MAC arrays of 8 lanes (8 steps per tile pair): a pair's steps start in the cycle its
+    # operands are offered, while the result before it may still wait in the output register
+    # (only the last step writes it), not once that result has left: 82 cycles (88).
+    got, cycles = profile_run("mac", HwConfig(queue_depth=1, lanes=8))
+    assert got["mm.out"] == [10, 19, 28, 37, 39, 48, 57, 66, 68]
+    assert got["acc.out"] == [39, 68, 77]
+    assert cycles == 82
+
+
+# The hardware-size examples with small queues, as the sizing pass (``stepcli.sizing``, three
+# memory images) picked them with this profile (at two stages of its making: the depths depend on
+# the profile) and with the profile before: every queue of depth 1 but the few given; and at the
+# examples' own depths. Against Verilator (fast tier, always-ready memory); the profile before in
+# the comments.
+
+ATT_TILES = {"tiles0_out_bc.out1": 7, "tiles0_out_bc.out2": 7,
+             "tiles1_out_bc.out1": 5, "tiles1_out_bc.out2": 5}  # fmt: skip
+MOE_TM = ["load_x.out", "load_sel.out", "load_w.out", "gather.out"]
+
+EXAMPLES = [
+    # dynamic attention (every queue 1, before and now): 157, 167, 154
+    ("attention", "dynamic", {}, [151, 166, 148]),
+    # default depths: 207, 209, 206
+    ("attention", "dynamic", None, [206, 209, 205]),
+    # 99, 109, 95
+    ("attention", "interleaved", ATT_TILES, [97, 115, 95]),
+    # 93, 103, 91
+    ("attention", "coarse", {**ATT_TILES, "tiles0_out_bc.out1": 8, "tiles0_out_bc.out2": 8},
+     [108, 116, 91]),
+    # 92, 101, 91
+    ("attention", "coarse", {**ATT_TILES, "tiles0_out_bc.out1": 8, "tiles0_out_bc.out2": 8,
+                             **dict.fromkeys(["addr0.out", "addr1.out", "kgather0.out",
+                                              "kgather1.out", "ntiles0_out_bc.out2",
+                                              "ntiles1_out_bc.out2", "kfull0_out_bc.out1",
+                                              "kfull1_out_bc.out1"], 3)},
+     [95, 98, 92]),
+    # 127, 126, 126
+    ("moe", "static", dict.fromkeys(["load_sel.out", "wroute.out0", "wroute.out1", "wroute.out2",
+                                     "wroute.out3", "gather.out"], 3), [128, 126, 127]),
+    # the sizing with the profile before: 128, 126, 127
+    ("moe", "static", dict.fromkeys(["load_sel.out", "slot_sel.out", "load_w.out", "wroute.out3",
+                                     "gather.out"], 3), [131, 128, 129]),
+    # 128, 121, 132
+    ("moe", "dynamic", dict.fromkeys(["load_x.out", "load_sel.out", "load_w.out", "wroute.out1",
+                                      "wroute.out2", "wroute.out3", "gather.out"], 3),
+     [131, 124, 135]),
+    # the sizing with the profile before: 125, 127, 126
+    ("moe", "dynamic", dict.fromkeys(["load_x.out", "load_sel.out", "slot_sel.out", "load_w.out",
+                                      "wroute.out2", "gather.out"], 3), [125, 130, 127]),
+    # 147, 144, 136
+    ("moe", "time-mux", {**dict.fromkeys(
+        [*MOE_TM, "token_sel.out", "slot_sel.out", "wroute.out2", "chunk0.pad_flags",
+         "chunk1.pad_flags", "chunk2.pad_flags", "chunk3.pad_flags", "merge0.sel", "slot0.out",
+         "merge1.sel", "slot1.out", "merge0_sel_bc.out0", "merge0_sel_bc.out1",
+         "merge1_sel_bc.out0", "merge1_sel_bc.out1", "addr1_out_bc.out0", "addr1_out_bc.out1"],
+        3), "addr1_out_bc.out2": 5}, [138, 136, 135]),
+    # 148, 145, 157
+    ("moe", "time-mux", dict.fromkeys([*MOE_TM, "merge0_sel_bc.out1", "merge1_sel_bc.out1"], 3),
+     [142, 138, 137]),
+    # the sizing with the profile before: 143, 140, 139
+    ("moe", "time-mux", {**dict.fromkeys([*MOE_TM, "slot_sel.out", "addr1_out_bc.out0",
+                                          "addr1_out_bc.out1"], 3), "addr1_out_bc.out2": 5},
+     [148, 143, 151]),
+]  # fmt: skip
+
+
+def example_cycles(name: str, schedule: str, deeper: dict[str, int] | None) -> list[int]:
+    """The profile's cycles of the hardware-size ``name`` under ``schedule`` on the sizing
+    images: every queue of depth 1 but ``deeper`` (None: the example's own depths)."""
+    from step_lang.passes import lower
+    from stepcli.sizing import IMAGES, hardware_case
+
+    graph, memories = hardware_case(name, schedule, IMAGES)
+    if deeper is not None:
+        queues = [s.name for n in lower(graph).nodes.values() for s in n.outputs]
+        graph.queue_depths.update({**dict.fromkeys(queues, 1), **deeper})
+    profile = RtlProfile(config_for(graph))
+    return [simulate(graph, m, profile=profile, functional=False).cycles for m in memories]
+
+
+def test_the_sizing_pass_picks_depth_1_for_the_dynamic_attention():
+    from stepcli.sizing import IMAGES, size_hardware
+
+    assert set(size_hardware("attention", "dynamic", images=IMAGES).depths.values()) == {1}
+
+
+@pytest.mark.parametrize(("name", "schedule", "deeper", "verilator"), EXAMPLES)
+def test_hardware_size_examples_match_verilator(name, schedule, deeper, verilator):
+    assert example_cycles(name, schedule, deeper) == verilator
