@@ -598,8 +598,8 @@ SIZING_IMAGES = 3
 
 def sized_depths(group: list[Point], memory: MemoryModel) -> dict[str, int]:
     """The queue depths :func:`sim.sizing.plan_queue_sizes` picks for the design of ``group``
-    (points that share it) over the first :data:`SIZING_IMAGES` memory images of the group, with the rtl profile of its
-    hardware and memory; cached in ``build/validate/sizing/`` (one process sizes a design, the
+    (points that share it) over the first :data:`SIZING_IMAGES` memory images of the group, with
+    the rtl profile of its hardware and memory; cached in ``build/validate/sizing/`` (one process sizes a design, the
     others wait for its result)."""
     import fcntl
 
@@ -620,7 +620,7 @@ def sized_depths(group: list[Point], memory: MemoryModel) -> dict[str, int]:
         )  # fmt: skip
         cache.write_text(json.dumps({
             "depths": report.depths, "wall_s": time.perf_counter() - t0,
-            "images": len(group), "cycles_deep": report.cycles_deep,
+            "images": len(group[:SIZING_IMAGES]), "cycles_deep": report.cycles_deep,
             "cycles_sized": report.cycles_sized,
         }))  # fmt: skip
     return report.depths
