@@ -307,12 +307,13 @@ def run_point(
     # the axi tier's points keep their cache names; the fast tier's carry the tier and memory
     suffix = "" if tier == "axi" else f"_{tier}_{memory.tag}"
     cache = OUT / "points" / f"{p.workload}_{_key(p)}{suffix}.json"
-    outputs = cosim.output_tensors(p.make())
     cached = cache.is_file() and not fresh and not trace
+    if not cached and cached_only:
+        # before the graph is made: a sized point's graph sizes its design first
+        raise NotCached("no cached RTL result (--cached-only)")
+    outputs = cosim.output_tensors(p.make())
     if cached:
         rtl = json.loads(cache.read_text())
-    elif cached_only:
-        raise NotCached("no cached RTL result (--cached-only)")
     else:
         want = interpret(p.make(), p.memory).memory
         r = cosim.run(p.make(), p.memory, config=p.config, trace=trace, tag=_key(p) + suffix, tier=tier,

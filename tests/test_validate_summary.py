@@ -158,3 +158,18 @@ def test_where_picks_points_by_their_parameters():
     assert sum(V._matches(p, ["tile_b=32"]) for p in pts) == 5
     assert not any(V._matches(p, ["tile_b=8"]) for p in pts)
     assert all(V._matches(p, []) for p in pts)
+
+
+def test_cached_only_raises_before_making_the_graph(monkeypatch, tmp_path):
+    # a sized point's graph sizes its design when made (minutes of simulation): --cached-only
+    # must give up on a point without a cached RTL result before that
+    monkeypatch.setattr(V, "OUT", tmp_path)
+    made = []
+    p = V.Point(
+        "fig8", {"tile_b": 16, "tile_i": 16, "depths": "sized"},
+        lambda: made.append(1), {}, S.FIG8_HW, "fig8_b16_i16_sized", tier="fast",
+        memory_model=S.SCALE_MEMORY, functional_sim=False,
+    )  # fmt: skip
+    with pytest.raises(V.NotCached):
+        V.run_point(p, fresh=False, trace=False, cached_only=True)
+    assert made == []
