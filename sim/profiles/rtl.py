@@ -577,23 +577,16 @@ class _Expander(_Block):
         self.popping = False
 
         def take_in_place(i: int) -> Any:
-            ch = io.inputs[i]
-            while True:  # as SimIO.recv waits for a token and for this block to take it
-                if ch.q:
-                    if ch.q[0][0] <= self.now:
-                        if not is_data(ch.q[0][1]):
-                            return (yield from recv(i))
-                        wait = self.before_recv(i)
-                        if isinstance(wait, WaitFor):
-                            yield from io.peek(wait.port)
-                            continue
-                        if wait > 0:
-                            yield ("sleep", wait)
-                        break
-                    yield ("until", ch.q[0][0], ch)
-                else:
-                    yield ("recv", ch)
-            token = ch.q[0][1]
+            token = yield from io.peek(i)
+            if not is_data(token):
+                return (yield from recv(i))
+            # as SimIO.recv waits for this block to take it (only this node takes from input i)
+            wait = self.before_recv(i)
+            while isinstance(wait, WaitFor):
+                yield from io.peek(wait.port)
+                wait = self.before_recv(i)
+            if wait > 0:
+                yield ("sleep", wait)
             if self.n_in == 0:
                 self.pieces = self._count_pieces(token)
             self.in_place.append(i)
