@@ -26,11 +26,15 @@ rtl: $(STAMP)
 # pytest runs tests/ and rtl_tests/ (pyproject testpaths); generated RTL and
 # Verilator builds go to build/. `make test` leaves out the tests marked `slow`
 # (extra Verilator builds of large designs); `make test-all` runs them too.
+# Tests run in PYTEST_WORKERS pytest-xdist processes (one per core; whole files per worker, so a
+# file's designs are built once); PYTEST_WORKERS=0 runs them in this process.
+PYTEST_WORKERS ?= 2
+XDIST := -n $(PYTEST_WORKERS) --dist loadfile
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" --durations=30 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not slow" $(XDIST) --durations=30 $(PYTEST_ARGS)
 
 test-all: $(STAMP)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) --durations=30 $(PYTEST_ARGS)
 
 # The paper's experiments (`step paper`); TRACES=../shared/traces uses recorded traces.
 TRACES ?=

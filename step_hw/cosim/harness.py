@@ -27,6 +27,8 @@ for every run.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -34,6 +36,7 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,6 +76,9 @@ def _build_root() -> Path:
 
 
 BUILD = _build_root()
+#: Verilator configuration that makes the queue instances (and only them) visible to the axi
+#: tier's bench.
+QUEUE_PROBES = Path(__file__).with_name("queue_probes.vlt")
 TOP = "step_top"
 # make variables of Verilator's generated Makefile (after the `--` that verilator.setup() adds)
 _NO_OPT = "OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0"
@@ -82,6 +88,17 @@ FAST_OPT = "OPT_FAST=-O1 OPT_SLOW=-O0 OPT_GLOBAL=-O1"
 TIERS = ("axi", "fast")
 # cocotb's and the runner's own warnings that would otherwise lead a failure's log
 _NOISE = re.compile(r"DeprecationWarning|warnings\.warn\(|^\s*$")
+
+
+def _port_probes(text: str, top: str) -> str:
+    """Verilator configuration that makes every port of module ``top`` in ``text`` visible to VPI
+    (the cocotb bench drives and samples them; the build has no ``--public-flat-rw``)."""
+    header = re.search(rf"^module {re.escape(top)}\((.*?)\);", text, re.M | re.S)
+    if header is None:
+        raise CosimError(f"the generated Verilog has no module '{top}'")
+    ports = [p.strip() for p in header.group(1).split(",") if p.strip()]
+    lines = [f'public_flat_rw -module "{top}" -var "{p}"' for p in ports]
+    return "\n".join(["`verilator_config", *lines, ""])
 
 
 class CosimError(RuntimeError):
@@ -271,15 +288,17 @@ def design(
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         (tmp / f"{TOP}.v").write_text(text)
-        sources, top, args = [verilator.WAIVERS, tmp / f"{TOP}.v"], TOP, []
+        # The axi tier's bench reaches the top-level ports and the queue instances, nothing else.
+        (tmp / "ports.vlt").write_text(_port_probes(text, TOP))
+        sources = [verilator.WAIVERS, QUEUE_PROBES, tmp / "ports.vlt", tmp / f"{TOP}.v"]
+        top, args = TOP, ["--no-public-flat-rw"]
         if tier == "fast":
             from .fast_top import FAST_TOP
 
             (tmp / f"{FAST_TOP}.v").write_text(top_text)
-            sources, top = [*sources, tmp / f"{FAST_TOP}.v"], FAST_TOP
             # Python touches only the top-level ports: no public signals, so Verilator
             # optimises the whole design.
-            args = ["--no-public-flat-rw"]
+            sources, top = [verilator.WAIVERS, tmp / f"{TOP}.v", tmp / f"{FAST_TOP}.v"], FAST_TOP
         mb = len(text.encode()) / 1e6
         what = f"{graph.name} ({mb:.1f} MB Verilog, {tier} tier{', waves' if waves else ''})"
         _say(quiet, f"building {what} ...", end=" ")
@@ -294,15 +313,18 @@ def design(
         os.environ["MAKEFLAGS"] = user if "OPT_FAST" in user else f"{user} {opt}"
         try:
             with verilator.build_lock():
-                runner.build(
-                    sources=sources,
-                    hdl_toplevel=top,
-                    build_dir=tmp / "sim_build",
-                    waves=waves,
-                    build_args=args + (_trace_args() if waves else []),
-                    always=True,
-                    log_file=log,
-                )
+                # another process (a pytest-xdist worker) may have built it while we waited
+                built_elsewhere = stamp.is_file()
+                if not built_elsewhere:
+                    runner.build(
+                        sources=sources,
+                        hdl_toplevel=top,
+                        build_dir=tmp / "sim_build",
+                        waves=waves,
+                        build_args=args + (_trace_args() if waves else []),
+                        always=True,
+                        log_file=log,
+                    )
         except (RuntimeError, SystemExit) as exc:
             _say(quiet, "failed")
             raise CosimError(
@@ -314,15 +336,17 @@ def design(
                 os.environ.pop("MAKEFLAGS", None)
             else:
                 os.environ["MAKEFLAGS"] = saved
-        (tmp / "build_s.txt").write_text(f"{time.perf_counter() - t0:.2f}\n")
-        (tmp / "built.ok").write_text(digest + "\n")
-        if stamp.is_file():  # another process finished first
+        if built_elsewhere:
             shutil.rmtree(tmp, ignore_errors=True)
+            build_s = 0.0
+            _say(quiet, f"built by another process: {folder}")
         else:
+            (tmp / "build_s.txt").write_text(f"{time.perf_counter() - t0:.2f}\n")
+            (tmp / "built.ok").write_text(digest + "\n")
             shutil.rmtree(folder, ignore_errors=True)
             tmp.rename(folder)
-        build_s = time.perf_counter() - t0
-        _say(quiet, f"done in {build_s:.0f} s, log: {folder / 'build.log'}")
+            build_s = time.perf_counter() - t0
+            _say(quiet, f"done in {build_s:.0f} s, log: {folder / 'build.log'}")
     else:
         build_s = 0.0
     (folder / "desc.json").write_text(json.dumps(desc))
@@ -413,125 +437,144 @@ def run(
     waves = waves or os.environ.get("WAVES", "") not in ("", "0")
     d = design(graph, config, waves=waves, quiet=quiet, tier=tier)
     outputs = output_tensors(graph)
-    runs = d.folder / "runs" / tag
-    runs.mkdir(parents=True, exist_ok=True)
-    data, result, trace_file = runs / "inputs.npz", runs / "result.npz", runs / "trace.json"
-    sources, sinks_file, report_file = (
-        runs / "sources.json",
-        runs / "sinks.json",
-        runs / "report.txt",
-    )
-    payloads = _source_payloads(graph, d.desc, inputs)
-    for stale in (result, sinks_file, report_file, runs / "mem_out.hex", runs / "trace.txt"):
-        stale.unlink(missing_ok=True)
-    env = {
-        "GRAPH_DESC": str(d.folder / "desc.json"),
-        "GRAPH_REPORT": str(report_file),
-        "GRAPH_RESULT": str(result),
-        "GRAPH_WATCHDOG": str(watchdog),
-        "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
-        # cocotb's own deprecations would lead every failure's log
-        "PYTHONWARNINGS": "ignore::DeprecationWarning",
-        # cocotb applies pytest's assertion rewriting to every module imported after its hook
-        # ("*.py"): numpy, sympy and the project were parsed and compiled again in every run
-        # (10-15 s of a run's wall time). The bench raises its own AssertionErrors.
-        "COCOTB_REWRITE_ASSERTION_FILES": "",
-    }
-    plusargs: list[str] = []
-    if tier == "fast":
-        from .fast_io import write_memory, write_sources
-        from .fast_top import memory_plusargs
+    with _claimed_run_folder(d.folder / "runs", tag) as runs:
+        data, result, trace_file = runs / "inputs.npz", runs / "result.npz", runs / "trace.json"
+        sources, sinks_file, report_file = (
+            runs / "sources.json",
+            runs / "sinks.json",
+            runs / "report.txt",
+        )
+        payloads = _source_payloads(graph, d.desc, inputs)
+        for stale in (result, sinks_file, report_file, runs / "mem_out.hex", runs / "trace.txt"):
+            stale.unlink(missing_ok=True)
+        env = {
+            "GRAPH_DESC": str(d.folder / "desc.json"),
+            "GRAPH_REPORT": str(report_file),
+            "GRAPH_RESULT": str(result),
+            "GRAPH_WATCHDOG": str(watchdog),
+            "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
+            # cocotb's own deprecations would lead every failure's log
+            "PYTHONWARNINGS": "ignore::DeprecationWarning",
+            # cocotb applies pytest's assertion rewriting to every module imported after its hook
+            # ("*.py"): numpy, sympy and the project were parsed and compiled again in every run
+            # (10-15 s of a run's wall time). The bench raises its own AssertionErrors.
+            "COCOTB_REWRITE_ASSERTION_FILES": "",
+        }
+        plusargs: list[str] = []
+        if tier == "fast":
+            from .fast_io import write_memory, write_sources
+            from .fast_top import memory_plusargs
 
-        write_memory(runs / "mem_in.hex", d.desc, memory or {})
-        plusargs = [
-            f"+MEM_IN={runs / 'mem_in.hex'}",
-            f"+MEM_OUT={runs / 'mem_out.hex'}",
-            *memory_plusargs(model),
-            f"+PATTERN={PATTERNS.index(pattern)}",
-            f"+SEED={seed & 0xFFFFFFFF}",
-            *write_sources(runs, payloads),
-            *(f"+SNK_{n}={runs / f'snk_{n}.hex'}" for n in sink_nodes(graph)),
-        ]
-        if trace:
-            plusargs.append(f"+TRACE={runs / 'trace.txt'}")
-        module, top = "step_hw.cosim.fast_bench", "step_fast"
-    else:
-        np.savez(data, **{f"in_{k}": _raw(np.asarray(v)) for k, v in (memory or {}).items()})
-        sources.write_text(json.dumps(payloads))
-        env.update({
-            "GRAPH_DATA": str(data),
-            "GRAPH_SOURCES": str(sources),
-            "GRAPH_SINKS": str(sinks_file),
-            "GRAPH_OUTPUTS": ",".join(outputs),
-            "GRAPH_PAUSES": pattern,
-            "GRAPH_SEED": str(seed),
-            "GRAPH_AXI_ERRORS": ",".join(axi_errors),
-        })  # fmt: skip
-        if trace:
-            env["GRAPH_TRACE"] = str(trace_file)
-        module, top = "step_hw.cosim.bench", TOP
-    fast = ", fast tier" if tier == "fast" else ""
-    _say(quiet, f"running {graph.name} ({tag}, {pattern}{fast}) ...", end=" ")
-    t0 = time.perf_counter()
-    runner = verilator.runner()
-    log = runs / "sim.log"
-    try:
-        xml = runner.test(
-            test_module=module,
-            hdl_toplevel=top,
-            hdl_toplevel_lang="verilog",  # a runner that did not build cannot infer it
-            build_dir=d.folder / "sim_build",
-            test_dir=runs,
-            seed=seed,
-            waves=waves,
-            extra_env=env,
-            plusargs=plusargs,
-            results_xml=str(runs / "results.xml"),
-            log_file=log,
-        )
-    except SystemExit:  # the runner exits when a cocotb test fails
-        xml = None
-    run_s = time.perf_counter() - t0
-    if xml is None or get_results(xml) != (1, 0) or not result.is_file():
-        _say(quiet, f"failed after {run_s:.1f} s, log: {log}")
-        report = (
-            _describe(graph, json.loads(report_file.read_text())) if report_file.is_file() else ""
-        )
-        head = report or "the cocotb test failed (no report from the bench; see the log below)"
-        raise CosimError(
-            f"co-simulation of '{graph.name}' failed: {head}\nrun folder: {runs}\n"
-            f"log ({log}), last lines:\n{_tail(log)}",
-            report=report,
-            log=log,
-        )
-    got = np.load(result)
-    if tier == "fast":
-        from .fast_io import read_memory, read_sinks, read_trace
+            write_memory(runs / "mem_in.hex", d.desc, memory or {})
+            plusargs = [
+                f"+MEM_IN={runs / 'mem_in.hex'}",
+                f"+MEM_OUT={runs / 'mem_out.hex'}",
+                *memory_plusargs(model),
+                f"+PATTERN={PATTERNS.index(pattern)}",
+                f"+SEED={seed & 0xFFFFFFFF}",
+                *write_sources(runs, payloads),
+                *(f"+SNK_{n}={runs / f'snk_{n}.hex'}" for n in sink_nodes(graph)),
+            ]
+            if trace:
+                plusargs.append(f"+TRACE={runs / 'trace.txt'}")
+            module, top = "step_hw.cosim.fast_bench", "step_fast"
+        else:
+            np.savez(data, **{f"in_{k}": _raw(np.asarray(v)) for k, v in (memory or {}).items()})
+            sources.write_text(json.dumps(payloads))
+            env.update({
+                "GRAPH_DATA": str(data),
+                "GRAPH_SOURCES": str(sources),
+                "GRAPH_SINKS": str(sinks_file),
+                "GRAPH_OUTPUTS": ",".join(outputs),
+                "GRAPH_PAUSES": pattern,
+                "GRAPH_SEED": str(seed),
+                "GRAPH_AXI_ERRORS": ",".join(axi_errors),
+            })  # fmt: skip
+            if trace:
+                env["GRAPH_TRACE"] = str(trace_file)
+            module, top = "step_hw.cosim.bench", TOP
+        fast = ", fast tier" if tier == "fast" else ""
+        _say(quiet, f"running {graph.name} ({tag}, {pattern}{fast}) ...", end=" ")
+        t0 = time.perf_counter()
+        runner = verilator.runner()
+        log = runs / "sim.log"
+        try:
+            xml = runner.test(
+                test_module=module,
+                hdl_toplevel=top,
+                hdl_toplevel_lang="verilog",  # a runner that did not build cannot infer it
+                build_dir=d.folder / "sim_build",
+                test_dir=runs,
+                seed=seed,
+                waves=waves,
+                extra_env=env,
+                plusargs=plusargs,
+                results_xml=str(runs / "results.xml"),
+                log_file=log,
+            )
+        except SystemExit:  # the runner exits when a cocotb test fails
+            xml = None
+        run_s = time.perf_counter() - t0
+        if xml is None or get_results(xml) != (1, 0) or not result.is_file():
+            _say(quiet, f"failed after {run_s:.1f} s, log: {log}")
+            report = (
+                _describe(graph, json.loads(report_file.read_text()))
+                if report_file.is_file()
+                else ""
+            )
+            head = report or "the cocotb test failed (no report from the bench; see the log below)"
+            raise CosimError(
+                f"co-simulation of '{graph.name}' failed: {head}\nrun folder: {runs}\n"
+                f"log ({log}), last lines:\n{_tail(log)}",
+                report=report,
+                log=log,
+            )
+        got = np.load(result)
+        if tier == "fast":
+            from .fast_io import read_memory, read_sinks, read_trace
 
-        raw = read_memory(runs / "mem_out.hex", d.desc, outputs)
-        sinks_file.write_text(json.dumps(read_sinks(runs, json.loads(str(got["sinks"])))))
-        if trace:
-            trace_data = read_trace(runs / "trace.txt", d.desc["trace_names"], d.desc)
-            trace_file.write_text(json.dumps(trace_data))
-    else:
-        raw = {name: got[f"out_{name}"] for name in outputs}
-    outs = {name: np.array(raw[name]).view(graph.tensors[name].dtype.numpy) for name in outputs}
-    d.runs += 1
-    cycles = int(got["cycles"])
-    sim_s = float(got["sim_s"])
-    rate = f", {cycles / sim_s:,.0f} cycles/s simulated" if sim_s > 0 else ""
-    _say(quiet, f"{cycles} cycles in {run_s:.1f} s{rate}")
-    return CosimResult(
-        outputs=outs,
-        cycles=cycles,
-        build_s=d.build_s if d.runs == 1 else 0.0,
-        run_s=run_s,
-        sim_s=float(got["sim_s"]),
-        folder=runs,
-        trace=json.loads(trace_file.read_text()) if trace else None,
-        sinks=_sink_tokens(d.desc, sinks_file),
-        flags=[(f["node"], f["flag"]) for f in json.loads(str(got["flags"]))],
-    )
+            raw = read_memory(runs / "mem_out.hex", d.desc, outputs)
+            sinks_file.write_text(json.dumps(read_sinks(runs, json.loads(str(got["sinks"])))))
+            if trace:
+                trace_data = read_trace(runs / "trace.txt", d.desc["trace_names"], d.desc)
+                trace_file.write_text(json.dumps(trace_data))
+        else:
+            raw = {name: got[f"out_{name}"] for name in outputs}
+        outs = {name: np.array(raw[name]).view(graph.tensors[name].dtype.numpy) for name in outputs}
+        d.runs += 1
+        cycles = int(got["cycles"])
+        sim_s = float(got["sim_s"])
+        rate = f", {cycles / sim_s:,.0f} cycles/s simulated" if sim_s > 0 else ""
+        _say(quiet, f"{cycles} cycles in {run_s:.1f} s{rate}")
+        return CosimResult(
+            outputs=outs,
+            cycles=cycles,
+            build_s=d.build_s if d.runs == 1 else 0.0,
+            run_s=run_s,
+            sim_s=float(got["sim_s"]),
+            folder=runs,
+            trace=json.loads(trace_file.read_text()) if trace else None,
+            sinks=_sink_tokens(d.desc, sinks_file),
+            flags=[(f["node"], f["flag"]) for f in json.loads(str(got["flags"]))],
+        )
+
+
+@contextlib.contextmanager
+def _claimed_run_folder(parent: Path, tag: str) -> Iterator[Path]:
+    """``parent/tag``, locked while the ``with`` block runs, or ``parent/tag.<pid>.<n>`` when
+    another process is running the same design with the same tag (two pytest-xdist workers):
+    runs never share input and result files."""
+    for name in (tag, *(f"{tag}.{os.getpid()}.{i}" for i in range(100))):
+        runs = parent / name
+        runs.mkdir(parents=True, exist_ok=True)
+        with open(runs / ".claim", "a") as claim:
+            try:
+                fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            yield runs
+            return
+    raise CosimError(f"run folders {parent / tag} and 100 alternatives are all in use")
 
 
 def _raw(array: np.ndarray) -> np.ndarray:
