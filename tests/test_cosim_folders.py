@@ -78,3 +78,38 @@ def test_a_run_folder_held_by_another_process_is_not_shared(tmp_path):
         proc.communicate("\n", timeout=30)
     with harness._claimed_run_folder(tmp_path, "t") as after:
         assert after == tmp_path / "t"
+
+
+def test_the_verilator_runtime_is_compiled_once_and_then_reused(tmp_path, monkeypatch):
+    """The first build keeps its runtime objects; the next build with the same make flags gets
+    copies, and its make is told to leave them alone (``-o``); another optimisation level does
+    not share them."""
+    from cocotb_tools.runner import Verilator
+
+    from step_hw.cosim import verilator
+
+    monkeypatch.setattr(verilator, "_runtime_cache", lambda: tmp_path / "cache")
+    monkeypatch.setattr(
+        Verilator, "_build_command", lambda self: [["verilator", "-cc"], ["make", "-j", "2"]]
+    )
+    monkeypatch.setenv("MAKEFLAGS", "OPT_FAST=-O0")
+    first, second, other = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    sim = verilator.runner()
+    with verilator.shared_runtime(sim, first):
+        assert sim.old_files == () and sim._build_command()[-1] == ["make", "-j", "2"]
+        first.mkdir()
+        for name in verilator.RUNTIME_OBJECTS:  # what make compiled
+            (first / name).write_bytes(name.encode())
+    with verilator.shared_runtime(sim, second):
+        assert [(second / n).read_bytes() for n in verilator.RUNTIME_OBJECTS] == [
+            n.encode() for n in verilator.RUNTIME_OBJECTS
+        ]
+        make = sim._build_command()[-1]
+        assert make[:3] == ["make", "-j", "2"]
+        assert make[3:] == [a for n in verilator.RUNTIME_OBJECTS for a in ("-o", n)]
+    assert sim.old_files == ()
+    monkeypatch.setenv("MAKEFLAGS", "OPT_FAST=-O1")
+    with verilator.shared_runtime(sim, other):
+        assert sim.old_files == () and not other.exists()
+    with verilator.shared_runtime(sim, tmp_path / "w", waves=True):
+        assert sim.old_files == ()

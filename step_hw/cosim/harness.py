@@ -316,15 +316,16 @@ def design(
                 # another process (a pytest-xdist worker) may have built it while we waited
                 built_elsewhere = stamp.is_file()
                 if not built_elsewhere:
-                    runner.build(
-                        sources=sources,
-                        hdl_toplevel=top,
-                        build_dir=tmp / "sim_build",
-                        waves=waves,
-                        build_args=args + (_trace_args() if waves else []),
-                        always=True,
-                        log_file=log,
-                    )
+                    with verilator.shared_runtime(runner, tmp / "sim_build", waves=waves):
+                        runner.build(
+                            sources=sources,
+                            hdl_toplevel=top,
+                            build_dir=tmp / "sim_build",
+                            waves=waves,
+                            build_args=args + (_trace_args() if waves else []),
+                            always=True,
+                            log_file=log,
+                        )
         except (RuntimeError, SystemExit) as exc:
             _say(quiet, "failed")
             raise CosimError(

