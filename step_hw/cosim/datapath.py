@@ -47,14 +47,10 @@ __all__ = ["BUILD", "Datapath", "DatapathBuildError", "build_datapath", "evaluat
 
 
 def _build_root() -> Path:
-    """``build/datapath`` of the project when this package runs from its source tree, else of the
-    current directory; ``STEP_DATAPATH_BUILD`` wins."""
-    if os.environ.get("STEP_DATAPATH_BUILD"):
-        return Path(os.environ["STEP_DATAPATH_BUILD"]).resolve()
-    root = Path(__file__).resolve().parents[2]
-    if (root / "pyproject.toml").is_file() and (root / "step_hw" / "cosim").is_dir():
-        return root / "build" / "datapath"
-    return Path.cwd().resolve() / "build" / "datapath"
+    """``build/datapath`` (``STEP_DATAPATH_BUILD`` wins): :func:`.paths.build_folder`."""
+    from .paths import build_folder
+
+    return build_folder("datapath", "STEP_DATAPATH_BUILD")
 
 
 #: Where the builds are cached, one folder per Verilog + C++ text.

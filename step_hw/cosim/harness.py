@@ -65,14 +65,10 @@ __all__ = [
 
 
 def _build_root() -> Path:
-    """``build/cosim`` of the project when this package runs from its source tree, else of the
-    current directory (an installed package has no project root); ``STEP_COSIM_BUILD`` wins."""
-    if os.environ.get("STEP_COSIM_BUILD"):
-        return Path(os.environ["STEP_COSIM_BUILD"]).resolve()
-    root = Path(__file__).resolve().parents[2]
-    if (root / "pyproject.toml").is_file() and (root / "step_hw" / "cosim").is_dir():
-        return root / "build" / "cosim"
-    return Path.cwd().resolve() / "build" / "cosim"
+    """``build/cosim`` (``STEP_COSIM_BUILD`` wins): :func:`.paths.build_folder`."""
+    from .paths import build_folder
+
+    return build_folder("cosim", "STEP_COSIM_BUILD")
 
 
 BUILD = _build_root()

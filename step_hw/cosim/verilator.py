@@ -137,11 +137,9 @@ RUNTIME_OBJECTS = ("verilated.o", "verilated_dpi.o", "verilated_vpi.o", "verilat
 
 
 def _runtime_cache() -> Path:
-    """``build/verilator_runtime`` of the project when this package runs from its source tree,
-    else of the current directory."""
-    root = Path(__file__).resolve().parents[2]
-    base = root if (root / "pyproject.toml").is_file() else Path.cwd().resolve()
-    return base / "build" / "verilator_runtime"
+    from .paths import build_folder
+
+    return build_folder("verilator_runtime")
 
 
 @functools.cache
