@@ -44,6 +44,7 @@ from step_lang.passes import lower
 from step_lang.registry import NodeRegistry, Unsupported
 
 from . import contract
+from .compute import fp_cells
 from .config import HwConfig, config_for
 from .contract import axi_managers
 from .dyntile import check_dynamic_tiles
@@ -384,12 +385,19 @@ def convert(
     instances: dict[str, str] = {}
     for _ in range(3):  # a renamed instance could hide a signal too; in practice one round
         top = ElaboratedGraph(graph, config, instances=instances)
-        text = verilog.convert(
-            top, name=top_name, ports=top.port_names(), emit_src=False, strip_internal_attrs=True
-        )
+        with fp_cells.shared() as cells:
+            text = verilog.convert(
+                top, name=top_name, ports=top.port_names(), emit_src=False,
+                strip_internal_attrs=True,
+            )  # fmt: skip
         hidden = _hidden_instances(text, top_name, {instances.get(n, n): n for n in top.blocks})
+        if top_name in cells:
+            raise StepTypeError(
+                f"graph '{graph.name}': top module name '{top_name}' is the name of a "
+                "floating-point cell module; choose another"
+            )
         if not hidden:
-            return text, top.description()
+            return text + fp_cells.library(cells), top.description()
         used = set(top.blocks) | set(instances.values())
         for node in hidden:
             name = f"{instances.get(node, node)}_node"

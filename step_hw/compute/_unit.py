@@ -295,6 +295,39 @@ class MacSchedule(Datapath):
                 with m.Case(t):
                     schedule(t)
 
+    def operand_elements(
+        self, m: Module, xs: list[Any], width: int | None = None
+    ) -> tuple[list[list[Signal]], list[list[Signal]]]:
+        """``a[i][k]`` and ``b[k][j]`` (``b[j][k]`` with ``transpose_b``) of the operand tiles
+        ``xs`` as signals (the low ``width`` bits, unsigned, with ``width``), each driven once.
+
+        Every step selects among these instead of slicing the tiles anew: Amaranth emits each
+        slice of a tile by re-emitting the whole tile (``ResetInserter`` copies every
+        expression, so sharing the slice object does not help), and a 16 x 16 matmul on 64
+        lanes slices 8,192 operands over its 64 steps."""
+        mm, kk, nn = self.dims
+        transpose_b = getattr(self, "transpose_b", False)
+        a_rows = [xs[0][i] for i in range(mm)]
+        b_rows = [xs[1][r] for r in range(nn if transpose_b else kk)]
+
+        def element(x: Any, name: str) -> Signal:
+            x = Value.cast(x)
+            if width is not None:
+                x = x.as_unsigned()[0:width]
+            sig = Signal(x.shape(), name=name)
+            m.d.comb += sig.eq(x)
+            return sig
+
+        a_el = [[element(a_rows[i][k], f"a_{i}_{k}") for k in range(kk)] for i in range(mm)]
+        b_el = [
+            [
+                element(b_rows[j][k] if transpose_b else b_rows[k][j], f"b_{k}_{j}")
+                for j in range(nn)
+            ]
+            for k in range(kk)
+        ]
+        return a_el, b_el
+
     def steps_for(self, rows: int) -> int:
         """Steps of a tile ``a`` of ``rows`` rows (at least one, to take the token)."""
         _, kk, nn = self.dims

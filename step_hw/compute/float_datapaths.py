@@ -218,13 +218,14 @@ class FloatMacArrayDatapath(MacSchedule):
 
     def build(self, m: Module, *, xs, acc, step, advance, finish, clear) -> Any:
         (mm, kk, nn), lanes, steps = self.dims, self.lanes, self.steps
-        a, b = xs
-
-        def operand_b(k: int, j: int) -> Any:
-            return b[j][k] if self.transpose_b else b[k][j]
-
-        def start(i: int, j: int) -> Value:
-            return _u(acc[i][j], 32) if self.accumulate else Const(0, 32)
+        a_el, b_el = self.operand_elements(m, xs, 16)
+        starts: list[list[Value]] = [[Const(0, 32)] * nn for _ in range(mm)]
+        if self.accumulate:  # the accumulator's elements, one signal each (as the operands)
+            acc_rows = [acc[i] for i in range(mm)]
+            starts = [[Signal(32, name=f"start_{i}_{j}") for j in range(nn)] for i in range(mm)]
+            m.d.comb += [
+                starts[i][j].eq(_u(acc_rows[i][j], 32)) for i in range(mm) for j in range(nn)
+            ]
 
         partial = (
             [[Signal(32, name=f"partial_{i}_{j}") for j in range(nn)] for i in range(mm)]
@@ -241,7 +242,15 @@ class FloatMacArrayDatapath(MacSchedule):
             outs.append(fp.add_f32(m, chain_in[lane], p, name=f"lane{lane}_add"))
 
         def running(i: int, j: int, t: int) -> Value:
-            return start(i, j) if t == 0 else partial[i][j]
+            return starts[i][j] if t == 0 else partial[i][j]
+
+        # An output that no lane of a step adds to keeps its running sum: the partial sum by
+        # default, overridden below by the step's lanes (and in step 0 by its start).
+        m.d.comb += [
+            sums[i][j].eq(running(i, j, 1 if steps > 1 else 0))
+            for i in range(mm)
+            for j in range(nn)
+        ]
 
         def schedule(t: int) -> None:
             last_lane: dict[tuple[int, int], int] = {}
@@ -251,14 +260,17 @@ class FloatMacArrayDatapath(MacSchedule):
                     break
                 i, rest = divmod(p, nn * kk)
                 j, k = divmod(rest, kk)
-                m.d.comb += [a_op[lane].eq(_u(a[i][k], 16)), b_op[lane].eq(_u(operand_b(k, j), 16))]
+                m.d.comb += [a_op[lane].eq(a_el[i][k]), b_op[lane].eq(b_el[k][j])]
                 first = (i, j) not in last_lane
                 m.d.comb += chain_in[lane].eq(running(i, j, t) if first else outs[lane - 1])
                 last_lane[(i, j)] = lane
             for i in range(mm):
                 for j in range(nn):
                     lane = last_lane.get((i, j))
-                    m.d.comb += sums[i][j].eq(running(i, j, t) if lane is None else outs[lane])
+                    if lane is not None:
+                        m.d.comb += sums[i][j].eq(outs[lane])
+                    elif t == 0 and steps > 1:
+                        m.d.comb += sums[i][j].eq(starts[i][j])
 
         self.run_steps(m, step, schedule)
         if steps > 1:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 
+from .fp_cells import cell
+
 __all__ = ["add_f32", "bf16_to_f32", "f32_to_bf16", "max_float", "mul_bf16"]
 
 _F32_NAN = 0x7FC00000
@@ -24,6 +26,7 @@ def _s(v: Value) -> Value:
     return Cat(v, Const(0, 1)).as_signed()
 
 
+@cell("f32_to_bf16", lambda: (32,), lambda: 16)
 def f32_to_bf16(m: Module, x: Value, *, name: str = "cvt") -> Value:
     """BF16 bits of FP32 bits ``x``: round to nearest even, subnormals to zero, canonical NaN,
     overflow to infinity (``floats.f32_to_bf16``)."""
@@ -37,6 +40,7 @@ def f32_to_bf16(m: Module, x: Value, *, name: str = "cvt") -> Value:
     return Mux(nan, _BF16_NAN, rounded[16:32])
 
 
+@cell("mul_bf16", lambda: (16, 16), lambda: 32)
 def mul_bf16(m: Module, a: Value, b: Value, *, name: str = "mul") -> Value:
     """FP32 bits of the exact product of BF16 bits ``a`` and ``b`` (``floats.mul_bf16``)."""
     a, b = Value.cast(a), Value.cast(b)
@@ -66,6 +70,7 @@ def mul_bf16(m: Module, a: Value, b: Value, *, name: str = "mul") -> Value:
     return out
 
 
+@cell("add_f32", lambda: (32, 32), lambda: 32)
 def add_f32(m: Module, a: Value, b: Value, *, name: str = "add") -> Value:
     """FP32 bits of ``a + b`` (FP32 bits): flush-to-zero, round to nearest even
     (``floats.add_f32``).
@@ -153,6 +158,7 @@ def bf16_to_f32(x: Value) -> Value:
     return Cat(Const(0, 16), Value.cast(x)[0:16])
 
 
+@cell("max_float", lambda width: (width, width), lambda width: width)
 def max_float(m: Module, a: Value, b: Value, *, width: int, name: str = "max") -> Value:
     """The larger of two ``width``-bit (16: BF16, 32: FP32) values, ``-0 < +0``, subnormal
     operands as zeros of their sign, NaN operands giving the canonical NaN

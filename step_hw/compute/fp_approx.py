@@ -20,6 +20,8 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigne
 from step_lang import float_approx as fa
 from step_lang.numerics import INTERP_BITS, SEGMENT_BITS
 
+from .fp_cells import cell
+
 __all__ = ["div_bf16", "exp_bf16", "recip_bf16", "silu_bf16"]
 
 _BIAS = fa.BIAS
@@ -139,6 +141,7 @@ def _select(m: Module, default: Value, *cases: tuple[Value, Value | int], name: 
     return out
 
 
+@cell("exp_bf16", lambda: (16,), lambda: 16)
 def exp_bf16(m: Module, x: Value, *, name: str = "exp") -> Value:
     """BF16 bits of ``exp(x)`` (``float_approx.exp_bf16``)."""
     d = _Decoded(x)
@@ -179,6 +182,7 @@ def _silu_denominator(m: Module, mant: Value, n: Value, *, name: str) -> tuple[V
     return d, d_exp
 
 
+@cell("silu_bf16", lambda: (16,), lambda: 16)
 def silu_bf16(m: Module, x: Value, *, name: str = "silu") -> Value:
     """BF16 bits of ``silu(x) = x / (1 + exp(-x))`` (``float_approx.silu_bf16``)."""
     d = _Decoded(x)
@@ -200,6 +204,7 @@ def silu_bf16(m: Module, x: Value, *, name: str = "silu") -> Value:
     )
 
 
+@cell("recip_bf16", lambda: (16,), lambda: 16)
 def recip_bf16(m: Module, x: Value, *, name: str = "recip") -> Value:
     """BF16 bits of ``1 / x`` (``float_approx.recip_bf16``)."""
     d = _Decoded(x)
@@ -217,6 +222,7 @@ def recip_bf16(m: Module, x: Value, *, name: str = "recip") -> Value:
     )
 
 
+@cell("div_bf16", lambda: (16, 16), lambda: 16)
 def div_bf16(m: Module, a: Value, b: Value, *, name: str = "div") -> Value:
     """BF16 bits of ``a / b`` (``float_approx.div_bf16``)."""
     da, db = _Decoded(a), _Decoded(b)

@@ -151,11 +151,8 @@ class MacArrayDatapath(MacSchedule):
 
     def build(self, m: Module, *, xs, acc, step, advance, finish, clear) -> Any:
         (mm, kk, nn), lanes, steps = self.dims, self.lanes, self.steps
-        a, b = xs
+        a_el, b_el = self.operand_elements(m, xs)
         acc_bits, f = self.acc_bits, self.frac_bits
-
-        def operand_b(k: int, j: int) -> Any:
-            return b[j][k] if self.transpose_b else b[k][j]
 
         # Partial sums of earlier steps (registers only when the products take several steps).
         wide = self.sum_bits
@@ -171,6 +168,12 @@ class MacArrayDatapath(MacSchedule):
         prod = [Signal(signed(2 * self.bits), name=f"lane{lane}_p") for lane in range(lanes)]
         m.d.comb += [p.eq(x * y) for p, x, y in zip(prod, a_op, b_op, strict=True)]
 
+        # An output that no lane of a step adds to keeps its partial sum (zero after `finish`):
+        # the default, overridden below by the step's lanes.
+        m.d.comb += [
+            sums[i][j].eq(partial[i][j] if steps > 1 else 0) for i in range(mm) for j in range(nn)
+        ]
+
         def schedule(t: int) -> None:
             into: dict[tuple[int, int], list[Any]] = {}
             for lane in range(lanes):
@@ -179,12 +182,11 @@ class MacArrayDatapath(MacSchedule):
                     break
                 i, rest = divmod(p, nn * kk)
                 j, k = divmod(rest, kk)
-                m.d.comb += [a_op[lane].eq(a[i][k]), b_op[lane].eq(operand_b(k, j))]
+                m.d.comb += [a_op[lane].eq(a_el[i][k]), b_op[lane].eq(b_el[k][j])]
                 into.setdefault((i, j), []).append(prod[lane])
-            for i in range(mm):
-                for j in range(nn):
-                    base = partial[i][j] if steps > 1 else 0
-                    m.d.comb += sums[i][j].eq(base + sum(into.get((i, j), [])))
+            for (i, j), products in into.items():
+                base = partial[i][j] if steps > 1 else 0
+                m.d.comb += sums[i][j].eq(base + sum(products))
 
         self.run_steps(m, step, schedule)
         if steps > 1:
