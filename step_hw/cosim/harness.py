@@ -80,6 +80,10 @@ TOP = "step_top"
 _NO_OPT = "OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0"
 #: The fast tier's optimisation (make variables), chosen by measurement: docs/cosim.md.
 FAST_OPT = "OPT_FAST=-O1 OPT_SLOW=-O0 OPT_GLOBAL=-O1"
+#: Verilator options of every co-simulation build. ``-fno-merge-cond``: Verilator's merging of
+#: consecutive conditionals (V3MergeCond) took 33 of the 81 s that Verilator spent on a Fig. 8
+#: design (16 x 16 BF16 tiles, 64 lanes); docs/cosim.md has its effect on build and run time.
+VERILATOR_ARGS = ("--no-public-flat-rw", "-fno-merge-cond")
 #: Co-simulation tiers: the cocotbext-axi bench (protocol conformance) and the fast tier.
 TIERS = ("axi", "fast")
 # cocotb's and the runner's own warnings that would otherwise lead a failure's log
@@ -267,8 +271,10 @@ def design(
         from .fast_top import wrapper
 
         top_text = wrapper(desc, text, TOP)
-    # the folder is named by the Verilog it builds (the fast tier's harness included)
-    digest = hashlib.sha256((text + (top_text or "") + (FAST_OPT if top_text else "")).encode())
+    # the folder is named by the Verilog it builds (the fast tier's harness included) and the
+    # options it is built with
+    flags = " ".join(VERILATOR_ARGS) + (FAST_OPT if top_text else "")
+    digest = hashlib.sha256((text + (top_text or "") + flags).encode())
     digest = digest.hexdigest()[:16]
     key = (digest, variant)
     folder = BUILD / (digest + variant)
@@ -287,7 +293,7 @@ def design(
         # The axi tier's bench reaches the top-level ports and the queue instances, nothing else.
         (tmp / "ports.vlt").write_text(_port_probes(text, TOP))
         sources = [verilator.WAIVERS, QUEUE_PROBES, tmp / "ports.vlt", tmp / f"{TOP}.v"]
-        top, args = TOP, ["--no-public-flat-rw"]
+        top, args = TOP, list(VERILATOR_ARGS)
         if tier == "fast":
             from .fast_top import FAST_TOP
 
