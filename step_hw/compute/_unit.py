@@ -283,6 +283,7 @@ class MacSchedule(Datapath):
     dims: tuple[int, int, int]
     lanes: int
     dynamic: bool = False
+    transpose_b: bool = False
 
     def run_steps(self, m: Module, step: Value, schedule: Any) -> None:
         """Build ``schedule(t)`` (the datapath of step ``t``) for every step, selected by
@@ -306,7 +307,7 @@ class MacSchedule(Datapath):
         expression, so sharing the slice object does not help), and a 16 x 16 matmul on 64
         lanes slices 8,192 operands over its 64 steps."""
         mm, kk, nn = self.dims
-        transpose_b = getattr(self, "transpose_b", False)
+        transpose_b = self.transpose_b
         a_rows = [xs[0][i] for i in range(mm)]
         b_rows = [xs[1][r] for r in range(nn if transpose_b else kk)]
 
