@@ -600,8 +600,10 @@ SIZING_IMAGES = 3
 def sized_depths(group: list[Point], memory: MemoryModel) -> dict[str, int]:
     """The queue depths :func:`sim.sizing.plan_queue_sizes` picks for the design of ``group``
     (points that share it) over the first :data:`SIZING_IMAGES` memory images of the group, with
-    the rtl profile of its hardware and memory; cached in ``build/validate/sizing/`` (one process sizes a design, the
-    others wait for its result)."""
+    the rtl profile of its hardware and memory, without the uniform-depth search (only the
+    storage comparison of ``step size-queues`` needs it); cached in ``build/validate/sizing/``
+    with the cycles at deep, sized and default depths (one process sizes a design, the others
+    wait for its result)."""
     import fcntl
 
     from sim.sizing import plan_queue_sizes
@@ -617,12 +619,12 @@ def sized_depths(group: list[Point], memory: MemoryModel) -> dict[str, int]:
         t0 = time.perf_counter()
         report = plan_queue_sizes(
             p.make(), [q.memory for q in group[:SIZING_IMAGES]], hw_config=p.config,
-            profile=RtlProfile.for_memory(memory, p.config), functional=False,
+            profile=RtlProfile.for_memory(memory, p.config), functional=False, uniform=False,
         )  # fmt: skip
         cache.write_text(json.dumps({
             "depths": report.depths, "wall_s": time.perf_counter() - t0,
             "images": len(group[:SIZING_IMAGES]), "cycles_deep": report.cycles_deep,
-            "cycles_sized": report.cycles_sized,
+            "cycles_sized": report.cycles_sized, "cycles_default": report.cycles_default,
         }))  # fmt: skip
     return report.depths
 

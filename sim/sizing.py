@@ -198,8 +198,8 @@ class SizingReport:
     base: int  # the smallest depth any queue gets
     cycles_deep: int  # every queue `deep`
     cycles_sized: int
-    uniform_depth: int  # the smallest uniform depth within tolerance of the deep run
-    cycles_uniform: int
+    uniform_depth: int | None  # the smallest uniform depth within tolerance of the deep run
+    cycles_uniform: int | None  # (both None: not searched, ``plan_queue_sizes(uniform=False)``)
     default_depths: dict[str, int]  # the graph's depths before sizing
     cycles_default: int | None  # None: the graph deadlocked as built
     data_dependent: bool
@@ -214,7 +214,9 @@ class SizingReport:
         return queue_bits(self.bits, self.depths)
 
     @property
-    def bits_uniform(self) -> int:
+    def bits_uniform(self) -> int | None:
+        if self.uniform_depth is None:
+            return None
         return queue_bits(self.bits, dict.fromkeys(self.bits, self.uniform_depth))
 
     @property
@@ -228,10 +230,11 @@ class SizingReport:
             f"queues            {len(self.depths)}",
             f"bits as built     {self.bits_default}   cycles {before}",
             f"bits sized        {self.bits_sized}   cycles {self.cycles_sized}",
-            f"bits uniform      {self.bits_uniform} (depth {self.uniform_depth})"
-            f"   cycles {self.cycles_uniform}",
             f"cycles, depth {DEEP} {self.cycles_deep}",
         ]
+        if self.uniform_depth is not None:
+            lines.insert(3, f"bits uniform      {self.bits_uniform} (depth {self.uniform_depth})"
+                            f"   cycles {self.cycles_uniform}")  # fmt: skip
         grown = sorted(
             ((d, n) for n, d in self.depths.items() if d > self.base), key=lambda x: (-x[0], x[1])
         )
@@ -327,6 +330,7 @@ def plan_queue_sizes(
     max_rounds: int = 40,
     min_depth: int = 1,
     shrink_budget: int = 64,
+    uniform: bool = True,
 ) -> SizingReport:
     """Size every queue of ``graph`` (module docstring); the graph itself is not changed.
 
@@ -342,6 +346,12 @@ def plan_queue_sizes(
         min_depth: the smallest depth a queue may get (shrinking goes down to it, so queues that
             need no more than one slot get one).
         shrink_budget: at most this many checks (one run per image each) while shrinking.
+        uniform: also find the smallest uniform depth that matches the deep run (a search of
+            several runs per image, for comparing storage); ``False`` leaves
+            ``uniform_depth`` and ``cycles_uniform`` ``None``.
+
+    A run with the same depths on the same image is simulated once (the timing model is
+    deterministic), so the checks of the last phases reuse the refinement's runs.
     """
     from . import PaperProfile, simulate
 
@@ -363,9 +373,19 @@ def plan_queue_sizes(
     bits = {n: token_bits(s, hw_config, dims) for n, s in streams.items()}
     default_depths = {n: graph.queue_depth(n, int(profile.channel_depth)) for n in streams}
 
+    runs: dict[tuple[int, tuple[tuple[str, int], ...]], Any] = {}
+
     def run(depths: Mapping[str, int], image):
-        return simulate(graph, image, profile=profile, inputs=inputs, functional=functional,
-                        queue_depths=depths)  # fmt: skip
+        key = (id(image), tuple(sorted(depths.items())))
+        if key not in runs:
+            try:
+                runs[key] = simulate(graph, image, profile=profile, inputs=inputs,
+                                     functional=functional, queue_depths=depths)  # fmt: skip
+            except SimDeadlock as err:
+                runs[key] = err
+        if isinstance(runs[key], SimDeadlock):
+            raise runs[key]
+        return runs[key]
 
     deep_runs = [run(dict.fromkeys(streams, deep), m) for m in images]
     cycles_deep = [r.cycles for r in deep_runs]
@@ -496,20 +516,24 @@ def plan_queue_sizes(
             worst = max(worst, c)
         return worst
 
-    lo, hi = base - 1, base
-    found = uniform_ok(hi)
-    while found is None and hi < deep:
-        lo, hi = hi, min(deep, hi * 2)
+    def smallest_uniform() -> tuple[int, int]:
+        lo, hi = base - 1, base
         found = uniform_ok(hi)
-    if found is None:  # pragma: no cover - deep itself is the reference
-        raise RuntimeError("no uniform depth up to the deep one reproduces the deep run")
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        c = uniform_ok(mid)
-        if c is None:
-            lo = mid
-        else:
-            hi, found = mid, c
+        while found is None and hi < deep:
+            lo, hi = hi, min(deep, hi * 2)
+            found = uniform_ok(hi)
+        if found is None:  # pragma: no cover - deep itself is the reference
+            raise RuntimeError("no uniform depth up to the deep one reproduces the deep run")
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            c = uniform_ok(mid)
+            if c is None:
+                lo = mid
+            else:
+                hi, found = mid, c
+        return hi, found
+
+    uniform_depth, cycles_uniform = smallest_uniform() if uniform else (None, None)
 
     try:
         cycles_default = max(run(default_depths, m).cycles for m in images)
@@ -522,8 +546,8 @@ def plan_queue_sizes(
         base=base,
         cycles_deep=max(cycles_deep),
         cycles_sized=max(sized),
-        uniform_depth=hi,
-        cycles_uniform=found,
+        uniform_depth=uniform_depth,
+        cycles_uniform=cycles_uniform,
         default_depths=default_depths,
         cycles_default=cycles_default,
         data_dependent=dependent,

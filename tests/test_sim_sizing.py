@@ -240,3 +240,31 @@ def test_hardware_sizing_leaves_buffer_references_alone():
     r = plan_queue_sizes(g, hw_config=HwConfig(), inputs=inputs, functional=True)
     assert set(r.depths) == {"x.out", "sf.out"}
     assert r.deadlock_free and r.cycles_sized <= r.cycles_deep * 1.01
+
+
+@pytest.mark.parametrize("n", [3, 8])
+def test_each_run_is_simulated_once_and_the_uniform_search_is_optional(n, monkeypatch):
+    import sim
+
+    runs: list[tuple[tuple[str, int], ...]] = []
+    real = sim.simulate
+
+    def counting(graph, memory=None, **kw):
+        runs.append(tuple(sorted(kw["queue_depths"].items())))
+        return real(graph, memory, **kw)
+
+    monkeypatch.setattr(sim, "simulate", counting)
+    g = centred(n)
+    full = plan_queue_sizes(g, inputs={"x": parse(tokens(n))})
+    assert len(runs) == len(set(runs))  # no depths simulated twice (one image)
+    searched = len(runs)
+    runs.clear()
+    lean = plan_queue_sizes(g, inputs={"x": parse(tokens(n))}, uniform=False)
+    assert len(runs) == len(set(runs))
+    # the same plan from fewer runs: the search tried uniform depths the plan never did
+    assert lean.depths == full.depths and lean.cycles_sized == full.cycles_sized
+    assert lean.cycles_default == full.cycles_default is None
+    assert lean.uniform_depth is lean.cycles_uniform is lean.bits_uniform is None
+    assert full.uniform_depth == n and len(runs) < searched
+    assert "uniform" not in lean.summary() and "uniform" in full.summary()
+    assert lean.to_json()["uniform_depth"] is None
