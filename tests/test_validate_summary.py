@@ -173,3 +173,28 @@ def test_cached_only_raises_before_making_the_graph(monkeypatch, tmp_path):
     with pytest.raises(V.NotCached):
         V.run_point(p, fresh=False, trace=False, cached_only=True)
     assert made == []
+
+
+@pytest.mark.parametrize("schedule", ["interleaved", "dynamic"])
+def test_timing_image_keeps_the_routing_tensors_and_the_cycles(schedule):
+    from examples import attention
+    from sim import simulate
+    from sim.profiles.paper import PaperProfile
+    from sim.profiles.rtl import RtlProfile
+    from step_hw.config import BF16_CONFIG
+    from step_hw.memory_model import MemoryModel
+
+    memory = attention.hardware_inputs([0, 15, 5, 10], seed=6, hw=BF16_CONFIG)
+    graph = attention.hardware(schedule, hw=BF16_CONFIG)
+    lean = V.timing_image(graph, memory)
+    floats = {k for k in memory if graph.tensors[k].dtype.is_float}
+    assert floats and set(lean) == set(memory) - floats  # the KV lengths and ids stay
+    assert all(lean[k] is memory[k] for k in lean)
+    hbm = MemoryModel.hbm()
+    for profile in (RtlProfile.for_memory(hbm, BF16_CONFIG),
+                    PaperProfile.for_rtl(BF16_CONFIG, hbm, channels=4)):  # fmt: skip
+        full, shape_only = (
+            simulate(graph, m, profile=profile, functional=False) for m in (memory, lean)
+        )
+        assert shape_only.cycles == full.cycles > 0
+        assert shape_only.offchip_bytes == full.offchip_bytes > 0
