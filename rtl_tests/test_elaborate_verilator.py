@@ -9,6 +9,7 @@ import pytest
 
 from examples import attention, moe, swiglu
 from step_hw.config import BF16_CONFIG
+from step_hw.cosim import TOP
 from step_hw.cosim.verilator import lint
 from step_hw.elaborate import convert
 
@@ -35,10 +36,11 @@ BUILD = Path(__file__).resolve().parent.parent / "build" / "rtl_tests" / "elabor
                  ("m_axi_queue_araddr", "m_axi_kstore0_wdata"), marks=pytest.mark.slow),
 ])  # fmt: skip
 def test_verilog_lints_clean(name, make, ports):
-    BUILD.mkdir(parents=True, exist_ok=True)
-    top = f"{name}_lint"
+    # named as co-simulation names its top, so that the conversion is shared (step_hw.conversions)
+    top = TOP
     text, desc = convert(make(), name=top)
-    path = BUILD / f"{top}.v"
+    (BUILD / name).mkdir(parents=True, exist_ok=True)
+    path = BUILD / name / f"{top}.v"
     path.write_text(text)
     assert f"module {top}(" in text
     for port in (*ports, "start", "done", "error"):

@@ -8,8 +8,8 @@ back-pressure; the output tensor must equal the interpreter's bit for bit.
 
 The cycle counts are written to ``build/rtl_tests/moe_schedules_cycles.json``. Each design is
 also linted (``verilator --lint-only -Wall`` with ``step_hw/cosim/waivers.vlt``), as ``make rtl``
-writes it (``moe_dynamic``, ``moe_timemux``). Verilator builds (unoptimised C++, see below)
-took 3.8 min (dynamic) and 2.7 min (time-multiplexed) on the shared 2-core machine.
+writes it (``moe_dynamic``, ``moe_timemux``). The builds are the AXI tier's (unoptimised C++:
+the bench runs Python on every edge).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import step_hw.elaborate
 from examples import moe, traces
 from step_hw import cosim
 from step_hw.cosim.verilator import lint
@@ -56,28 +55,6 @@ CASES = [(r, "always") for r in ROUTINGS] + [
     (r, "random") if r == "skewed" else pytest.param(r, "random", marks=pytest.mark.slow)
     for r in ROUTINGS
 ]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _convert_each_graph_once():
-    """``cosim.run`` converts its graph to Verilog on every run (the design hash is of the
-    Verilog); the dynamic MoE takes over a minute to convert, so each schedule's graph (one name,
-    one batch) is converted once per session here."""
-    original, cache = step_hw.elaborate.convert, {}
-
-    def convert(graph, config=step_hw.elaborate.DEFAULT_CONFIG, *, name=None):
-        key = (graph.name, config, name)
-        if key not in cache:
-            cache[key] = original(graph, config, name=name)
-        return cache[key]
-
-    patch = pytest.MonkeyPatch()
-    patch.setattr(step_hw.elaborate, "convert", convert)
-    # Unoptimised C++ (make variables of Verilator's makefiles): the designs are large, their
-    # -Os compile takes many times longer than the few thousand cycles each run simulates.
-    patch.setenv("MAKEFLAGS", "OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0")
-    yield
-    patch.undo()
 
 
 def _lint(schedule: str) -> None:

@@ -4,7 +4,9 @@ Co-simulation caches a Verilator build per design. Converting a graph to Verilog
 text costs 2 to 70 s per run; :func:`design_key` instead hashes what determines the Verilog: the
 lowered graph (every node's class, name, ports, types and parameters, the queue depths, the
 tensors), the :class:`~step_hw.config.HwConfig`, the top module's name, and the source code of
-``step_lang`` and ``step_hw`` (so any change to the generator invalidates every key).
+``step_lang`` and ``step_hw`` (so any change to the generator invalidates every key). A graph with
+an operator defined outside those packages (registered by the user, ``docs/architecture.md``) has
+no key: its hardware block is code the key does not hash.
 
 A key must never be shared by two different designs: functions are described by their code and
 the values they close over, dataclasses (the functions of ``step_lang.functions`` and
@@ -36,6 +38,8 @@ from .config import HwConfig
 __all__ = ["design_key", "source_version"]
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+#: packages whose source :func:`source_version` hashes
+_LIBRARY = ("step_lang.", "step_hw.")
 
 
 class _Uncacheable(Exception):
@@ -93,6 +97,9 @@ def design_key(graph: Graph, config: HwConfig, top: str) -> str | None:
     nodes = []
     try:
         for node in low.nodes.values():
+            if not type(node).__module__.startswith(_LIBRARY):
+                # its hardware block is code outside the sources that the key hashes
+                raise _Uncacheable(type(node).__qualname__)
             attrs = {k: v for k, v in vars(node).items() if k != "graph"}
             nodes.append([type(node).__module__, type(node).__qualname__, _describe(attrs)])
     except _Uncacheable:

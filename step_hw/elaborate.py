@@ -373,15 +373,32 @@ def _port_name(node: Node) -> str:
 def convert(
     graph: Graph, config: HwConfig | None = None, *, name: str | None = None
 ) -> tuple[str, dict[str, Any]]:
-    """Verilog text of ``graph`` and its description (ports, parameters, memory map).
+    """Verilog text of ``graph`` and its description (ports, parameters, memory map; as JSON
+    gives it back: lists, string keys).
 
     ``config`` defaults to ``HwConfig()`` in the number format of the graph's functions
-    (:func:`step_hw.config.config_for`), as for :class:`ElaboratedGraph` and :func:`write`."""
-    from amaranth.back import verilog
+    (:func:`step_hw.config.config_for`), as for :class:`ElaboratedGraph` and :func:`write`. A
+    design converted before, in this process or another, is read from
+    :mod:`step_hw.conversions` instead of being elaborated again."""
+    from . import conversions
+    from .design_key import design_key
 
     config = config_for(graph) if config is None else config
-
     top_name = name or graph.name
+    # (a config of another type gets its one-line error from the elaboration)
+    key = design_key(graph, config, top_name) if isinstance(config, HwConfig) else None
+    if key is not None and (entry := conversions.lookup(key)) is not None:
+        return entry
+    text, desc = _convert(graph, config, top_name)
+    desc = json.loads(json.dumps(desc))  # as a stored entry reads back
+    if key is not None:
+        conversions.store(key, text, desc)
+    return text, desc
+
+
+def _convert(graph: Graph, config: HwConfig, top_name: str) -> tuple[str, dict[str, Any]]:
+    from amaranth.back import verilog
+
     instances: dict[str, str] = {}
     for _ in range(3):  # a renamed instance could hide a signal too; in practice one round
         top = ElaboratedGraph(graph, config, instances=instances)

@@ -113,3 +113,47 @@ def test_the_verilator_runtime_is_compiled_once_and_then_reused(tmp_path, monkey
         assert sim.old_files == () and not other.exists()
     with verilator.shared_runtime(sim, tmp_path / "w", waves=True):
         assert sim.old_files == ()
+
+
+def test_build_folders_are_named_by_their_optimisation(monkeypatch):
+    """The AXI tier compiles without optimisation, the fast tier at FAST_OPT or
+    STEP_COSIM_FAST_OPT, and a user's OPT_FAST wins on both; two optimisations never share a
+    folder (label or digest differ)."""
+    from step_hw.cosim.verilator import NO_OPT
+
+    monkeypatch.delenv(harness.FAST_OPT_ENV, raising=False)
+    monkeypatch.delenv("MAKEFLAGS", raising=False)
+    axi, fast = harness._optimisation("axi"), harness._optimisation("fast")
+    assert axi == (NO_OPT, "", "")
+    assert fast == (harness.FAST_OPT, "-fastO1", harness.FAST_OPT)
+    monkeypatch.setenv(harness.FAST_OPT_ENV, NO_OPT)
+    assert harness._optimisation("fast") == (NO_OPT, "-fastO0", NO_OPT)
+    assert harness._optimisation("axi") == axi
+    monkeypatch.setenv("MAKEFLAGS", "OPT_FAST=-O2")
+    user_axi, user_fast = harness._optimisation("axi"), harness._optimisation("fast")
+    assert "OPT_FAST=-O2" in user_axi[0] and user_axi[1] == "-axiO2" and user_axi[2]
+    assert "OPT_FAST=-O2" in user_fast[0] and user_fast[1] == "-fastO2"
+    assert len({axi[2], fast[2], user_axi[2], harness._optimisation("fast")[2]}) >= 3
+
+
+def test_cocotb_block_builds_compile_without_optimisation(tmp_path, monkeypatch):
+    """``verilator.build`` (the blocks' cocotb benches: Python on every edge) gives make
+    NO_OPT, unless the user's MAKEFLAGS set OPT_FAST; MAKEFLAGS is restored afterwards."""
+    from step_hw.cosim import verilator
+
+    seen = []
+    monkeypatch.setattr(
+        verilator._Verilator,
+        "build",
+        lambda self, **kw: seen.append(verilator.os.environ["MAKEFLAGS"]),
+    )
+    monkeypatch.setattr(verilator, "_runtime_cache", lambda: tmp_path / "cache")
+    monkeypatch.setenv("MAKEFLAGS", "-- X=1")
+    verilator.build([tmp_path / "a.v"], top="a", build_dir=tmp_path / "b")
+    assert seen[-1].endswith(verilator.NO_OPT) and verilator.os.environ["MAKEFLAGS"].startswith(
+        "-- X=1"
+    )
+    assert "OPT_FAST" not in verilator.os.environ["MAKEFLAGS"]
+    monkeypatch.setenv("MAKEFLAGS", "OPT_FAST=-O3")
+    verilator.build([tmp_path / "a.v"], top="a", build_dir=tmp_path / "b")
+    assert "OPT_FAST=-O3" in seen[-1] and verilator.NO_OPT not in seen[-1]

@@ -71,3 +71,17 @@ def test_a_value_without_a_stable_description_is_not_cached():
 
     thing = Opaque()
     assert design_key(_doubling(lambda out, t: (thing, t)[1]), HwConfig(), TOP) is None
+
+
+def test_an_operator_defined_outside_the_library_is_not_cached():
+    """Its hardware block is code outside ``step_lang`` and ``step_hw``, whose sources the key
+    hashes: a change to it would not change the key."""
+
+    class MyMap(Map):  # a user's operator (same behaviour, a class of its own)
+        pass
+
+    g = Graph("g")
+    x = Source(g, StreamType(Tile(int32, 1, 1), (2,)), name="x")
+    Sink(MyMap(x.out, fn=F.MapFn("id", 1, lambda err, t: t, lambda t: 0, None), name="m").out)
+    assert design_key(g, HwConfig(), TOP) is None
+    assert design_key(_doubling(lambda out, t: t), HwConfig(), TOP) is not None

