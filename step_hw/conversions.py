@@ -11,7 +11,7 @@ shapes the text: the source code of ``step_lang`` and ``step_hw`` and the versio
 and the Yosys it runs (``build/convert/<version>/``; ``STEP_CONVERT_BUILD`` wins). A graph
 without a key (a value without a stable description, an operator defined outside the library) is
 never cached. Storing an entry removes the folders of other versions. Each entry is the Verilog
-(gzip) and the description (JSON); both are written whole (a temporary file renamed), and an
+(gzip) and the description with the seconds the elaboration took (JSON); both are written whole (a temporary file renamed), and an
 entry that cannot be read is converted again. Pure Python, no Amaranth import.
 """
 
@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -30,7 +31,7 @@ from typing import Any
 from .design_key import source_version
 from .paths import build_folder
 
-__all__ = ["lookup", "store", "version"]
+__all__ = ["Conversion", "lookup", "store", "version"]
 
 #: Distributions whose version changes the Verilog of a conversion (Amaranth and the Yosys it
 #: may run: ``amaranth.back.verilog`` picks one, ``AMARANTH_USE_YOSYS`` steering the choice).
@@ -50,6 +51,17 @@ def version() -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class Conversion:
+    """A design's Verilog and description; ``elaborate_s``: what converting it took when it was
+    done; ``cached``: read from disk (nothing was elaborated now)."""
+
+    text: str
+    desc: dict[str, Any]
+    elaborate_s: float
+    cached: bool
+
+
 def _root() -> Path:
     return build_folder("convert", "STEP_CONVERT_BUILD")
 
@@ -59,19 +71,19 @@ def _files(key: str) -> tuple[Path, Path]:
     return folder / f"{key}.v.gz", folder / f"{key}.json"
 
 
-def lookup(key: str) -> tuple[str, dict[str, Any]] | None:
-    """The Verilog and description stored under ``key``, or ``None``."""
+def lookup(key: str) -> Conversion | None:
+    """The conversion stored under ``key`` (``cached`` set), or ``None``."""
     text_file, desc_file = _files(key)
     try:
-        desc = json.loads(desc_file.read_text())
+        entry = json.loads(desc_file.read_text())
         text = gzip.decompress(text_file.read_bytes()).decode()
-    except (OSError, ValueError, EOFError):
+        return Conversion(text, entry["desc"], float(entry["elaborate_s"]), cached=True)
+    except (OSError, ValueError, EOFError, KeyError, TypeError):
         return None
-    return text, desc
 
 
-def store(key: str, text: str, desc: dict[str, Any]) -> None:
-    """Keep ``text`` and ``desc`` under ``key``; remove the folders of other versions."""
+def store(key: str, conversion: Conversion) -> None:
+    """Keep ``conversion`` under ``key``; remove the folders of other versions."""
     text_file, desc_file = _files(key)
     folder = text_file.parent
     if not folder.is_dir():
@@ -80,8 +92,12 @@ def store(key: str, text: str, desc: dict[str, Any]) -> None:
                 shutil.rmtree(old, ignore_errors=True)
         folder.mkdir(parents=True, exist_ok=True)
     for path, data in (
-        (text_file, gzip.compress(text.encode(), compresslevel=1)),
-        (desc_file, json.dumps(desc).encode()),  # last: an entry is complete once it exists
+        (text_file, gzip.compress(conversion.text.encode(), compresslevel=1)),
+        # last: an entry is complete once it exists
+        (
+            desc_file,
+            json.dumps({"desc": conversion.desc, "elaborate_s": conversion.elaborate_s}).encode(),
+        ),
     ):
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
         tmp.write_bytes(data)

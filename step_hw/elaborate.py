@@ -43,7 +43,7 @@ from step_lang.graph import Graph, Node, Stream
 from step_lang.passes import lower
 from step_lang.registry import NodeRegistry, Unsupported
 
-from . import contract
+from . import contract, conversions
 from .compute import fp_cells
 from .config import HwConfig, config_for
 from .contract import axi_managers
@@ -379,8 +379,18 @@ def convert(
     ``config`` defaults to ``HwConfig()`` in the number format of the graph's functions
     (:func:`step_hw.config.config_for`), as for :class:`ElaboratedGraph` and :func:`write`. A
     design converted before, in this process or another, is read from
-    :mod:`step_hw.conversions` instead of being elaborated again."""
-    from . import conversions
+    :mod:`step_hw.conversions` instead of being elaborated again (:func:`conversion`)."""
+    c = conversion(graph, config, name=name)
+    return c.text, c.desc
+
+
+def conversion(
+    graph: Graph, config: HwConfig | None = None, *, name: str | None = None
+) -> conversions.Conversion:
+    """As :func:`convert`, with the seconds the elaboration took (when it was done) and whether
+    the design was read from :mod:`step_hw.conversions`."""
+    import time
+
     from .design_key import design_key
 
     config = config_for(graph) if config is None else config
@@ -389,11 +399,13 @@ def convert(
     key = design_key(graph, config, top_name) if isinstance(config, HwConfig) else None
     if key is not None and (entry := conversions.lookup(key)) is not None:
         return entry
+    t0 = time.perf_counter()
     text, desc = _convert(graph, config, top_name)
     desc = json.loads(json.dumps(desc))  # as a stored entry reads back
+    done = conversions.Conversion(text, desc, round(time.perf_counter() - t0, 2), cached=False)
     if key is not None:
-        conversions.store(key, text, desc)
-    return text, desc
+        conversions.store(key, done)
+    return done
 
 
 def _convert(graph: Graph, config: HwConfig, top_name: str) -> tuple[str, dict[str, Any]]:

@@ -42,6 +42,8 @@ def test_a_design_is_elaborated_once_and_then_read_back(counted, tmp_path):
     assert counted == ["t"] and "module t(" in text
     again = elaborate.convert(_graph(), HwConfig(), name="t")
     assert counted == ["t"] and again == (text, desc)
+    fresh = elaborate.conversion(_graph(), HwConfig(), name="t")
+    assert fresh.cached and fresh.elaborate_s > 0 and (fresh.text, fresh.desc) == (text, desc)
     # the entry: gzip Verilog and JSON description, in the folder of this version
     key = design_key(_graph(), HwConfig(), "t")
     folder = tmp_path / "convert" / conversions.version()

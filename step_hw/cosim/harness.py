@@ -147,7 +147,8 @@ class Design:
     build_s: float
     waves: bool
     runs: int = 0
-    #: seconds to elaborate and convert the graph to Verilog (0 when found by its design key)
+    #: seconds to elaborate and convert the graph to Verilog (0 when found by its design key or
+    #: read from :mod:`step_hw.conversions`)
     elaborate_s: float = 0.0
     #: the seconds the folder's build and the design's conversion took when they were done
     #: (recorded in the folder and the design key file; for reports of cached designs)
@@ -253,7 +254,7 @@ def design(
     if tier not in TIERS:
         raise ValueError(f"co-simulation tier must be one of {', '.join(TIERS)}, not {tier!r}")
     config = config or config_for(graph)
-    from step_hw.elaborate import convert
+    from step_hw.elaborate import conversion
 
     from . import verilator
 
@@ -276,9 +277,11 @@ def design(
                     recorded_elaborate_s=entry.get("elaborate_s", 0.0),
                 )  # fmt: skip
             return _DESIGNS[cached]
-    t_elab = time.perf_counter()
-    text, desc = convert(graph, config, name=TOP)
-    elaborate_s = time.perf_counter() - t_elab
+    converted = conversion(graph, config, name=TOP)
+    text, desc = converted.text, converted.desc
+    # this call's elaboration (none when step_hw.conversions had it), and the recorded one
+    elaborate_s = 0.0 if converted.cached else converted.elaborate_s
+    recorded_elaborate_s = converted.elaborate_s
     if tier == "fast":
         from .fast_top import trace_names
 
@@ -296,7 +299,7 @@ def design(
     key = (digest, variant)
     folder = BUILD / (digest + variant)
     if key in _DESIGNS:
-        _remember(known, digest, folder, elaborate_s)
+        _remember(known, digest, folder, recorded_elaborate_s)
         return _DESIGNS[key]
     stamp = folder / "built.ok"
     t0 = time.perf_counter()
@@ -358,10 +361,10 @@ def design(
     else:
         build_s = 0.0
     (folder / "desc.json").write_text(json.dumps(desc))
-    _remember(known, digest, folder, elaborate_s)
+    _remember(known, digest, folder, recorded_elaborate_s)
     d = Design(
         folder, desc, build_s, waves, elaborate_s=elaborate_s,
-        recorded_build_s=_recorded_build_s(folder), recorded_elaborate_s=elaborate_s,
+        recorded_build_s=_recorded_build_s(folder), recorded_elaborate_s=recorded_elaborate_s,
     )  # fmt: skip
     _DESIGNS[key] = d
     return d
