@@ -11,8 +11,9 @@ shapes the text: the source code of ``step_lang`` and ``step_hw`` and the versio
 and the Yosys it runs (``build/convert/<version>/``; ``STEP_CONVERT_BUILD`` wins). A graph
 without a key (a value without a stable description, an operator defined outside the library) is
 never cached. Storing an entry removes the folders of other versions. Each entry is the Verilog
-(gzip) and the description with the seconds the elaboration took (JSON); both are written whole (a temporary file renamed), and an
-entry that cannot be read is converted again. Pure Python, no Amaranth import.
+(gzip) and the description with the seconds the elaboration took (JSON); both are written whole
+(a temporary file renamed), and an entry that cannot be read is converted again. Pure Python, no
+Amaranth import.
 """
 
 from __future__ import annotations
