@@ -58,6 +58,18 @@ def source_version() -> str:
     return h.hexdigest()[:16]
 
 
+def _code_digest(code: types.CodeType) -> str:
+    """SHA-256 of a function's bytecode, the names it looks up (``np.exp`` and ``np.log`` have
+    the same bytecode) and its constants, nested code objects (a comprehension's) by their own
+    digest: their ``repr`` shows an address, which would change the key in every process."""
+    h = hashlib.sha256(code.co_code)
+    h.update(repr(code.co_names).encode())
+    for const in code.co_consts:
+        text = _code_digest(const) if isinstance(const, types.CodeType) else repr(const)
+        h.update(f"\0{text}".encode())
+    return h.hexdigest()
+
+
 def _describe(value: Any) -> Any:
     if isinstance(value, Stream):
         return f"stream:{value.name}"
@@ -80,9 +92,8 @@ def _describe(value: Any) -> Any:
         fields = {f.name: _describe(getattr(value, f.name)) for f in dataclasses.fields(value)}
         return [f"{type(value).__module__}.{type(value).__qualname__}", fields]
     if isinstance(value, types.FunctionType):
-        code = value.__code__
         closure = [c.cell_contents for c in value.__closure__ or ()]
-        digest = hashlib.sha256(code.co_code + repr(code.co_consts).encode()).hexdigest()
+        digest = _code_digest(value.__code__)
         return [f"function:{value.__module__}.{value.__qualname__}:{digest}", _describe(closure)]
     text = repr(value)
     if _ADDRESS.search(text) or "..." in text:

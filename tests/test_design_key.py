@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 
-from examples import moe, swiglu
+from examples import attention, moe, swiglu
 from step_hw.config import HwConfig
 from step_hw.design_key import design_key
 from step_lang import Graph, Map, Sink, Source, StreamType, Tile
@@ -18,15 +18,19 @@ TOP = "step_top"
 
 
 def test_equal_graphs_share_a_key_across_processes():
-    key = design_key(swiglu.hardware(), HwConfig(), TOP)
-    assert key == design_key(swiglu.hardware(), HwConfig(), TOP) and len(key) == 32
+    """Also with functions whose code holds a comprehension (the MoE's and attention's
+    ``retile_rows_masked``: a nested code object, whose ``repr`` shows an address)."""
+    makes = {"swiglu": swiglu.hardware, "moe": moe.hardware, "attention": attention.hardware}
+    keys = [design_key(make(), HwConfig(), TOP) for make in makes.values()]
+    assert keys == [design_key(make(), HwConfig(), TOP) for make in makes.values()]
+    assert all(len(k) == 32 for k in keys)
     code = (
-        "from examples import swiglu; from step_hw.config import HwConfig; "
+        "from examples import attention, moe, swiglu; from step_hw.config import HwConfig; "
         "from step_hw.design_key import design_key; "
-        "print(design_key(swiglu.hardware(), HwConfig(), 'step_top'))"
+        f"print(*(design_key(m.hardware(), HwConfig(), 'step_top') for m in ({', '.join(makes)})))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == key
+    assert out.stdout.split() == keys
 
 
 def test_whatever_changes_the_verilog_changes_the_key():
@@ -63,6 +67,13 @@ def test_functions_are_described_by_their_code_and_closure():
     assert design_key(_doubling(scaled(2)), HwConfig(), TOP) != design_key(
         _doubling(scaled(3)), HwConfig(), TOP
     )
+
+
+def test_functions_that_call_other_functions_differ():
+    """The same bytecode calling another function (``np.exp``, ``np.log``) is another key."""
+    exp = design_key(_doubling(lambda out, t: np.exp(t)), HwConfig(), TOP)
+    log = design_key(_doubling(lambda out, t: np.log(t)), HwConfig(), TOP)
+    assert None not in (exp, log) and exp != log
 
 
 def test_a_value_without_a_stable_description_is_not_cached():
