@@ -8,12 +8,13 @@ tensors), the :class:`~step_hw.config.HwConfig`, the top module's name, and the 
 an operator defined outside those packages (registered by the user, ``docs/architecture.md``) has
 no key: its hardware block is code the key does not hash.
 
-A key must never be shared by two different designs: functions are described by their code and
-the values they close over, dataclasses (the functions of ``step_lang.functions`` and
-``numerics``) field by field, arrays by their bytes; a value that cannot be described stably (an
-object whose ``repr`` shows a memory address or is elided) makes the graph uncacheable:
-:func:`design_key` returns ``None`` and the caller falls back to hashing the Verilog text. Pure
-Python, no Amaranth.
+A key must never be shared by two different designs, and must be the same in every process:
+functions are described by their code (bytecode, the names it looks up, its constants, nested
+code objects by their own digest) and the values they close over, dataclasses (the functions of
+``step_lang.functions`` and ``numerics``) field by field, arrays by their bytes; a value that
+cannot be described stably (an object whose ``repr`` shows a memory address or is elided) makes
+the graph uncacheable: :func:`design_key` returns ``None`` and the caller falls back to hashing
+the Verilog text. Pure Python, no Amaranth.
 """
 
 from __future__ import annotations
