@@ -138,23 +138,27 @@ def build(sources: Sequence[Path], *, top: str, build_dir: Path) -> Runner:
     return sim
 
 
-def effective_optimisation(default: str) -> str:
-    """The optimisation make variables a build gets: the user's ``MAKEFLAGS`` when they set
-    ``OPT_FAST`` (the user's choice wins), else ``default``."""
+def _user_optimisation() -> str | None:
+    """The user's ``MAKEFLAGS`` if they set ``OPT_FAST`` (the user's choice wins), else None."""
     setup()  # its MAKEFLAGS first
     user = os.environ.get("MAKEFLAGS", "")
-    return user if "OPT_FAST" in user else default
+    return user if "OPT_FAST" in user else None
+
+
+def effective_optimisation(default: str) -> str:
+    """The optimisation make variables a build gets: the user's ``MAKEFLAGS`` when they set
+    ``OPT_FAST``, else ``default``."""
+    return _user_optimisation() or default
 
 
 @contextlib.contextmanager
 def optimisation(opt: str) -> Iterator[None]:
     """``MAKEFLAGS`` with the make variables ``opt`` (e.g. :data:`NO_OPT`) for the builds inside,
     unless the user's ``MAKEFLAGS`` already set ``OPT_FAST``; restored on exit."""
-    setup()  # its MAKEFLAGS first
+    user = _user_optimisation()
     saved = os.environ.get("MAKEFLAGS")
-    user = saved or ""
-    if "OPT_FAST" not in user:
-        os.environ["MAKEFLAGS"] = f"{user} {opt}".strip()
+    if user is None:
+        os.environ["MAKEFLAGS"] = f"{saved or ''} {opt}".strip()
     try:
         yield
     finally:
