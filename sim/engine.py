@@ -313,6 +313,12 @@ class Engine:
         self.mem_version = 0
         self.now = 0.0
         self.heap: list[tuple[float, int, int, int]] = []
+        # What ``only_waiting`` reads instead of scanning the heap: the processes with a live
+        # event in it (one whose epoch is the process's), entries pushed for an epoch the
+        # process has not reached yet, and how many memory events the heap holds.
+        self.scheduled: set[int] = set()
+        self._future: dict[int, set[int]] = {}
+        self.memory_events = 0
         self.seq = 0
         self.events = 0
         self.read_bytes = 0
@@ -412,6 +418,28 @@ class Engine:
     def push(self, t: float, proc: _Proc, epoch: int) -> None:
         self.seq += 1
         heapq.heappush(self.heap, (t, self.seq, proc.idx, epoch))
+        if epoch == proc.epoch:
+            if not proc.done:
+                self.scheduled.add(proc.idx)
+        elif epoch > proc.epoch:  # a waiter registered for the command the process yields next
+            self._future.setdefault(proc.idx, set()).add(epoch)
+
+    def _next_epoch(self, proc: _Proc) -> int:
+        """Give ``proc`` its next epoch: its pending events go stale, except those pushed for it."""
+        proc.epoch += 1
+        self.scheduled.discard(proc.idx)
+        future = self._future.get(proc.idx)
+        if future:
+            if proc.epoch in future:
+                self.scheduled.add(proc.idx)
+            future.difference_update([e for e in future if e <= proc.epoch])
+        return proc.epoch
+
+    def only_waiting(self, waiting: set[int]) -> bool:
+        """Whether every pending event wakes a process in ``waiting`` (process indices): no memory
+        event is pending and no other process is scheduled. The running process counts as
+        pending only through ``waiting``, which the callers add it to."""
+        return self.memory_events == 0 and self.scheduled <= waiting
 
     def _schedule_memory(self) -> None:
         self.mem_version += 1
@@ -419,6 +447,7 @@ class Engine:
         if t is not None:
             self.seq += 1
             heapq.heappush(self.heap, (max(t, self.now), self.seq, -1, self.mem_version))
+            self.memory_events += 1
 
     def _set_state(self, proc: _Proc, state: str) -> None:
         dt = self.now - proc.since
@@ -440,6 +469,7 @@ class Engine:
             self.now = t
             self.events += 1
             if idx < 0:
+                self.memory_events -= 1
                 if epoch == self.mem_version:
                     self.mem.complete_due(t)
                     self._schedule_memory()
@@ -459,6 +489,7 @@ class Engine:
             except StopIteration:
                 self._set_state(proc, "idle")
                 proc.done = True
+                self.scheduled.discard(proc.idx)
                 proc.stats.finish = math.ceil(self.now)
                 return 1
             except StepRuntimeError as exc:
@@ -466,8 +497,7 @@ class Engine:
                 if str(exc).startswith(f"{node.kind} '{node.name}'"):
                     raise
                 raise StepRuntimeError(op_message(node.kind, node.name, None, str(exc))) from exc
-            proc.epoch += 1
-            ep = proc.epoch
+            ep = self._next_epoch(proc)
             if isinstance(cmd, str):  # EagerMerge waits for any input
                 self._set_state(proc, "stalled_in")
                 proc.waiting = cmd
@@ -483,10 +513,12 @@ class Engine:
             op = cmd[0]
             if op == "sleep":
                 self._set_state(proc, "busy")
+                proc.wait_on = None  # whatever it waits for, not a token or room of a queue
                 self.push(self.now + cmd[1], proc, ep)
             elif op == "until":
                 self._set_state(proc, "stalled_in")
                 proc.waiting = f"a token on {cmd[2].name} visible at {cmd[1]}"
+                proc.wait_on = None  # the token is there: a wait that ends by itself
                 self.push(cmd[1], proc, ep)
             elif op == "recv":
                 self._set_state(proc, "stalled_in")
@@ -502,6 +534,7 @@ class Engine:
                 req: MemRequest = cmd[1]
                 self._set_state(proc, "busy")
                 proc.waiting = "its off-chip transfer"
+                proc.wait_on = None
                 if req.write:
                     self.write_bytes += req.bytes
                 else:

@@ -26,13 +26,16 @@ from sim import simulate
 from sim.profiles import PROFILES, RtlProfile
 from step_hw.config import HwConfig
 from step_lang import (
+    Accum,
     Bufferize,
     EagerMerge,
+    Expand,
     Feedback,
     Graph,
     LinearOffChipLoad,
     LinearOffChipStore,
     Map,
+    Promote,
     Sink,
     Source,
     Streamify,
@@ -42,6 +45,7 @@ from step_lang import (
 )
 from step_lang import interpret as interpret_graph
 from step_lang.dims import ragged
+from step_lang.errors import SimDeadlock
 from step_lang.types import DTYPES
 
 INT16 = DTYPES["int16"]
@@ -544,6 +548,88 @@ def test_streamify_output_back_pressure_delays_the_release():
     assert got["bz.out"] == [6, 9, 18, 61, 62, 68]
     assert got["sf.out"][:13] == [12, 13, 14, 22, 30, 31, 39, 47, 48, 56, 64, 65, 73]
     assert cycles == 223
+
+
+def _heap_scan(engine, waiting: set[int]) -> bool:
+    """What ``Engine.only_waiting`` answers, by its definition: every event in the heap that is
+    still live (its process not done, its epoch the process's) wakes a process in ``waiting``,
+    and no memory event is pending."""
+    for _, _, idx, epoch in engine.heap:
+        if idx < 0:
+            return False
+        proc = engine.procs[idx]
+        if not proc.done and proc.epoch == epoch and idx not in waiting:
+            return False
+    return True
+
+
+def _buffered_reconvergent() -> tuple[Graph, dict, dict]:
+    """Four buffers of 8 elements, Bufferize -> Streamify -> the reconvergent paths of
+    ``tests/test_sim_timing.py``: a deadlock in which Bufferize waits for a release and
+    Streamify for room, both a cycle at a time (nothing wakes them but the clock). Beside it
+    a load into a sink, which reads memory and is done long before."""
+    g = Graph("buffered_reconvergent")
+    Sink(LinearOffChipLoad(g.tensor("t", (4, 8), "int16"), tile=(4, 4), name="ld").out, name="s")
+    src = Source(g, StreamType(Tile(INT16, 4, 4), (1, 4, 8)), name="src").out
+    x = Streamify(Bufferize(src, 1, name="bz").out, name="sf", repeat=(1,)).out
+    total = Accum(x, fn=FX.accum_add, rank=1, name="total").out
+    spread = Expand(Promote(total, 0, name="lift").out, x, 1, name="spread").out
+    Sink(Map(x, spread, fn=FX.sub, name="center").out, name="sink")
+    return (
+        g,
+        {"src": [[[np.full((4, 4), b, np.int16)] * 8 for b in range(4)]]},
+        {"t": np.zeros((4, 8), np.int16)},
+    )
+
+
+def test_waiting_nodes_see_the_heap_the_engine_keeps(monkeypatch):
+    """Nodes that wait a cycle at a time ask the engine whether only waiting nodes are left
+    (``Engine.only_waiting``, kept up to date as events come and go): its answer is the scan
+    of the heap, on a long wait that ends (Bufferize behind a 1-lane MAC array) and on a
+    deadlock that only such waiting nodes can find."""
+    from sim.engine import Engine
+
+    answers = []
+    kept = Engine.only_waiting
+
+    def checked(engine, waiting):
+        got = kept(engine, waiting)
+        assert got == _heap_scan(engine, waiting), f"cycle {engine.now}"
+        answers.append(got)
+        return got
+
+    monkeypatch.setattr(Engine, "only_waiting", checked)
+    graph, inputs = buffered((1, 6, 2), 1, repeat=(3,), consumer_lanes=1)
+    assert simulate(graph, inputs=inputs, profile=RtlProfile(HwConfig(lanes=1))).cycles > 2000
+    assert answers.count(False) > 100 and True not in answers
+    graph, inputs, memory = _buffered_reconvergent()
+    with pytest.raises(SimDeadlock) as err:
+        simulate(graph, memory, inputs=inputs, profile=RtlProfile(HwConfig()))
+    assert answers.count(True) == 2  # Streamify (room) and Bufferize (a release)
+    assert err.value.blocked["bz"] == "the release of a buffer slot by its Streamify"
+    assert err.value.blocked["sf"] == "room on sf.out"
+    # A node that waits a cycle at a time names no queue it waits on: only the real
+    # reconvergence is a likely cause, not Bufferize's last take from its input queue.
+    assert [c.queue for c in err.value.causes] == ["sf_out_bc.out2"]
+
+
+def test_an_event_pushed_for_the_next_epoch_counts_once_the_process_reaches_it():
+    """A node may register a waiter for the command it yields next (``epoch + 1``): should it be
+    woken before it yields, the event is not live yet, and it is once the node's epoch gets
+    there; an event of an epoch already passed never is."""
+    from sim.engine import Engine
+
+    graph, inputs = buffered((1, 1, 2), 1)
+    engine = Engine(graph, RtlProfile(HwConfig()), None, functional=False, inputs=inputs)
+    proc = engine.procs[0]
+    engine.push(5.0, proc, proc.epoch + 1)
+    assert engine.only_waiting(set()) and _heap_scan(engine, set())  # not live yet
+    engine.push(6.0, proc, proc.epoch - 1)
+    engine._next_epoch(proc)
+    assert not engine.only_waiting(set()) and not _heap_scan(engine, set())
+    assert engine.only_waiting({proc.idx}) and _heap_scan(engine, {proc.idx})
+    engine._next_epoch(proc)
+    assert engine.only_waiting(set()) and _heap_scan(engine, set())
 
 
 def amaranth_pushes(

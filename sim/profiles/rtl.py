@@ -393,7 +393,7 @@ class _Clocked(NodeTiming):
         run.moved = max(run.moved, self.now)
         try:
             while not settled():
-                if self.now - run.moved > self.p.settle and _only_waiting(engine, run.waiting):
+                if self.now - run.moved > self.p.settle and engine.only_waiting(run.waiting):
                     for i in run.waiting:
                         engine.procs[i].waiting = engine.procs[i].timing._waits_for
                     engine._deadlock()
@@ -402,17 +402,6 @@ class _Clocked(NodeTiming):
             run.waiting.discard(proc.idx)
 
     _waits_for = ""
-
-
-def _only_waiting(engine: Any, waiting: set[int]) -> bool:
-    """Whether every pending event of ``engine`` wakes a node in ``waiting``."""
-    for _, _, idx, epoch in engine.heap:
-        if idx < 0:
-            return False
-        proc = engine.procs[idx]
-        if not proc.done and proc.epoch == epoch and idx not in waiting:
-            return False
-    return True
 
 
 def _fn_args(node: Node, toks: list[Any]) -> list[Any]:
@@ -1969,7 +1958,7 @@ class _TakesEarly(_Clocked):
         the node waits for room as the engine does, which reports the deadlock."""
         waiting = self.p._buffer_waiting
         waiting.add(self.io.proc.idx)
-        return self.p.quiet_since(since, self.now) and _only_waiting(self.io.engine, waiting)
+        return self.p.quiet_since(since, self.now) and self.io.engine.only_waiting(waiting)
 
 
 class _Streamify(_TakesEarly):
@@ -2335,7 +2324,7 @@ class _Bufferize(_TakesEarly):
             while self._release() is None:
                 run = self.p._axi[4]
                 ports = run.waiting if run is not None else set()
-                if self.p.quiet_since(since, self.now) and _only_waiting(engine, waiting | ports):
+                if self.p.quiet_since(since, self.now) and engine.only_waiting(waiting | ports):
                     proc.waiting = "the release of a buffer slot by its Streamify"
                     engine._deadlock()
                 yield ("sleep", 1)
