@@ -515,6 +515,9 @@ class Engine:
                 self._set_state(proc, "busy")
                 proc.wait_on = None  # whatever it waits for, not a token or room of a queue
                 self.push(self.now + cmd[1], proc, ep)
+            elif op == "park":  # woken by the waiters it set on its channels (``SimIO``)
+                self._set_state(proc, "busy")
+                proc.waiting, proc.wait_on = cmd[1], cmd[2]
             elif op == "until":
                 self._set_state(proc, "stalled_in")
                 proc.waiting = f"a token on {cmd[2].name} visible at {cmd[1]}"

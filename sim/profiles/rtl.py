@@ -1901,7 +1901,16 @@ class _TakesEarly(_Clocked):
     while it waits to send (for its cycle, or for room), and its ``recv`` returns those first:
     the input queues' slots free when they do in hardware. A subclass says when the hardware
     takes the next input token (``_next_take``) and sends the next token (``_beat_time``).
+
+    While it waits, the block looks again every cycle, unless ``_next_take`` depends only on
+    its input queues (``input_driven``): then it sleeps until the next cycle something it knows
+    of happens (its beat's cycle, a known take, a slot of its output queue freeing) or an input
+    token arrives or its consumer takes a token, whichever is first.
     """
+
+    #: Whether the next take depends only on the tokens sent to the block so far (not on
+    #: another node's state, as a Bufferize's on its reader's releases).
+    input_driven = False
 
     def _next_take(self) -> tuple[int, int | None]:
         """The port and cycle of the next input token the hardware takes before the node asks
@@ -1939,15 +1948,45 @@ class _TakesEarly(_Clocked):
                     continue
                 more = c is None and self._more_inputs()  # a take may become known
                 if t > now:
+                    if more and self.input_driven:
+                        self._wake_on_inputs()
+                        more = False
                     yield ("sleep", 1 if more else t - now)
                     continue
-                if self._room(j) or (not more and c is None) or self._stuck(polled):
+                if self._room(j) or (not more and c is None):
+                    break
+                if self.input_driven:
+                    yield from self._wait_for_room(j, c, more)
+                    continue
+                if self._stuck(polled):
                     break
                 yield ("sleep", 1)  # no room yet: the hardware may take an input meanwhile
             self.p._buffer_waiting.discard(self.io.proc.idx)
             yield from send(j, token)
 
         io.recv, io.send = recv_early, send_taking
+
+    def _wake_on_inputs(self) -> None:
+        """Have a token sent to any input wake the node from the command it yields next."""
+        proc = self.io.proc
+        for ch in self.io.inputs:
+            ch.recv_waiter = (proc, proc.epoch + 1)
+
+    def _wait_for_room(self, j: int, c: int | None, more: bool) -> Any:
+        """Sleep until output ``j`` may have room (a slot frees, or the consumer takes a token)
+        or an input may be taken (at ``c``; with ``more``, once a token arrives)."""
+        io, now = self.io, self.now
+        ch = io.outputs[j]
+        ch.send_waiter = (io.proc, io.proc.epoch + 1)
+        if more:
+            self._wake_on_inputs()
+        times = [f for f in ch.frees if f > now]
+        if c is not None:
+            times.append(c)
+        if times:
+            yield ("sleep", min(times) - now)
+        else:
+            yield ("park", f"room on {ch.name}", ("room", ch.name))
 
     def _room(self, j: int) -> bool:
         ch = self.io.outputs[j]
@@ -1974,6 +2013,8 @@ class _Streamify(_TakesEarly):
     (credit). The output beats are the node's tokens; the slot of a buffer is released when the
     last entry of its reads commits (``release``), which Bufferize waits for.
     """
+
+    input_driven = True
 
     def __init__(self, profile: RtlProfile, node: Node):
         super().__init__(profile, node)
@@ -2006,6 +2047,9 @@ class _Streamify(_TakesEarly):
         self.releases: list[int] = []
         self.entry_of: list[tuple[int, int]] = []  # per output token: (entry, beat)
         self.sent_tokens = 0
+        # The Bufferize waiting for a release this replay does not know yet: woken when the
+        # replay learns more (``sent``; with a reference stream it looks every cycle instead).
+        self.watcher: tuple[Any, int] | None = None
 
     # -- what is known ---------------------------------------------------------------------------
 
@@ -2259,6 +2303,10 @@ class _Streamify(_TakesEarly):
         self.sent_tokens += 1
         if beat == self.beats[j] - 1:
             self.pops.append(self.now)
+            if self.watcher is not None:  # credit: the replay may go on
+                proc, epoch = self.watcher
+                self.watcher = None
+                self.io.engine.push(self.now, proc, epoch)
 
 
 class _Bufferize(_TakesEarly):
@@ -2313,10 +2361,23 @@ class _Bufferize(_TakesEarly):
         io.recv = recv_when_free
 
     def _wait_release(self) -> Any:
-        """Sleep a cycle at a time until the reader's release of the slot is known (the engine
-        cannot wake a node on another node's state); a deadlock when only such waiting nodes
-        are left for ``settle`` cycles and no shared port moves."""
+        """Wait until the reader's release of the slot is known. The reader's replay is taken as
+        far as what is known (it does so itself whenever it runs; a release it has committed to
+        is final); if that is not enough, the replay waits for credit, which comes with the
+        reader's next output beat (``_Streamify.sent``), and this node sleeps until then. A
+        reader with a reference stream also learns from that stream: this node then looks a
+        cycle at a time (the engine cannot wake a node on another node's state), a deadlock
+        when only such waiting nodes are left for ``settle`` cycles and no shared port moves."""
         engine, proc = self.io.engine, self.io.proc
+        reader = self._reader()
+        if reader is not None and not reader.ref:
+            while self._release() is None:
+                reader.advance(math.inf)
+                if self._release() is not None:
+                    break
+                reader.watcher = (proc, proc.epoch + 1)
+                yield ("park", "the release of a buffer slot by its Streamify", None)
+            return
         waiting = self.p._buffer_waiting
         waiting.add(proc.idx)
         since = self.now
