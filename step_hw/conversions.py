@@ -12,17 +12,21 @@ and the Yosys it runs (``build/convert/<version>/``; ``STEP_CONVERT_BUILD`` wins
 without a key (a value without a stable description, an operator defined outside the library) is
 never cached. Storing an entry removes the folders of other versions. Each entry is the Verilog
 (gzip) and the description with the seconds the elaboration took (JSON); both are written whole
-(a temporary file renamed), and an entry that cannot be read is converted again. Pure Python, no
+(a temporary file renamed), and an entry that cannot be read is converted again. One process at a
+time converts a design (:func:`claim`); the others wait and read its entry. Pure Python, no
 Amaranth import.
 """
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import hashlib
 import json
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
@@ -32,7 +36,7 @@ from typing import Any
 from .design_key import source_version
 from .paths import build_folder
 
-__all__ = ["Conversion", "lookup", "store", "version"]
+__all__ = ["Conversion", "claim", "lookup", "store", "version"]
 
 #: Distributions whose version changes the Verilog of a conversion (Amaranth and the Yosys it
 #: may run: ``amaranth.back.verilog`` picks one, ``AMARANTH_USE_YOSYS`` steering the choice).
@@ -83,15 +87,32 @@ def lookup(key: str) -> Conversion | None:
         return None
 
 
-def store(key: str, conversion: Conversion) -> None:
-    """Keep ``conversion`` under ``key``; remove the folders of other versions."""
-    text_file, desc_file = _files(key)
-    folder = text_file.parent
+def _folder() -> Path:
+    """This version's folder, made on first use; the folders of other versions are removed then."""
+    folder = _root() / version()
     if not folder.is_dir():
         for old in _root().glob("*") if _root().is_dir() else ():
             if old.is_dir() and old.name != folder.name:
                 shutil.rmtree(old, ignore_errors=True)
         folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@contextmanager
+def claim(key: str) -> Iterator[None]:
+    """Hold ``key`` while converting it: another process that converts the same design meanwhile
+    (two co-simulation jobs, two test workers) waits here, then finds the entry stored instead of
+    elaborating the design again (an exclusive ``flock`` on ``.<key>.lock`` in the version's
+    folder)."""
+    with open(_folder() / f".{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def store(key: str, conversion: Conversion) -> None:
+    """Keep ``conversion`` under ``key``; remove the folders of other versions."""
+    _folder()
+    text_file, desc_file = _files(key)
     for path, data in (
         (text_file, gzip.compress(conversion.text.encode(), compresslevel=1)),
         # last: an entry is complete once it exists

@@ -397,13 +397,21 @@ def conversion(
     top_name = name or graph.name
     # (a config of another type gets its one-line error from the elaboration)
     key = design_key(graph, config, top_name) if isinstance(config, HwConfig) else None
-    if key is not None and (entry := conversions.lookup(key)) is not None:
+
+    def elaborated() -> conversions.Conversion:
+        t0 = time.perf_counter()
+        text, desc = _convert(graph, config, top_name)
+        desc = json.loads(json.dumps(desc))  # as a stored entry reads back
+        return conversions.Conversion(text, desc, round(time.perf_counter() - t0, 2), cached=False)
+
+    if key is None:
+        return elaborated()
+    if (entry := conversions.lookup(key)) is not None:
         return entry
-    t0 = time.perf_counter()
-    text, desc = _convert(graph, config, top_name)
-    desc = json.loads(json.dumps(desc))  # as a stored entry reads back
-    done = conversions.Conversion(text, desc, round(time.perf_counter() - t0, 2), cached=False)
-    if key is not None:
+    with conversions.claim(key):  # another process may be converting it right now
+        if (entry := conversions.lookup(key)) is not None:
+            return entry
+        done = elaborated()
         conversions.store(key, done)
     return done
 

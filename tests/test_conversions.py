@@ -48,7 +48,11 @@ def test_a_design_is_elaborated_once_and_then_read_back(counted, tmp_path):
     key = design_key(_graph(), HwConfig(), "t")
     folder = tmp_path / "convert" / conversions.version()
     assert gzip.decompress((folder / f"{key}.v.gz").read_bytes()).decode() == text
-    assert sorted(p.name for p in folder.iterdir()) == [f"{key}.json", f"{key}.v.gz"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        f".{key}.lock",
+        f"{key}.json",
+        f"{key}.v.gz",
+    ]
 
 
 def test_whatever_changes_the_design_is_elaborated_again(counted):
@@ -103,3 +107,39 @@ def test_a_graph_without_a_key_is_never_stored(counted, tmp_path, monkeypatch):
     first = elaborate.convert(_graph(), HwConfig(), name="t")
     assert elaborate.convert(_graph(), HwConfig(), name="t") == first
     assert counted == ["t", "t"] and not (tmp_path / "convert").exists()
+
+
+_CONVERT_IN_ANOTHER_PROCESS = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from tests.test_conversions import _graph
+from step_hw import elaborate
+from step_hw.config import HwConfig
+c = elaborate.conversion(_graph(), HwConfig(), name="t")
+print(json.dumps({"cached": c.cached, "text": c.text}))
+"""
+
+
+def test_a_design_being_converted_is_waited_for_not_converted_twice(tmp_path, monkeypatch):
+    """While one process converts a design (here: this test, holding its claim), another that
+    converts the same design waits, then reads the entry the first one stored."""
+    import json
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    monkeypatch.setenv("STEP_CONVERT_BUILD", str(tmp_path / "convert"))
+    key = design_key(_graph(), HwConfig(), "t")
+    root = str(Path(__file__).resolve().parents[1])
+    with conversions.claim(key):
+        other = subprocess.Popen(
+            [sys.executable, "-c", _CONVERT_IN_ANOTHER_PROCESS, root],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(3)  # it is waiting for the claim, not elaborating
+        assert other.poll() is None
+        conversions.store(key, conversions.Conversion("module t(); endmodule", {}, 1.0, False))
+    out, _ = other.communicate(timeout=120)
+    assert json.loads(out) == {"cached": True, "text": "module t(); endmodule"}
