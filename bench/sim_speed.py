@@ -1,7 +1,10 @@
-"""Simulator speed at full model size (paper profile, timing-only mode).
+"""Simulator speed at full model size (timing-only mode): the paper profile on the paper's
+layers, the rtl profile on ``make validate``'s paper-size designs (16-expert MoE on the first
+recorded routing, Fig. 8 SwiGLU at 16 x 16 tiles; hardware-tiled onto 16 x 16 BF16 tiles, the
+HBM-like memory).
 
 Writes ``build/bench/sim_speed.json``:
-``{"cases": [{"name", "wall_s", "target_s", "events_per_s", "sim_cycles"}]}``.
+``{"cases": [{"name", "profile", "wall_s", "target_s", "events_per_s", "sim_cycles"}]}``.
 Graph construction and input preparation are outside the timed region; the simulation itself
 (engine set-up included) is inside.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 import json
 import pathlib
 import time
+from typing import Any
 
 from examples import attention, moe, traces
 from sim import PaperProfile, simulate
@@ -18,15 +22,28 @@ from sim import PaperProfile, simulate
 
 def _moe_case(cfg: moe.MoEConfig, batch: int, schedule: moe.MoESchedule):
     choices = traces.synthetic_routing(batch, cfg.experts, cfg.top_k, seed=0)
-    return moe.build(cfg, schedule, batch), moe.routing_tensors(cfg, choices)
+    return moe.build(cfg, schedule, batch), moe.routing_tensors(cfg, choices), PaperProfile()
 
 
 def _attention_case(batch: int, regions: int):
     cfg = attention.QWEN
     lengths = traces.synthetic_kv_lengths(batch, mean=1000, sigma=0.8, high=cfg.max_len - 1, seed=0)
-    return attention.build(cfg, "dynamic", batch, regions=regions), attention.control_inputs(
-        cfg, lengths
+    graph = attention.build(cfg, "dynamic", batch, regions=regions)
+    return graph, attention.control_inputs(cfg, lengths), PaperProfile()
+
+
+def _validate_case(sweep: str, **params: Any):
+    """The first point of ``make validate``'s ``sweep`` with ``params``, as that run simulates
+    it with the rtl profile (timing-only, its integer tensors)."""
+    from bench import validate
+    from sim.profiles import RtlProfile
+
+    point = next(
+        p for p in validate.SWEEPS[sweep]() if all(p.params[k] == v for k, v in params.items())
     )
+    graph = point.make()
+    profile = RtlProfile.for_memory(point.memory_model, point.config)
+    return graph, validate.timing_image(graph, point.memory), profile
 
 
 CASES = [
@@ -41,6 +58,10 @@ CASES = [
         lambda: _moe_case(moe.MIXTRAL, 1024, moe.MoESchedule("dynamic")),
     ),
     ("attention_b64_dynamic_r4", 5.0, lambda: _attention_case(64, 4)),
+    ("moe16_static_tm2_rtl", 10.0, lambda: _validate_case("moe_scale", schedule="static_tm2")),
+    ("moe16_static_tm1_rtl", 10.0, lambda: _validate_case("moe_scale", schedule="static_tm1")),
+    ("moe16_dynamic_tm2_rtl", 10.0, lambda: _validate_case("moe_scale", schedule="dynamic_tm2")),
+    ("fig8_16x16_rtl", 60.0, lambda: _validate_case("fig8", tile_b=16, tile_i=16)),
 ]
 
 
@@ -49,12 +70,12 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for name, target, make in CASES:
-        graph, memory = make()
+        graph, memory, profile = make()
         t0 = time.perf_counter()
-        result = simulate(graph, memory, functional=False, profile=PaperProfile())
+        result = simulate(graph, memory, functional=False, profile=profile)
         wall = time.perf_counter() - t0
         rows.append(
-            {"name": name, "wall_s": round(wall, 3), "target_s": target,
+            {"name": name, "profile": profile.name, "wall_s": round(wall, 3), "target_s": target,
              "events_per_s": round(result.events / wall, 1), "sim_cycles": result.cycles}
         )  # fmt: skip
         print(
