@@ -157,3 +157,63 @@ def test_cocotb_block_builds_compile_without_optimisation(tmp_path, monkeypatch)
     monkeypatch.setenv("MAKEFLAGS", "OPT_FAST=-O3")
     verilator.build([tmp_path / "a.v"], top="a", build_dir=tmp_path / "b")
     assert "OPT_FAST=-O3" in seen[-1] and verilator.NO_OPT not in seen[-1]
+
+
+def test_a_design_built_meanwhile_is_used_not_built_again(tmp_path, monkeypatch):
+    """Two processes (here threads) need the same new design: one builds it, the other waits for
+    the build lock and then finds the finished folder. The folder is put in place before the
+    lock is released; had it been after (as before), the waiting one, finding no ``built.ok``,
+    built again and replaced the folder under the first one's runs (a paper-size MoE run died
+    of it). Removing the old folder is slowed here to widen that window."""
+    import contextlib
+    import threading
+    import time
+
+    from step_hw.config import HwConfig
+    from step_hw.cosim import verilator
+    from step_lang import Graph, Map, Sink, Source, StreamType, Tile, numerics
+    from step_lang.types import int16
+
+    builds = []
+
+    def fake_build(self, *, build_dir, **kw):
+        builds.append(build_dir)
+        build_dir.mkdir(parents=True, exist_ok=True)
+        (build_dir / "Vtop").write_text("")
+        time.sleep(0.5)  # the other thread meanwhile waits for the build lock
+
+    rmtree = harness.shutil.rmtree
+
+    def slow_rmtree(path, *args, **kw):
+        if path == folder[0]:
+            time.sleep(1.0)
+        return rmtree(path, *args, **kw)
+
+    folder = [None]
+    monkeypatch.setattr(verilator._Verilator, "build", fake_build)
+    monkeypatch.setattr(verilator, "shared_runtime", lambda *a, **kw: contextlib.nullcontext())
+    monkeypatch.setattr(harness, "BUILD", tmp_path / "cosim")
+    monkeypatch.setattr(harness, "_DESIGNS", {})
+    monkeypatch.setattr(harness.shutil, "rmtree", slow_rmtree)
+    monkeypatch.setenv("STEP_CONVERT_BUILD", str(tmp_path / "convert"))
+    g = Graph("twice")
+    x = Source(g, StreamType(Tile(int16, 4, 4), (2,)), name="x").out
+    Sink(Map(x, fn=numerics.functions(HwConfig()).silu, name="f").out, name="y")
+    first = harness.design(g, HwConfig(), quiet=True)  # converted; its folder known
+    folder[0] = first.folder
+    rmtree(first.folder)
+    monkeypatch.setattr(harness, "_DESIGNS", {})
+    for keys in (tmp_path / "cosim" / "keys").glob("*"):
+        keys.unlink()
+    builds.clear()
+    got = []
+    threads = [
+        threading.Thread(target=lambda: got.append(harness.design(g, HwConfig(), quiet=True)))
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(builds) == 1 and len(got) == 2
+    assert (first.folder / "built.ok").is_file()

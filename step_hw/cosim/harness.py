@@ -35,6 +35,7 @@ import os
 import re
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -209,6 +210,14 @@ def _remember(known: Path | None, digest: str, folder: Path, elaborate_s: float)
         tmp.replace(known)
 
 
+def _put_in_place(tmp: Path, folder: Path, digest: str, build_s: float) -> None:
+    """Mark the build in ``tmp`` done (``built.ok``, its seconds) and make it ``folder``."""
+    (tmp / "build_s.txt").write_text(f"{build_s:.2f}\n")
+    (tmp / "built.ok").write_text(digest + "\n")
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
+
+
 def _recorded_build_s(folder: Path) -> float:
     """The seconds the build in ``folder`` took (0 if it predates the record)."""
     f = folder / "build_s.txt"
@@ -306,7 +315,7 @@ def design(
     if not stamp.is_file():
         # Build beside the final folder and rename, so an interrupted build is never reused and
         # two processes building the same design do not corrupt each other's files.
-        tmp = BUILD / f".{folder.name}.{os.getpid()}"
+        tmp = BUILD / f".{folder.name}.{os.getpid()}.{threading.get_ident()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         (tmp / f"{TOP}.v").write_text(text)
@@ -341,6 +350,10 @@ def design(
                             always=True,
                             log_file=log,
                         )
+                    # Into place before the lock is released: a process that waited for it
+                    # finds the stamp, rather than building again and replacing the folder
+                    # under this one's runs.
+                    _put_in_place(tmp, folder, digest, time.perf_counter() - t0)
         except (RuntimeError, SystemExit) as exc:
             _say(quiet, "failed")
             raise CosimError(
@@ -352,10 +365,6 @@ def design(
             build_s = 0.0
             _say(quiet, f"built by another process: {folder}")
         else:
-            (tmp / "build_s.txt").write_text(f"{time.perf_counter() - t0:.2f}\n")
-            (tmp / "built.ok").write_text(digest + "\n")
-            shutil.rmtree(folder, ignore_errors=True)
-            tmp.rename(folder)
             build_s = time.perf_counter() - t0
             _say(quiet, f"done in {build_s:.0f} s, log: {folder / 'build.log'}")
     else:
