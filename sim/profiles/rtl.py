@@ -404,6 +404,11 @@ class _Clocked(NodeTiming):
     _waits_for = ""
 
 
+def _frees_after(ch: Any, now: float) -> list[float]:
+    """The cycles, after ``now``, at which slots of queue ``ch`` taken earlier free."""
+    return [f for f in ch.frees if f > now]
+
+
 def _fn_args(node: Node, toks: list[Any]) -> list[Any]:
     """A FlatMap's function arguments from its input tokens (as ``FlatMap.execute``)."""
     from step_lang.ops.higher_order import _args
@@ -724,7 +729,7 @@ class _Router(_Clocked):
             if t0 > now:
                 t = min(t, t0)
                 continue
-            frees = [f for f in ch.frees if f > now]
+            frees = _frees_after(ch, now)
             if frees:
                 t = min(t, min(frees))
             else:
@@ -1282,7 +1287,7 @@ class _Load(_Clocked):
                 if e is None or self._room(j):
                     break  # SimIO.send waits for room from here
                 # no room yet: the next address may be taken meanwhile
-                frees = [f for f in io.outputs[j].frees if f > now]
+                frees = _frees_after(io.outputs[j], now)
                 yield ("sleep", min(e, *frees) - now if frees else 1)
             yield from send(j, token)
 
@@ -1980,7 +1985,7 @@ class _TakesEarly(_Clocked):
         ch.send_waiter = (io.proc, io.proc.epoch + 1)
         if more:
             self._wake_on_inputs()
-        times = [f for f in ch.frees if f > now]
+        times = _frees_after(ch, now)
         if c is not None:
             times.append(c)
         if times:
