@@ -408,6 +408,42 @@ def test_a_profile_runs_twice():
     assert profile.axi_trace()["m_axi_rd0.ar"] == [5, 6, 7, 9]
 
 
+@pytest.mark.parametrize(
+    ("example", "schedule"), [("swiglu", "mn_mk"), ("moe", "static"), ("attention", "dynamic")]
+)
+def test_shared_port_waits_skip_the_cycles_in_which_nothing_can_happen(
+    example, schedule, monkeypatch
+):
+    """A load that waits for its tile on a shared port sleeps until the tile's last beat can
+    have come (``ReadPort.earliest_last_beat``), and a port skips the cycles without a possible
+    handshake (``Port._next``): every stream, node and handshake as when the loads look, and
+    the port steps, every cycle, in a fraction of the engine events (HBM-like memory, where
+    a read takes 64 cycles)."""
+    import math
+
+    from sim.profiles import rtl, rtl_ports
+    from step_hw.memory_model import MemoryModel
+    from stepcli.sizing import hardware_case
+
+    def run():
+        graph, (memory,) = hardware_case(example, schedule)
+        profile = RtlProfile.for_memory(MemoryModel.hbm(), HwConfig(axi_ports=1))
+        return simulate(graph, memory, profile=profile), profile
+
+    skipping, profile = run()
+    trace = profile.axi_trace()
+    assert profile.shared_ports()
+    monkeypatch.setattr(rtl._Load, "_tile_due", lambda self: -math.inf)
+    for port in (rtl_ports.Port, rtl_ports.ReadPort):
+        monkeypatch.setattr(port, "_next", lambda self, c: c)
+    stepping, profile = run()
+    assert skipping.cycles == stepping.cycles
+    assert skipping.queue_curves == stepping.queue_curves
+    assert skipping.nodes == stepping.nodes
+    assert trace == profile.axi_trace()
+    assert skipping.events * 2 < stepping.events
+
+
 # -- on-chip buffers: Bufferize and Streamify (step_hw/memory/buffer.py) -------------------------
 #
 # Every count below is the generated RTL's, taken from an Amaranth simulation of the elaborated

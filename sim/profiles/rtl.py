@@ -376,11 +376,13 @@ class _Clocked(NodeTiming):
     def share(self, port: Port | None) -> None:
         self.port = port
 
-    def _wait(self, settled: Any, what: str) -> Any:
-        """Sleep a cycle at a time until ``settled()``: a result of the shared port that the
-        engine's clock has not reached yet (``Port``). The engine has no hook for a node that
-        must wait for time to pass before it can tell when it sends or takes a token, so the
-        shared-port nodes wrap their ``SimIO.send`` / ``SimIO.recv`` (``attach``) with this.
+    def _wait(self, settled: Any, what: str, earliest: Any = None) -> Any:
+        """Sleep until ``settled()``: a result of the shared port that the engine's clock has not
+        reached yet (``Port``). The engine has no hook for a node that must wait for time to pass
+        before it can tell when it sends or takes a token, so the shared-port nodes wrap their
+        ``SimIO.send`` / ``SimIO.recv`` (``attach``) with this. It looks again a cycle later, or,
+        with ``earliest``, at the cycle ``earliest()`` names: one before which ``settled()``
+        cannot hold (the port is simulated lazily, so looking less often changes nothing else).
 
         If only such waiting nodes are left and for ``settle`` cycles no shared port has moved and no
         node has started to wait (a port's own latencies are a few cycles), nothing can change
@@ -397,7 +399,11 @@ class _Clocked(NodeTiming):
                     for i in run.waiting:
                         engine.procs[i].waiting = engine.procs[i].timing._waits_for
                     engine._deadlock()
-                yield ("sleep", 1)
+                t = earliest() if earliest is not None else None
+                yield (
+                    "sleep",
+                    math.ceil(t - self.now) if t is not None and t > self.now + 1 else 1,
+                )
         finally:
             run.waiting.discard(proc.idx)
 
@@ -1222,6 +1228,7 @@ class _Load(_Clocked):
         self.tile_entry: list[int] = []  # per tile: its entry
         self.burst_of: list[tuple[int, int, int, bool]] = []  # (tile, index, beats, closes it)
         self.ar: list[int] = []  # per burst: AR handshake
+        self.ar_from = (-1, 0)  # (burst, the cycle it is offered from), once that is known
         self.r_last: list[int] = []  # per burst: last R beat
         self.tile_r: list[int] = []  # per tile: last R beat
         self._out: list[Any] = []
@@ -1317,10 +1324,22 @@ class _Load(_Clocked):
                 return taken.popleft()
             return (yield from recv(i))
 
+        def next_look() -> float:
+            """When to look again for the tile or the next address's entry."""
+            t = self._tile_due()
+            if ahead:
+                if io.inputs[0].q:
+                    e = self._entry(len(self.refs))
+                    if e is not None:  # else it waits for this node's own sends
+                        t = min(t, e)
+                else:  # an address that arrives meanwhile wakes the node
+                    io.inputs[0].recv_waiter = (io.proc, io.proc.epoch + 1)
+            return t
+
         def send_when_read(j: int, token: Any) -> Any:
             while True:
                 yield from take_due()
-                yield from self._wait(lambda: due() or self._tile_read(token), "a tile")
+                yield from self._wait(lambda: due() or self._tile_read(token), "a tile", next_look)
                 if not due():
                     break
             while not self._room(j) and due() is not None:  # no room: take addresses meanwhile
@@ -1346,6 +1365,20 @@ class _Load(_Clocked):
             return True
         self.port.advance(self.now)
         return w < len(self.tile_r)
+
+    def _tile_due(self) -> int:
+        """A cycle before which the next output token's tile cannot have been read
+        (``ReadPort.earliest_last_beat`` of its last burst)."""
+        w = self.cmd_tile[len(self.out_pops)]
+        bo = self.burst_of
+        if bo and bo[-1][0] >= w:  # its bursts are known: the last one
+            n = len(bo) - 1
+            while bo[n][0] > w:
+                n -= 1
+            beats = bo[n][2]
+        else:  # none requested yet: all its beats still to come
+            n, beats = len(bo), sum(self.bursts[self.tile_k[w]])
+        return self.port.earliest_last_beat(self.port.managers.index(self), n, beats)
 
     def _walk(self, token: Any = None) -> list[Any]:
         """The tokens of one walk, tiles as their tensor tile numbers (a RandomLoad's fetch
@@ -1435,6 +1468,8 @@ class _Load(_Clocked):
     def ar_valid(self, c: int) -> bool:
         """Whether the load offers its next burst in cycle ``c``."""
         n = len(self.ar)
+        if self.ar_from[0] == n:
+            return self.ar_from[1] <= c
         while n >= len(self.burst_of):
             w = self.burst_of[-1][0] + 1 if self.burst_of else 0
             while w >= len(self.tile_k):
@@ -1459,7 +1494,16 @@ class _Load(_Clocked):
             if n - self.mo >= len(self.r_last):
                 return False
             t = max(t, self.r_last[n - self.mo] + 1)
+        self.ar_from = (n, t)  # from known cycles only: it stays so
         return t <= c
+
+    def offered_from(self, c: int) -> float:
+        """The cycle, ``c`` or later, from which the next burst is offered; infinity while that
+        is not known (it then waits for something after the engine's clock)."""
+        if self.ar_valid(c):
+            return c
+        n, t = self.ar_from
+        return t if n == len(self.ar) else math.inf
 
     def ar_done(self, c: int) -> int:
         """The next burst's AR was taken in cycle ``c``; its beats."""
@@ -1557,6 +1601,7 @@ class _Store(_Clocked):
         self.takes: list[float] = []  # per tile: the cycle it was taken
         self.burst_of: list[tuple[int, int, int, bool]] = []  # (tile, index, beats, closes it)
         self.aw: list[int] = []  # per burst: AW handshake
+        self.aw_from = (-1, 0)  # (burst, the cycle it is offered from), once that is known
         self.b_resp: list[int] = []  # per burst: B response
         self.tile_b: list[int] = []  # per tile: its last B response
 
@@ -1589,6 +1634,8 @@ class _Store(_Clocked):
     def aw_valid(self, c: int) -> bool:
         """Whether the store offers its next burst in cycle ``c``."""
         n = len(self.aw)
+        if self.aw_from[0] == n:
+            return self.aw_from[1] <= c
         if n >= len(self.burst_of):
             return False
         w, b, _, _ = self.burst_of[n]
@@ -1597,7 +1644,16 @@ class _Store(_Clocked):
             t = max(t, self.aw[n - 1] + 1)
         if n >= self.mo:  # a slot frees the cycle after a burst's B response
             t = max(t, self.b_resp[n - self.mo] + 1)
+        self.aw_from = (n, t)  # from known cycles only: it stays so
         return t <= c
+
+    def offered_from(self, c: int) -> float:
+        """The cycle, ``c`` or later, from which the next burst is offered; infinity while that
+        is not known (no tile taken for it yet)."""
+        if self.aw_valid(c):
+            return c
+        n, t = self.aw_from
+        return t if n == len(self.aw) else math.inf
 
     def aw_beats(self) -> int:
         return self.burst_of[len(self.aw)][2]

@@ -79,14 +79,34 @@ class Port:
         self.cycle = 0  # the next cycle to simulate
 
     def advance(self, now: float) -> None:
+        """Simulate the cycles up to ``now`` plus ``lead``, skipping those in which nothing can
+        happen (``_next``)."""
         end = math.floor(now) + self.lead
-        while self.cycle <= end:
-            if self._step(self.cycle):
-                self.run.moved = self.cycle
-            self.cycle += 1
+        c = self.cycle
+        while c <= end:
+            skip_to = self._next(c)
+            if skip_to > c:
+                skip_to = end + 1 if skip_to > end else math.ceil(skip_to)
+                self._skipped(c, skip_to)
+                c = skip_to
+                continue
+            if self._step(c):
+                self.run.moved = c
+            c += 1
+        self.cycle = c
 
     def _step(self, c: int) -> bool:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _next(self, c: int) -> float:
+        """The first cycle from ``c`` on in which a handshake may happen, from what the managers
+        know at the engine's clock (a request they cannot tell yet is not offered before it)."""
+        if self.arbiter.locked:
+            return c
+        return min(m.offered_from(c) for m in self.managers)
+
+    def _skipped(self, c: int, to: int) -> None:
+        """Cycles ``c`` to ``to - 1`` passed without a handshake."""
 
 
 class ReadPort(Port):
@@ -125,9 +145,33 @@ class ReadPort(Port):
         self.offered: list[int] = []  # cycle each beat is first offered (d)
         self.r: list[int] = []  # R handshake cycle of each beat
         self.head = 0  # the burst of the next beat
+        self.bursts_of: list[list[int]] = [[] for _ in range(n)]  # per manager: its bursts' numbers
+
+    def earliest_last_beat(self, g: int, n: int, beats: int) -> int:
+        """A cycle before which the last R beat of manager ``g``'s burst ``n`` (``beats`` beats
+        long) cannot be taken, from the cycles simulated so far (``advance``): beats leave in AR
+        order, ``beat_interval`` cycles apart at the least, and a burst not requested yet is
+        requested in the next cycle at the earliest and returns its first beat
+        ``memory_latency`` cycles later. Lets a manager's node sleep until then (``_wait``)."""
+        step, k = self.p.beat_interval, len(self.r)  # k: the next beat
+        after = max(self.cycle, self.offered[k]) if k < len(self.offered) else self.cycle
+        mine = self.bursts_of[g]
+        if n < len(mine):
+            return after + (self.ends[mine[n]] - 1 - k) * step
+        ahead = self.ends[-1] - k if self.ends else 0  # beats requested and not yet taken
+        first = max(after + ahead * step, self.cycle + self.p.memory_latency)
+        return first + (beats - 1) * step
 
     def trace(self) -> dict[str, list[int]]:
         return {"ar": self.ar, "r": self.r}
+
+    def _next(self, c: int) -> float:
+        k = len(self.r)
+        if self.head < len(self.ar):
+            if k == len(self.offered) or self.offered[k] <= c:
+                return c
+            return min(self.offered[k], super()._next(c))
+        return super()._next(c)
 
     def _pop(self, j: int) -> int | None:
         while len(self.pops) <= j:
@@ -175,6 +219,7 @@ class ReadPort(Port):
                 m = self.managers[g]
                 n = len(m.ar)
                 self.owner.append((g, n))
+                self.bursts_of[g].append(len(self.ar))
                 self.ar.append(c)
                 self.ends.append((self.ends[-1] if self.ends else 0) + m.ar_done(c))
                 moved = True
@@ -210,6 +255,10 @@ class WritePort(Port):
 
     def trace(self) -> dict[str, list[int]]:
         return {"aw": self.aw, "w": self.w, "b": self.b}
+
+    def _skipped(self, c: int, to: int) -> None:
+        if self.b and c <= self.b[-1]:  # W beats and B responses still to come
+            self.run.moved = min(to - 1, self.b[-1])
 
     def _step(self, c: int) -> bool:
         busy = bool(self.b) and c <= self.b[-1]  # W beats and B responses still to come
