@@ -515,8 +515,9 @@ class Engine:
                 self._set_state(proc, "busy")
                 proc.wait_on = None  # whatever it waits for, not a token or room of a queue
                 self.push(self.now + cmd[1], proc, ep)
-            elif op == "park":  # woken by the waiters it set on its channels (``SimIO``)
-                self._set_state(proc, "busy")
+            elif op == "park":  # woken by the waiters it set on its channels (``SimIO``);
+                # ("park", waiting, wait_on[, state]): the state it is counted in, "busy" unless said
+                self._set_state(proc, cmd[3] if len(cmd) > 3 else "busy")
                 proc.waiting, proc.wait_on = cmd[1], cmd[2]
             elif op == "until":
                 self._set_state(proc, "stalled_in")

@@ -47,6 +47,7 @@ __all__ = [
     "axi_managers",
     "buffer_words",
     "feedback_input",
+    "held_stop_chunk",
     "is_load",
     "is_memory_operator",
     "is_store",
@@ -151,6 +152,19 @@ BLOCKS.add(Block(joins_inputs=True), ops.RandomOffChipStore)
 #: a group (the group's last position is written to the bank first); then one beat per cycle
 #: (accumulators and the stops between the held dims), taking no input until the last.
 HELD_EMIT_DELAY = 1
+
+
+def held_stop_chunk(node: Node) -> int | None:
+    """The chunk of a Reshape that holds back each chunk's closing ``S1`` (``rank = 0`` on an
+    input of rank 1 or more, ``step_hw.shape.Reshape``): the held stop is written in the cycle
+    the next input is offered, and a data or done input that releases it is taken the cycle
+    after (a stop absorbs it and is taken at once); a stop or done that ends a chunk short is
+    taken after the padding is written, one pad per cycle. None for any other node."""
+    if isinstance(node, ops.Reshape) and node.rank == 0 and node.inputs[0].rank > 0:
+        return node.chunk
+    return None
+
+
 BLOCKS.add(Block(), ops.LinearOffChipLoad, ops.RandomOffChipLoad, ops.LinearOffChipStore)
 BLOCKS.add(Unsupported("is a top-level port, not a block"), ops.Source, ops.Sink)
 BLOCKS.add(Unsupported("is a wire (its output aliases its input), not a block"), ops.Feedback)

@@ -16,6 +16,9 @@ at the sized depths of the hardware-size attention and MoE the profile was up to
 * A RandomLoad takes an address in the cycle of its sequencer entry, while earlier tiles wait.
 * A MAC array steps through a tile pair from the cycle its operands are offered, while its last
   result may still wait in the output register.
+* A plain Accum folds the next group's data while its last result waits in the output register.
+* A Reshape of rank 0 writes a held ``S1`` (and a short chunk's padding) before it takes the
+  input that needs them; its output and pad flags drain into their queues each on its own.
 
 The cycle numbers are an Amaranth simulation's of the elaborated graph with the co-simulation
 bench's Sources and Sinks and ``MemoryModel.axi_ram()``'s memory timing (``amaranth_pushes``,
@@ -43,6 +46,7 @@ from step_lang import (
     RandomOffChipLoad,
     Reassemble,
     RepeatStatic,
+    Reshape,
     Sink,
     Source,
     StreamType,
@@ -176,6 +180,30 @@ def repeat():
     return g, {}, {"x": [tiles(2), tiles(2)], "w0": [[tiles(3), tiles(3)], [tiles(3), tiles(3)]]}
 
 
+def chunks():
+    """The MoE's ``chunk``: a Reshape of ragged rows into padded chunks of two (rank 0) with
+    pad flags, then chunks of one (each element's ``S1`` held until the next input), into a
+    RepeatStatic of three copies: the chunks' queue fills while the flags' drains, and a held
+    stop is written before the input that releases it is taken."""
+    g = Graph("chunks")
+    x = Source(g, StreamType(T, (2, ragged("n"))), name="x").out
+    r = Reshape(x, 2, pad=np.zeros((4, 4), np.int16), pad_flags=True, name="c")
+    one = Reshape(r.outputs[0], 1, name="c1").out
+    Sink(RepeatStatic(one, 3, name="rep").out, name="k0")
+    Sink(r.outputs[1], name="k1")
+    return g, {}, {"x": [tiles(3), tiles(2)]}
+
+
+def fold():
+    """The MoE's ``pack``: an Accum (rank 1) whose results wait for a RepeatStatic of twelve
+    copies while it folds the next groups."""
+    g = Graph("fold")
+    x = Source(g, StreamType(T, (6, 3)), name="x").out
+    acc = Accum(x, fn=FX.accum_add, rank=1, name="acc").out
+    Sink(RepeatStatic(acc, 12, name="rep").out, name="k")
+    return g, {}, {"x": [tiles(3) for _ in range(6)]}
+
+
 CASES = {
     "fanout": fanout,
     "route0": lambda: route(0),
@@ -187,6 +215,8 @@ CASES = {
     "load": load,
     "mac": mac,
     "repeat": repeat,
+    "chunks": chunks,
+    "fold": fold,
 }
 
 

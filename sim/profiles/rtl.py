@@ -369,6 +369,11 @@ class _Clocked(NodeTiming):
     def sent(self, port: int, token: Any) -> None:
         self.last_push[port] = self.now
 
+    def _room(self, j: int) -> bool:
+        """Whether output queue ``j`` has room now."""
+        ch = self.io.outputs[j]
+        return ch.occ - sum(1 for f in ch.frees if f <= self.now) < ch.cap
+
     # -- memory operators on a shared AXI port ---------------------------------------------------
 
     port: Port | None = None
@@ -462,6 +467,12 @@ class _Block(_Clocked):
         self.pending_after = node.rank if isinstance(node, ops.Accum) and not held else None
         self.pending = False
         self.steps_from = -math.inf  # a MAC array's steps start no earlier (``pending``)
+        # A Reshape that holds each chunk's closing S1 (contract.held_stop_chunk): elements of
+        # the current chunk taken and whether its S1 is held (``_write_before_take``).
+        self.chunk = contract.held_stop_chunk(node)
+        self.pads = getattr(node, "pad", None) is not None
+        self.in_chunk = 0
+        self.stop_held = False
 
     def before_recv(self, port: int) -> int | WaitFor:
         now = self.now
@@ -483,6 +494,109 @@ class _Block(_Clocked):
                 start = max(t, offered, self.steps_from)
                 t = (start if self.held_group is None else max(t, now)) + self.steps - 1
         return max(0, math.ceil(t - now)) if t > now else 0
+
+    def attach(self, io: Any) -> None:
+        super().attach(io)
+        self.precharged = False
+        if len(self.node.outputs) > 1 and self.latency and type(self) is _Block:
+            self._drain_apart(io)
+        if self.pending_after is not None and len(self.node.inputs) == 1:
+            self._fold_while_full(io)
+        if self.chunk is not None:
+            self._write_before_take(io)
+
+    def _fold_while_full(self, io: Any) -> None:
+        """A plain Accum's result waits in its output register (``step_hw.compute._unit``:
+        ``free``) while the unit folds the next group's data and drops the stops inside a group;
+        only a stop that closes a group, done, or a stop held after the result waits for the
+        register. The interpreter's Accum takes nothing before its result has left, so the
+        node's send of a result takes those inputs meanwhile (its later ``recv`` returns them)
+        and waits for room or for the next of them, whichever comes first."""
+        recv, send, rank = io.recv, io.send, self.pending_after
+        early: deque = deque()
+        ch_in, proc = io.inputs[0], io.proc
+
+        def recv_early(i: int) -> Any:
+            if early:
+                return early.popleft()
+            return (yield from recv(i))
+
+        def foldable() -> bool | None:
+            """Whether the next input token is folded without the register (None: no token)."""
+            if not ch_in.q:
+                return None
+            token = ch_in.q[0][1]
+            return is_data(token) or (isinstance(token, Stop) and token.level < rank)
+
+        def send_folding(j: int, token: Any) -> Any:
+            if not is_data(token) or self.pending or early:
+                return (yield from send(j, token))
+            t = self.now + self.on_send(j, token)
+            ch = io.outputs[j]
+            while True:
+                now = self.now
+                if t <= now and self._room(j):
+                    break
+                fold = foldable()
+                times = [t] if t > now else _frees_after(ch, now)
+                if fold:
+                    visible = ch_in.q[0][0]
+                    wait = self.before_recv(0) if visible <= now else visible - now
+                    if wait == 0:
+                        early.append((yield from recv(0)))
+                        continue
+                    times.append(now + wait)
+                elif fold is None:  # a token that arrives meanwhile may be folded
+                    ch_in.recv_waiter = (proc, proc.epoch + 1)
+                if times:
+                    yield ("sleep", min(times) - now)
+                    continue
+                ch.send_waiter = (proc, proc.epoch + 1)
+                yield ("park", f"room on {ch.name}", ("room", ch.name), "stalled_out")
+            self.precharged = True
+            yield from send(j, token)
+
+        io.recv, io.send = recv_early, send_folding
+
+    def _drain_apart(self, io: Any) -> None:
+        """Output registers loaded together drain into their queues each on its own
+        (``step_hw.shape.Reshape``'s output and pad flags): the node sends a token's outputs in
+        port order, which would keep a later output's token behind an earlier output's full
+        queue. So its sends of one token are collected and each is pushed once its queue has
+        room; the next token waits for all of them, as the block loads its registers only when
+        every one is free."""
+        send = io.send
+        stash: list[deque] = [deque() for _ in self.node.outputs]  # per output, in order
+
+        def send_apart(j: int, token: Any) -> Any:
+            stash[j].append(token)
+            while all(stash):  # the next token of every output: loaded together
+                yield from send_row([(k, q.popleft()) for k, q in enumerate(stash)])
+
+        def send_row(row: list[tuple[int, Any]]) -> Any:
+            now = self.now
+            loaded = max(self.last_push) + 1  # a register frees in the cycle its token leaves
+            ready = [(k, tok, max(now + self.on_send(k, tok), loaded)) for k, tok in row]
+            while ready:
+                now = self.now
+                for item in [x for x in ready if x[2] <= now and self._room(x[0])]:
+                    ready.remove(item)
+                    self.precharged = True
+                    yield from send(item[0], item[1])
+                if len(ready) == 1:  # the last one waits as any send does
+                    k, tok, t = ready.pop()
+                    if t > now:
+                        yield ("sleep", math.ceil(t - now))
+                    self.precharged = True
+                    yield from send(k, tok)
+                elif ready:
+                    soon = [t for _, _, t in ready if t > now]
+                    for k, _, t in ready:
+                        if t <= now:
+                            soon += _frees_after(io.outputs[k], now)
+                    yield ("sleep", math.ceil(min(soon) - now) if soon else 1)
+
+        io.send = send_apart
 
     def hold(self, port: int, token: Any) -> int:
         """An expander (FlatMap, RetileStreamify) takes its inputs with the element's last
@@ -538,7 +652,63 @@ class _Block(_Clocked):
         if self.pending_after is not None and isinstance(token, Stop):
             self.pending = token.level > self.pending_after
         self.ready_at = now + lat
+        if self.chunk is not None:
+            self._track_chunk(token)
         return 0
+
+    def _writes_before(self, token: Any) -> tuple[int, bool]:
+        """What a held-stop Reshape writes before it takes ``token``
+        (``step_hw.shape.Reshape._elaborate_inner``): the pads of a chunk that a stop or done
+        ends short, and whether a held S1 goes out (data or done releases it; after padding,
+        the S1 closing the padded chunk is held, which a stop absorbs)."""
+        short = self.chunk - self.in_chunk if self.in_chunk and self.pads else 0
+        if is_data(token):
+            return 0, self.stop_held
+        if isinstance(token, Stop):
+            return short, False
+        return short, bool(short) or self.stop_held
+
+    def _write_before_take(self, io: Any) -> None:
+        """A held-stop Reshape writes what its next input needs before it takes it: the pads and
+        the released S1 (``_writes_before``), each into the output registers as they free, the
+        input taken in the cycle the last has left. The interpreter writes them after its take,
+        so they are sent here first and the node's own sends of them are dropped."""
+        recv, send = io.recv, io.send
+        n_out = len(self.node.outputs)
+        skip = [0] * n_out
+
+        def recv_after_writes(i: int) -> Any:
+            token = yield from io.peek(i)
+            wait = self.before_recv(i)
+            if wait > 0:
+                yield ("sleep", wait)
+            pads, s1 = self._writes_before(token)
+            rows = [[np.array(self.node.pad, copy=True), np.ones((1, 1), bool)]] * pads
+            rows += [[Stop(1), Stop(1)]] * s1
+            for row in rows:
+                self.ready_at = self.now + self.latency
+                for j in range(n_out):
+                    skip[j] += 1
+                    yield from send(j, row[j])
+            return (yield from recv(i))
+
+        def send_unless_written(j: int, token: Any) -> Any:
+            if skip[j]:
+                skip[j] -= 1
+                return
+            yield from send(j, token)
+
+        io.recv, io.send = recv_after_writes, send_unless_written
+
+    def _track_chunk(self, token: Any) -> None:
+        """A held-stop Reshape took ``token``: whether the chunk it closes holds its S1."""
+        self.stop_held = False
+        if is_data(token):
+            self.in_chunk += 1
+            if self.in_chunk == self.chunk:
+                self.in_chunk, self.stop_held = 0, True
+        else:
+            self.in_chunk = 0
 
     def sent(self, port: int, token: Any) -> None:
         now = self.now
@@ -554,6 +724,9 @@ class _Block(_Clocked):
     def on_send(self, port: int, token: Any) -> int:
         # A registered output leaves one token per cycle. A combinational block passes each
         # token on in the cycle it takes it, so only a slow queue spaces them.
+        if self.precharged:  # its time was taken when its token was collected (``_drain_apart``)
+            self.precharged = False
+            return 0
         gap = self.spacing[port] - (0 if self.latency else 1)
         t = max(self.ready_at, self.last_push[port] + gap)
         return max(0, math.ceil(t - self.now)) if t > self.now else 0
@@ -1349,10 +1522,6 @@ class _Load(_Clocked):
 
         io.recv, io.send = recv_ahead, send_when_read
 
-    def _room(self, j: int) -> bool:
-        ch = self.io.outputs[j]
-        return ch.occ - sum(1 for f in ch.frees if f <= self.now) < ch.cap
-
     def _tile_read(self, token: Any) -> bool:
         i = len(self.out_pops)
         while i >= len(self.cmd_tile):
@@ -2048,10 +2217,6 @@ class _TakesEarly(_Clocked):
             yield ("sleep", min(times) - now)
         else:
             yield ("park", f"room on {ch.name}", ("room", ch.name))
-
-    def _room(self, j: int) -> bool:
-        ch = self.io.outputs[j]
-        return ch.occ - sum(1 for f in ch.frees if f <= self.now) < ch.cap
 
     def _stuck(self, since: float) -> bool:
         """Whether only waiting nodes are left (for ``settle`` cycles, no shared port moving): then
