@@ -155,13 +155,18 @@ HELD_EMIT_DELAY = 1
 
 
 def held_stop_chunk(node: Node) -> int | None:
-    """The chunk of a Reshape that holds back each chunk's closing ``S1`` (``rank = 0`` on an
-    input of rank 1 or more, ``step_hw.shape.Reshape``): the held stop is written in the cycle
-    the next input is offered, and a data or done input that releases it is taken the cycle
-    after (a stop absorbs it and is taken at once); a stop or done that ends a chunk short is
-    taken after the padding is written, one pad per cycle. None for any other node."""
-    if isinstance(node, ops.Reshape) and node.rank == 0 and node.inputs[0].rank > 0:
+    """The chunk of a block that holds back each chunk's closing ``S1`` (BlockWriter in
+    ``step_hw.shape``: a Reshape, or a Promote (chunks of one), of ``rank = 0`` on an input of
+    rank 1 or more): the held stop is written in the cycle the next input is offered, and a
+    data or done input that releases it is taken the cycle after (a stop absorbs it and is
+    taken at once); a stop or done that ends a Reshape's chunk short is taken after the
+    padding is written, one pad per cycle. None for any other node."""
+    if getattr(node, "rank", None) != 0 or not node.inputs or node.inputs[0].rank == 0:
+        return None
+    if isinstance(node, ops.Reshape):
         return node.chunk
+    if isinstance(node, ops.Promote):
+        return 1
     return None
 
 

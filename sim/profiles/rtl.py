@@ -683,8 +683,8 @@ class _Block(_Clocked):
             if wait > 0:
                 yield ("sleep", wait)
             pads, s1 = self._writes_before(token)
-            rows = [[np.array(self.node.pad, copy=True), np.ones((1, 1), bool)]] * pads
-            rows += [[Stop(1), Stop(1)]] * s1
+            rows = [[np.array(self.node.pad, copy=True), np.ones((1, 1), bool)]] if pads else []
+            rows = rows * pads + [[Stop(1), Stop(1)]] * s1
             for row in rows:
                 self.ready_at = self.now + self.latency
                 for j in range(n_out):
@@ -1262,7 +1262,6 @@ class _Load(_Clocked):
         self.walk = 0  # tiles of the current walk (LinearLoad)
         self.out_pops: list[float] = []  # output beats, for the order queue's room
         self.tile_pops: list[float] = []  # tiles taken from the tile queue
-        self.pending: deque[float] = deque()  # ready times of tiles read ahead
         self.tiles_sent = 0
         self.entries = 0
         self.walk_start = None if node.inputs else profile.load_start
@@ -1271,6 +1270,14 @@ class _Load(_Clocked):
         self.ahead_entries: deque = deque()  # entries of addresses taken ahead (_take_ahead)
         self.taking_ahead = False
         self.paid = False  # the node's send was charged by _take_ahead already
+        # Per tile read, in order: its entry and tensor tile once known, and once its bursts are
+        # issued (``_issue``) the cycle the burst generator took it and the cycle it is offered.
+        self.read_entry: list[float] = []
+        self.read_k: list[int] = []
+        self.generator_take: list[float] = []
+        self.read_ready: list[float] = []
+        self.bursts_issued = 0  # of the tile being issued
+        self.last_beat = 0.0  # of the last burst issued
 
     def _indices(self):
         n = self.node
@@ -1300,19 +1307,23 @@ class _Load(_Clocked):
             self.rand_k = k if 0 <= k < len(self.bursts) else 0
         return 0
 
-    def _entry_time(self) -> float:
-        """Cycle of the sequencer's next entry (one per cycle; the order queue bounds it); an
-        address taken ahead (``_take_ahead``) has its entry already."""
+    def _entry_time(self, read: int | None = None) -> float:
+        """Cycle of the sequencer's next entry (one per cycle; the order queue bounds it, and
+        the address queue a tile ``read``'s); an address taken ahead (``_take_ahead``) has its
+        entry already."""
         if self.ahead_entries:
             return self.ahead_entries.popleft()
-        t = self._next_entry(self.walk_start)
+        t = self._next_entry(self.walk_start, read)
         self.entries += 1
         self.entry = t
         return t
 
-    def _next_entry(self, start: float | None) -> float | None:
+    def _next_entry(self, start: float | None, read: int | None = None) -> float | None:
         """The cycle of the next entry, its command there from ``start`` (None: the order queue
-        is full until a token that has not left yet leaves)."""
+        is full until a token that has not left yet leaves, or the address queue until the
+        burst generator takes a tile it cannot take yet). ``read``: the entry reads this tile,
+        and needs the slot of the address queue that tile ``read - ADDR_QUEUE_DEPTH`` frees
+        in the cycle after the generator takes it."""
         t = self.entry + 1
         if start is not None:
             t = max(t, start)
@@ -1321,29 +1332,59 @@ class _Load(_Clocked):
             if j >= len(self.out_pops):
                 return None
             t = max(t, self.out_pops[j] + 1)
+        w = -1 if read is None else read - contract.ADDR_QUEUE_DEPTH
+        if w >= 0:
+            while len(self.generator_take) <= w:
+                if not self._issue() and len(self.generator_take) <= w:
+                    return None
+            t = max(t, self.generator_take[w] + contract.QUEUE_SLOT_RELEASE)
         return t
 
-    def _read_tile(self, k: int) -> float:
-        """Issue tile ``k``'s bursts; the cycle the tile is offered on the output."""
+    def _issue(self) -> bool:
+        """Issue the bursts of the next tile read whose entry is known, in the cycles the
+        hardware does: the burst generator takes the tile (``generator_take``), then its bursts
+        leave one a cycle; False if its entry, or the tile-queue slot its last burst waits for,
+        is not known yet (then it goes on from there at the next call)."""
+        w = len(self.read_ready)
+        if w >= len(self.read_entry):
+            return False
         p, axi = self.p, self.axi
-        self.offchip_read += self.tile_bytes
-        t = self._entry_time() + p.load_issue
-        last = t
-        bursts = self.bursts[k]
-        for i, beats in enumerate(bursts):
+        t = self.read_entry[w] + p.load_issue
+        if len(self.generator_take) == w:
+            self.generator_take.append(max(t - 1, axi.last_issue))
+            self.bursts_issued = 0
+        bursts = self.bursts[self.read_k[w]]
+        j = w - _TILE_QUEUE
+        while self.bursts_issued < len(bursts):
+            i = self.bursts_issued
             ar = max(t + i, axi.last_issue + 1, axi.slots[0])
-            if i == len(bursts) - 1:
-                # The last burst waits until the tile queue will have room for the tile.
-                j = self.tiles_sent + len(self.pending) - _TILE_QUEUE
-                if 0 <= j < len(self.tile_pops):
-                    ar = max(ar, self.tile_pops[j] + 1)
+            if i == len(bursts) - 1 and j >= 0:  # the tile queue will have room for the tile
+                if j >= len(self.tile_pops):
+                    return False
+                ar = max(ar, self.tile_pops[j] + 1)
             axi.last_issue = ar
             first = max(ar + p.memory_latency, axi.data_free)
-            last = first + beats - 1
-            axi.data_free = last + 1
+            self.last_beat = first + bursts[i] - 1
+            axi.data_free = self.last_beat + 1
             axi.slots.popleft()
-            axi.slots.append(last + 1)
-        return last + 2
+            axi.slots.append(self.last_beat + 1)
+            self.bursts_issued += 1
+        self.read_ready.append(self.last_beat + 2)
+        return True
+
+    def _read_tile(self, k: int) -> float:
+        """The cycle the next tile (tensor tile ``k``) is offered on the output: its entry, then
+        its bursts (``_issue``; issued already if a later entry needed its generator take)."""
+        self.offchip_read += self.tile_bytes
+        w = self.tiles_sent
+        entry = self._entry_time(w)
+        if w == len(self.read_entry):  # not taken ahead
+            self.read_entry.append(entry)
+            self.read_k.append(k)
+        while len(self.read_ready) <= w:
+            if not self._issue():
+                raise RuntimeError(f"rtl profile: '{self.node.name}' cannot read tile {w} yet")
+        return self.read_ready[w]
 
     def on_send(self, port: int, token: Any) -> int:
         now = self.now
@@ -1399,6 +1440,8 @@ class _Load(_Clocked):
         self.entry_at: list[float] = []  # per entry: its cycle (a prefix: ``_entry``)
         self.tile_k: list[int] = []  # per tile: the tensor tile it reads
         self.tile_entry: list[int] = []  # per tile: its entry
+        self.entry_tile: dict[int, int] = {}  # per entry of a tile read: the tile
+        self.tile_last_burst: list[int] = []  # per tile: its last burst (once known)
         self.burst_of: list[tuple[int, int, int, bool]] = []  # (tile, index, beats, closes it)
         self.ar: list[int] = []  # per burst: AR handshake
         self.ar_from = (-1, 0)  # (burst, the cycle it is offered from), once that is known
@@ -1450,11 +1493,18 @@ class _Load(_Clocked):
             ch = io.inputs[0]
             while True:
                 now = self.now
-                e = self._next_entry(ch.q[0][0]) if ch.q else None
+                read = None
+                if ch.q and is_data(ch.q[0][1]):
+                    read = len(self.read_entry)
+                e = self._next_entry(ch.q[0][0], read) if ch.q else None
                 if e is not None and e <= now:
                     self.taking_ahead = True
                     self.ahead.append(((yield from recv(0)), io.visible))
                     self.taking_ahead = False
+                    if read is not None:
+                        k = int(self.ahead[-1][0].reshape(-1)[0])
+                        self.read_entry.append(e)
+                        self.read_k.append(k if 0 <= k < len(self.bursts) else 0)
                     self.entries += 1
                     self.entry = e
                     self.ahead_entries.append(e)
@@ -1502,9 +1552,8 @@ class _Load(_Clocked):
             t = self._tile_due()
             if ahead:
                 if io.inputs[0].q:
-                    e = self._entry(len(self.refs))
-                    if e is not None:  # else it waits for this node's own sends
-                        t = min(t, e)
+                    e = self._entry(len(self.refs))  # None: it may become known any cycle
+                    t = min(t, self.now + 1 if e is None else e)
                 else:  # an address that arrives meanwhile wakes the node
                     io.inputs[0].recv_waiter = (io.proc, io.proc.epoch + 1)
             return t
@@ -1571,6 +1620,7 @@ class _Load(_Clocked):
         self.cmd_entry.append(e)
         if is_data(token):
             self.cmd_tile.append(len(self.tile_k))
+            self.entry_tile[e] = len(self.tile_k)
             self.tile_k.append(token)
             self.tile_entry.append(e)
         else:
@@ -1618,7 +1668,9 @@ class _Load(_Clocked):
 
     def _entry(self, e: int) -> float | None:
         """Cycle of sequencer entry ``e`` (as ``_entry_time``), or None while the token whose
-        departure frees its order-queue slot has not left."""
+        departure frees its order-queue slot has not left, or, for a tile read, while the burst
+        generator has not taken the tile whose address-queue slot it needs (in the cycle of
+        the tile before's last AR at the latest, ``_generator_took``)."""
         at = self.entry_at
         while len(at) <= e:
             x = len(at)
@@ -1631,8 +1683,23 @@ class _Load(_Clocked):
                 if j >= len(self.out_pops):
                     return None
                 t = max(t, self.out_pops[j] + 1)
+            w = self.entry_tile.get(x, -1) - contract.ADDR_QUEUE_DEPTH
+            if w >= 0:
+                g = self._generator_took(w)
+                if g is None:
+                    return None
+                t = max(t, g + contract.QUEUE_SLOT_RELEASE)
             at.append(t)
         return at[e]
+
+    def _generator_took(self, w: int) -> float | None:
+        """The cycle the burst generator took tile ``w`` (None: not known yet)."""
+        g = self.entry_at[self.tile_entry[w]] + self.p.load_issue - 1
+        if w:
+            if w - 1 >= len(self.tile_last_burst) or self.tile_last_burst[w - 1] >= len(self.ar):
+                return None
+            g = max(g, self.ar[self.tile_last_burst[w - 1]])
+        return g
 
     def ar_valid(self, c: int) -> bool:
         """Whether the load offers its next burst in cycle ``c``."""
@@ -1647,6 +1714,7 @@ class _Load(_Clocked):
             bursts = self.bursts[self.tile_k[w]]
             for b, beats in enumerate(bursts):
                 self.burst_of.append((w, b, beats, b == len(bursts) - 1))
+            self.tile_last_burst.append(len(self.burst_of) - 1)
         w, b, _, closes = self.burst_of[n]
         e = self._entry(self.tile_entry[w])
         if e is None:
