@@ -467,6 +467,8 @@ class _Block(_Clocked):
         self.pending_after = node.rank if isinstance(node, ops.Accum) and not held else None
         self.pending = False
         self.steps_from = -math.inf  # a MAC array's steps start no earlier (``pending``)
+        self.popping = False  # taking inputs whose wait was served (``_fold_while_full``)
+        self.take_due = None  # the take its steps started for while its last token waited
         # A Reshape that holds each chunk's closing S1 (contract.held_stop_chunk): elements of
         # the current chunk taken and whether its S1 is held (``_write_before_take``).
         self.chunk = contract.held_stop_chunk(node)
@@ -475,7 +477,11 @@ class _Block(_Clocked):
         self.stop_held = False
 
     def before_recv(self, port: int) -> int | WaitFor:
+        if self.popping:
+            return 0
         now = self.now
+        if self.take_due is not None and self.n_in == 0:
+            return max(0, math.ceil(self.take_due - now))
         t = self.last_take[port] + 1
         if self.n_in == 0:
             t = max(t, self.busy_until)
@@ -500,59 +506,85 @@ class _Block(_Clocked):
         self.precharged = False
         if len(self.node.outputs) > 1 and self.latency and type(self) is _Block:
             self._drain_apart(io)
-        if self.pending_after is not None and len(self.node.inputs) == 1:
+        if isinstance(self.node, ops.Accum):
             self._fold_while_full(io)
         if self.chunk is not None:
             self._write_before_take(io)
 
     def _fold_while_full(self, io: Any) -> None:
-        """A plain Accum's result waits in its output register (``step_hw.compute._unit``:
-        ``free``) while the unit folds the next group's data and drops the stops inside a group;
-        only a stop that closes a group, done, or a stop held after the result waits for the
-        register. The interpreter's Accum takes nothing before its result has left, so the
-        node's send of a result takes those inputs meanwhile (its later ``recv`` returns them)
-        and waits for room or for the next of them, whichever comes first."""
-        recv, send, rank = io.recv, io.send, self.pending_after
-        early: deque = deque()
-        ch_in, proc = io.inputs[0], io.proc
+        """An Accum's last token of a group waits in its output register (``step_hw.compute.
+        _unit``: ``free``) while the unit folds the next group's data and drops the stops inside
+        a group: a plain Accum's result (unless a stop is held after it), an Accum with held
+        accumulators' final stop after its bank. Only a stop that closes a group, or done,
+        waits for the register. The interpreter's Accum takes nothing before that token has
+        left, so the node's send of it takes those inputs meanwhile (its later ``recv`` returns
+        them) and waits for room or for the next of them, whichever comes first."""
+        recv, send = io.recv, io.send
+        held = self.held_group is not None
+        inner = self.held_group if held else self.pending_after  # stops below: inside a group
+        early: list[deque] = [deque() for _ in self.node.inputs]
+        proc = io.proc
 
         def recv_early(i: int) -> Any:
-            if early:
-                return early.popleft()
+            if early[i]:
+                return early[i].popleft()
             return (yield from recv(i))
 
         def foldable() -> bool | None:
-            """Whether the next input token is folded without the register (None: no token)."""
-            if not ch_in.q:
+            """Whether the next input tokens are folded without the register (None: not all
+            there yet)."""
+            if not all(ch.q for ch in io.inputs):
                 return None
-            token = ch_in.q[0][1]
-            return is_data(token) or (isinstance(token, Stop) and token.level < rank)
+            token = io.inputs[0].q[0][1]
+            return is_data(token) or (isinstance(token, Stop) and token.level < inner)
+
+        def waits(token: Any) -> bool:
+            """Whether sending ``token`` frees the unit to fold on while it waits for room."""
+            if any(early) or self.pending:
+                return False
+            if held:  # the final stop after the bank
+                return isinstance(token, Stop) and token.level >= self.node.held
+            return is_data(token)
 
         def send_folding(j: int, token: Any) -> Any:
-            if not is_data(token) or self.pending or early:
+            if not waits(token):
                 return (yield from send(j, token))
+            # the register takes it (and a held unit is done with its bank) the cycle before it
+            # can leave, its queue's pace aside
+            free_from = max(self.ready_at, self.last_push[j] + 1) if held else -math.inf
             t = self.now + self.on_send(j, token)
             ch = io.outputs[j]
+            take_at = None
             while True:
                 now = self.now
                 if t <= now and self._room(j):
                     break
                 fold = foldable()
                 times = [t] if t > now else _frees_after(ch, now)
-                if fold:
-                    visible = ch_in.q[0][0]
-                    wait = self.before_recv(0) if visible <= now else visible - now
-                    if wait == 0:
-                        early.append((yield from recv(0)))
+                if fold and now < free_from:
+                    times.append(free_from)
+                elif fold:
+                    if take_at is None and max(ch_.q[0][0] for ch_ in io.inputs) <= now:
+                        take_at = now + self.before_recv(0)
+                    if take_at is not None and take_at <= now:
+                        self.popping = True
+                        for i in range(len(io.inputs)):
+                            early[i].append((yield from recv(i)))
+                        self.popping = False
+                        take_at = None
                         continue
-                    times.append(now + wait)
+                    times.append(take_at if take_at is not None else
+                                 max(ch_.q[0][0] for ch_ in io.inputs))  # fmt: skip
                 elif fold is None:  # a token that arrives meanwhile may be folded
-                    ch_in.recv_waiter = (proc, proc.epoch + 1)
+                    for ch_ in io.inputs:
+                        ch_.recv_waiter = (proc, proc.epoch + 1)
+                if t <= now:  # the consumer's next take wakes it
+                    ch.send_waiter = (proc, proc.epoch + 1)
                 if times:
-                    yield ("sleep", min(times) - now)
+                    yield ("sleep", math.ceil(min(times) - now))
                     continue
-                ch.send_waiter = (proc, proc.epoch + 1)
                 yield ("park", f"room on {ch.name}", ("room", ch.name), "stalled_out")
+            self.take_due = take_at  # steps under way go on after the token left
             self.precharged = True
             yield from send(j, token)
 
@@ -622,6 +654,7 @@ class _Block(_Clocked):
 
     def on_recv(self, port: int, token: Any) -> int:
         now = self.now
+        self.take_due = None
         self.last_take[port] = now
         self.n_in += 1
         if self.count_flops is not None and is_data(token):
