@@ -17,7 +17,8 @@ at the sized depths of the hardware-size attention and MoE the profile was up to
   a tile's entry waits for room in the address queue, which the burst generator frees.
 * A MAC array steps through a tile pair from the cycle its operands are offered, while its last
   result may still wait in the output register.
-* A plain Accum folds the next group's data while its last result waits in the output register.
+* An Accum folds the next group's data while its last token waits in the output register (a
+  plain Accum's result, the final stop after a bank of held accumulators).
 * A Reshape of rank 0 writes a held ``S1`` (and a short chunk's padding) before it takes the
   input that needs them; its output and pad flags drain into their queues each on its own.
 
@@ -161,6 +162,17 @@ def load():
     return g, {"t": np.arange(128, dtype=np.int16).reshape(16, 8)}, {"a": addrs, "w0": tiles(5)}
 
 
+def bank():
+    """An Accum with a held accumulator per position of its inner dim (the down projection's
+    ``down``): its bank's final stop waits in the output register for a RepeatStatic of twelve
+    copies while the unit folds the next group."""
+    g = Graph("bank")
+    x = Source(g, StreamType(T, (3, 2, 2, 2)), name="x").out
+    acc = Accum(x, fn=FX.accum_add, rank=2, held=1, inner=1, name="acc").out
+    Sink(RepeatStatic(acc, 12, name="rep").out, name="k")
+    return g, {}, {"x": [[[tiles(2) for _ in range(2)] for _ in range(2)] for _ in range(3)]}
+
+
 def rows():
     """A RandomLoad of 4x4 tiles of a wide tensor (each tile four one-beat bursts, one per row)
     into a slow MAC array: its sequencer waits for room in the address queue, which frees as
@@ -231,6 +243,7 @@ CASES = {
     "repeat": repeat,
     "chunks": chunks,
     "fold": fold,
+    "bank": bank,
 }
 
 

@@ -531,12 +531,14 @@ class _Block(_Clocked):
             return (yield from recv(i))
 
         def foldable() -> bool | None:
-            """Whether the next input tokens are folded without the register (None: not all
-            there yet)."""
+            """Whether the next input tokens are taken without the register (None: not all
+            there yet): data, a stop inside a group, and with held accumulators the stop that
+            closes a group (it starts the bank's emission, which then waits for the
+            register)."""
             if not all(ch.q for ch in io.inputs):
                 return None
             token = io.inputs[0].q[0][1]
-            return is_data(token) or (isinstance(token, Stop) and token.level < inner)
+            return is_data(token) or (isinstance(token, Stop) and (held or token.level < inner))
 
         def waits(token: Any) -> bool:
             """Whether sending ``token`` frees the unit to fold on while it waits for room."""
@@ -554,12 +556,12 @@ class _Block(_Clocked):
             free_from = max(self.ready_at, self.last_push[j] + 1) if held else -math.inf
             t = self.now + self.on_send(j, token)
             ch = io.outputs[j]
-            take_at = None
+            take_at, closed = None, False
             while True:
                 now = self.now
                 if t <= now and self._room(j):
                     break
-                fold = foldable()
+                fold = not closed and foldable()
                 times = [t] if t > now else _frees_after(ch, now)
                 if fold and now < free_from:
                     times.append(free_from)
@@ -572,10 +574,11 @@ class _Block(_Clocked):
                             early[i].append((yield from recv(i)))
                         self.popping = False
                         take_at = None
+                        closed = isinstance(early[0][-1], Stop) and early[0][-1].level >= inner
                         continue
                     times.append(take_at if take_at is not None else
                                  max(ch_.q[0][0] for ch_ in io.inputs))  # fmt: skip
-                elif fold is None:  # a token that arrives meanwhile may be folded
+                elif fold is None and not closed:  # an arriving token may be taken
                     for ch_ in io.inputs:
                         ch_.recv_waiter = (proc, proc.epoch + 1)
                 if t <= now:  # the consumer's next take wakes it
