@@ -217,3 +217,22 @@ def test_a_design_built_meanwhile_is_used_not_built_again(tmp_path, monkeypatch)
         t.join()
     assert len(builds) == 1 and len(got) == 2
     assert (first.folder / "built.ok").is_file()
+
+
+def test_a_build_under_way_is_not_taken_for_the_users_optimisation(monkeypatch):
+    """``optimisation`` sets the process's ``MAKEFLAGS`` for its build; another thread that asks
+    meanwhile which optimisation a build gets must see the user's choice, not that build's (it
+    once labelled the same design ``-axiO0`` and built it a second time)."""
+    import os
+
+    from step_hw.cosim import verilator
+
+    monkeypatch.setenv("MAKEFLAGS", "-j2")
+    verilator.setup()  # adds a flag of its own
+    before = os.environ["MAKEFLAGS"]
+    with verilator.optimisation(verilator.NO_OPT):
+        assert "OPT_FAST" in os.environ["MAKEFLAGS"]
+        assert verilator.effective_optimisation("OPT_FAST=-O1") == "OPT_FAST=-O1"
+    assert os.environ["MAKEFLAGS"] == before
+    monkeypatch.setenv("MAKEFLAGS", f"{before} OPT_FAST=-O2")
+    assert verilator.effective_optimisation("OPT_FAST=-O1") == f"{before} OPT_FAST=-O2"

@@ -336,7 +336,7 @@ def design(
         runner = verilator.runner()
         log = tmp / "build.log"
         try:
-            with verilator.optimisation(opt), verilator.build_lock():
+            with verilator.build_lock(), verilator.optimisation(opt):
                 # another process (a pytest-xdist worker) may have built it while we waited
                 built_elsewhere = stamp.is_file()
                 if not built_elsewhere:

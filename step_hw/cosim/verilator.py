@@ -133,15 +133,21 @@ def build(sources: Sequence[Path], *, top: str, build_dir: Path) -> Runner:
             "executable of that name would shadow the header when rebuilding)"
         )
     sim = runner()
-    with optimisation(NO_OPT), build_lock(), shared_runtime(sim, Path(build_dir)):
+    with build_lock(), optimisation(NO_OPT), shared_runtime(sim, Path(build_dir)):
         sim.build(sources=[WAIVERS, *sources], hdl_toplevel=top, build_dir=build_dir)
     return sim
+
+
+#: ``MAKEFLAGS`` values :func:`optimisation` set, each with the value it replaced: another
+#: thread that looks while a build runs sees the user's, not the build's.
+_SET_BY_BUILD: dict[str, str] = {}
 
 
 def _user_optimisation() -> str | None:
     """The user's ``MAKEFLAGS`` if they set ``OPT_FAST`` (the user's choice wins), else None."""
     setup()  # its MAKEFLAGS first
     user = os.environ.get("MAKEFLAGS", "")
+    user = _SET_BY_BUILD.get(user, user)
     return user if "OPT_FAST" in user else None
 
 
@@ -154,11 +160,14 @@ def effective_optimisation(default: str) -> str:
 @contextlib.contextmanager
 def optimisation(opt: str) -> Iterator[None]:
     """``MAKEFLAGS`` with the make variables ``opt`` (e.g. :data:`NO_OPT`) for the builds inside,
-    unless the user's ``MAKEFLAGS`` already set ``OPT_FAST``; restored on exit."""
+    unless the user's ``MAKEFLAGS`` already set ``OPT_FAST``; restored on exit. The environment
+    is the process's: enter it inside :func:`build_lock`, so one build at a time sets it."""
     user = _user_optimisation()
     saved = os.environ.get("MAKEFLAGS")
     if user is None:
-        os.environ["MAKEFLAGS"] = f"{saved or ''} {opt}".strip()
+        ours = f"{saved or ''} {opt}".strip()
+        _SET_BY_BUILD[ours] = saved or ""
+        os.environ["MAKEFLAGS"] = ours
     try:
         yield
     finally:
