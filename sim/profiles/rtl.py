@@ -18,7 +18,10 @@ of every hardware block (their docstrings; ``docs/hardware.md``), it predicts th
   wait in the output register) to the take in the last; RetileStreamify one cycle per row of a
   tile, RepeatStatic one cycle per copy. FlatMap generators, RetileStreamify and RepeatStatic
   write a piece (copy) per cycle as the output register frees and take their element with the
-  last (:class:`_Expander`).
+  last (:class:`_Expander`). An Accum folds the next group's data while its last token waits in
+  the output register (``_Block._fold_while_full``); a Reshape or Promote of rank 0 writes a
+  held ``S1`` (and a short chunk's padding) before it takes the input that needs them
+  (``contract.held_stop_chunk``), and a Reshape's output and pad flags drain apart.
 * **Routers and Broadcast** are combinational (latency 0): a token leaves in the cycle its
   input queue offers it, to each of several outputs in the first cycle that output has room, and
   is taken from its queue only when the (last) output takes it; a selector is taken with what it
@@ -48,8 +51,9 @@ of every hardware block (their docstrings; ``docs/hardware.md``), it predicts th
   two cycles after its last beat. Its tile queue (3) and order queue (``max_outstanding + 8``)
   bound how far a load reads ahead of its consumer: a tile's last burst is requested only once
   the tile three before it has left the tile queue (the cycle after), so R never waits for the
-  load. A RandomLoad takes each address from its queue in the cycle of its entry, while earlier
-  tiles wait to leave (``_take_ahead``). A RandomLoad with ``fetch`` blocks replays
+  load. A tile's entry waits for room in the address queue (3), which frees as the burst
+  generator takes a tile (``_Load._issue``). A RandomLoad takes each address from its queue in
+  the cycle of its entry, while earlier tiles wait to leave (``_take_ahead``). A RandomLoad with ``fetch`` blocks replays
   its sequencer cycle by cycle (:class:`_BlockLoad`).
 * **Stores** (``memory/store.py``). A tile's AW leaves ``store_issue`` cycles after the take, its
   W beats ``aw_to_w`` cycles after AW, one per cycle; B follows the last beat after
@@ -515,8 +519,9 @@ class _Block(_Clocked):
         """An Accum's last token of a group waits in its output register (``step_hw.compute.
         _unit``: ``free``) while the unit folds the next group's data and drops the stops inside
         a group: a plain Accum's result (unless a stop is held after it), an Accum with held
-        accumulators' final stop after its bank. Only a stop that closes a group, or done,
-        waits for the register. The interpreter's Accum takes nothing before that token has
+        accumulators' final stop after its bank. A plain Accum's stop that closes a group, and
+        done, wait for the register; with held accumulators the closing stop is taken and the
+        bank's emission waits for it. The interpreter's Accum takes nothing before that token has
         left, so the node's send of it takes those inputs meanwhile (its later ``recv`` returns
         them) and waits for room or for the next of them, whichever comes first."""
         recv, send = io.recv, io.send
