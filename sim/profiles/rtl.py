@@ -373,6 +373,10 @@ class _Clocked(NodeTiming):
     def sent(self, port: int, token: Any) -> None:
         self.last_push[port] = self.now
 
+    #: The node's next send was charged already (its cycle worked out by a wrapper of
+    #: ``SimIO.send``, ``attach``): its ``on_send`` costs nothing once.
+    paid = False
+
     def _room(self, j: int) -> bool:
         """Whether output queue ``j`` has room now."""
         ch = self.io.outputs[j]
@@ -507,7 +511,6 @@ class _Block(_Clocked):
 
     def attach(self, io: Any) -> None:
         super().attach(io)
-        self.precharged = False
         if len(self.node.outputs) > 1 and self.latency and type(self) is _Block:
             self._drain_apart(io)
         if isinstance(self.node, ops.Accum):
@@ -593,7 +596,7 @@ class _Block(_Clocked):
                     continue
                 yield ("park", f"room on {ch.name}", ("room", ch.name), "stalled_out")
             self.take_due = take_at  # steps under way go on after the token left
-            self.precharged = True
+            self.paid = True
             yield from send(j, token)
 
         io.recv, io.send = recv_early, send_folding
@@ -621,13 +624,13 @@ class _Block(_Clocked):
                 now = self.now
                 for item in [x for x in ready if x[2] <= now and self._room(x[0])]:
                     ready.remove(item)
-                    self.precharged = True
+                    self.paid = True
                     yield from send(item[0], item[1])
                 if len(ready) == 1:  # the last one waits as any send does
                     k, tok, t = ready.pop()
                     if t > now:
                         yield ("sleep", math.ceil(t - now))
-                    self.precharged = True
+                    self.paid = True
                     yield from send(k, tok)
                 elif ready:
                     soon = [t for _, _, t in ready if t > now]
@@ -765,8 +768,8 @@ class _Block(_Clocked):
     def on_send(self, port: int, token: Any) -> int:
         # A registered output leaves one token per cycle. A combinational block passes each
         # token on in the cycle it takes it, so only a slow queue spaces them.
-        if self.precharged:  # its time was taken when its token was collected (``_drain_apart``)
-            self.precharged = False
+        if self.paid:  # charged by ``_drain_apart`` or ``_fold_while_full`` already
+            self.paid = False
             return 0
         gap = self.spacing[port] - (0 if self.latency else 1)
         t = max(self.ready_at, self.last_push[port] + gap)
@@ -1310,7 +1313,6 @@ class _Load(_Clocked):
         self.rand_k = 0
         self.ahead_entries: deque = deque()  # entries of addresses taken ahead (_take_ahead)
         self.taking_ahead = False
-        self.paid = False  # the node's send was charged by _take_ahead already
         # Per tile read, in order: its entry and tensor tile once known, and once its bursts are
         # issued (``_issue``) the cycle the burst generator took it and the cycle it is offered.
         self.read_entry: list[float] = []
