@@ -49,6 +49,7 @@ from step_lang import (
     Reassemble,
     RepeatStatic,
     Reshape,
+    RetileStreamify,
     Sink,
     Source,
     StreamType,
@@ -229,6 +230,29 @@ def fold():
     return g, {}, {"x": [tiles(3) for _ in range(6)]}
 
 
+#: Padding rows of the tiles of ``unpad``: leading, none, trailing, all, and between.
+PAD_MASKS = [(1, 0, 0, 1), (0, 0, 0, 0), (0, 1, 1, 1), (1, 1, 1, 1), (1, 1, 0, 0), (0, 0, 1, 1),
+             (1, 0, 1, 0), (0, 1, 0, 1)]  # fmt: skip
+
+
+def unpad(shape: tuple[int, ...], copies: int):
+    """The MoE's ``unpack``: a RetileStreamify of 4x4 tiles into rows, dropping the padding rows
+    (``PAD_MASKS``), into a RepeatStatic of ``copies`` copies: each kept row is written as the
+    output register frees, each padding row takes a cycle without it (a tile of padding only
+    goes by while the row before waits), and the tile is taken with its last row."""
+    g = Graph("unpad")
+    x = Source(g, StreamType(T, shape), name="x").out
+    m = Source(g, StreamType(Tile(DTYPES["bool"], 4, 1), shape), name="m").out
+    rows_ = RetileStreamify(x, is_pad=m, name="unpack").out
+    Sink(RepeatStatic(rows_, copies, name="rep").out, name="k")
+    n = int(np.prod(shape))
+    xs = tiles(n)
+    masks = [np.array(PAD_MASKS[i % len(PAD_MASKS)], bool).reshape(4, 1) for i in range(n)]
+    if len(shape) == 2:
+        xs, masks = ([a[i : i + shape[1]] for i in range(0, n, shape[1])] for a in (xs, masks))
+    return g, {}, {"x": xs, "m": masks}
+
+
 CASES = {
     "fanout": fanout,
     "route0": lambda: route(0),
@@ -244,6 +268,8 @@ CASES = {
     "chunks": chunks,
     "fold": fold,
     "bank": bank,
+    "unpad": lambda: unpad((8,), 3),
+    "unpad_stops": lambda: unpad((4, 2), 5),
 }
 
 
@@ -368,6 +394,25 @@ def test_a_mac_array_steps_while_its_last_result_waits():
     assert got["mm.out"] == [10, 19, 28, 37, 39, 48, 57, 66, 68]
     assert got["acc.out"] == [39, 68, 77]
     assert cycles == 82
+
+
+def test_a_masked_retile_steps_through_its_padding_rows_without_the_register():
+    # Depth 1, three copies of each kept row. A tile is taken in the cycle of its last row: the
+    # tile queue refills at 6, 34, 45, 50, 58, ... (6, 12, 44, 52, 57: the profile held a
+    # tile's slot for a fixed rows - 1 cycles from its take), and the first kept row, the
+    # second of the first tile, is written a cycle after the leading padding row: 4 (3). The
+    # fourth tile is padding only and goes by while the third's row waits for the RepeatStatic.
+    got, cycles = profile_run("unpad", HwConfig(queue_depth=1, lanes=8))
+    assert got["x.out"] == [1, 6, 34, 45, 50, 58, 76, 90, 107]
+    assert got["unpack.out"][:4] == [4, 9, 17, 25]
+    assert cycles == 129
+    # Depth 3, stops between pairs of tiles: the stop after a tile of padding only waits for
+    # the register, not for the padding rows to be sent again (102 cycles; 101 before, with
+    # the stop's push at 43, 42 and rows ahead of the hardware's).
+    got, cycles = profile_run("unpad_stops", HwConfig(queue_depth=3, lanes=8))
+    assert got["x.out"] == [1, 2, 3, 7, 19, 25, 34, 38, 39, 44, 52, 55, 67]
+    assert got["unpack.out"][8:10] == [42, 43]
+    assert cycles == 102
 
 
 # The hardware-size examples with small queues, as the sizing pass (``stepcli.sizing``, three

@@ -18,7 +18,8 @@ of every hardware block (their docstrings; ``docs/hardware.md``), it predicts th
   wait in the output register) to the take in the last; RetileStreamify one cycle per row of a
   tile, RepeatStatic one cycle per copy. FlatMap generators, RetileStreamify and RepeatStatic
   write a piece (copy) per cycle as the output register frees and take their element with the
-  last (:class:`_Expander`). An Accum folds the next group's data while its last token waits in
+  last (:class:`_Expander`); a masked RetileStreamify spends a padding row's cycle without the
+  register and takes the tile with its last row (:class:`_MaskedRetile`). An Accum folds the next group's data while its last token waits in
   the output register (``_Block._fold_while_full``); a Reshape or Promote of rank 0 writes a
   held ``S1`` (and a short chunk's padding) before it takes the input that needs them
   (``contract.held_stop_chunk``), and a Reshape's output and pad flags drain apart.
@@ -306,9 +307,9 @@ class RtlProfile(TimingProfile):
         if own is not None:
             return RTL_TIMING.entry(node)(self, node)
         block = BLOCKS.entry(node)
-        if block.interval is Interval.PER_COPY or (
-            block.expands and node.fn.name != "retile_rows_masked"
-        ):
+        if block.expands and node.fn.name == "retile_rows_masked":
+            return _MaskedRetile(self, node)
+        if block.interval is Interval.PER_COPY or block.expands:
             return _Expander(self, node)
         return _Block(self, node)  # timed from its hardware-contract entry (BLOCKS.entry)
 
@@ -460,7 +461,6 @@ class _Block(_Clocked):
         self.matmul = block.interval is Interval.MAC and contract.is_matmul(node)
         self.steps = 1
         self.retile = block.interval is Interval.PER_ROW
-        self.expander = block.expands
         self.pieces = 1
         self.repeat = node.count if block.interval is Interval.PER_COPY else 1
         self.count_flops = ElementFlops(node) if node.is_compute else None
@@ -641,16 +641,6 @@ class _Block(_Clocked):
 
         io.send = send_apart
 
-    def hold(self, port: int, token: Any) -> int:
-        """An expander (FlatMap, RetileStreamify) takes its inputs with the element's last
-        piece: their slots stay taken while the pieces go out (one per cycle: a masked
-        RetileStreamify's; the others take them when the last piece is written, ``_Expander``)."""
-        if not self.expander or not is_data(token):
-            return 0
-        if self.n_in == 0:  # the first input of the group: count the element's pieces
-            self.pieces = self._count_pieces(token)
-        return max(0, self.pieces - 1)
-
     def _count_pieces(self, token: Any) -> int:
         """Output pieces of an expander's element whose first input is ``token`` (the others
         are the heads of the other inputs)."""
@@ -792,8 +782,11 @@ class _Expander(_Block):
         self.in_place: list[int] = []  # inputs of the element in hand, still in their queues
         self.to_write = 0  # pieces of it not written into the output register yet
         self.popping = False
+        self.early: list[deque] = [deque() for _ in self.node.inputs]
 
         def take_in_place(i: int) -> Any:
+            if self.early[i]:  # taken while the node still sent the element before
+                return self.early[i].popleft()
             token = yield from io.peek(i)
             if not is_data(token):
                 return (yield from recv(i))
@@ -810,21 +803,32 @@ class _Expander(_Block):
             self.on_recv(i, token)
             if self.n_in == 0:  # the element is in hand
                 self.to_write = self.pieces
-                if self.to_write <= 0:  # no piece: taken at once
-                    yield from self._take()
+                if self.to_write <= 0:  # no piece
+                    yield from self._take_empty()
             return token
 
         def send_piece(j: int, token: Any) -> Any:
-            if is_data(token) and self.in_place and self.to_write == 1:
-                # the last piece is written as the token before it leaves the register (the
-                # node sends each token once the one before has left), the element taken with it
-                yield from self._take()
-            yield from send(j, token)
+            if is_data(token) and self.in_place:
+                yield from self._send_piece(j, token)
+            else:
+                yield from send(j, token)
             if is_data(token) and self.to_write > 0:
                 self.to_write -= 1
 
-        self._recv_now = recv
+        self._recv_now, self._send_now = recv, send
         io.recv, io.send = take_in_place, send_piece
+
+    def _take_empty(self) -> Any:
+        """An element of no pieces: taken at once."""
+        yield from self._take()
+
+    def _send_piece(self, j: int, token: Any) -> Any:
+        """Send a piece of the element in hand; the last is written as the token before it
+        leaves the register (the node sends each token once the one before has left), the
+        element taken with it."""
+        if self.to_write == 1:
+            yield from self._take()
+        yield from self._send_now(j, token)
 
     def _take(self) -> Any:
         """Take the element's inputs from their queues, now."""
@@ -837,11 +841,130 @@ class _Expander(_Block):
     def before_recv(self, port: int) -> int | WaitFor:
         return 0 if self.popping else super().before_recv(port)
 
-    def hold(self, port: int, token: Any) -> int:
-        return 0
-
     def on_recv(self, port: int, token: Any) -> int:
         return 0 if self.popping else super().on_recv(port, token)
+
+
+class _MaskedRetile(_Expander):
+    """A RetileStreamify that drops padding rows (``compute/retile.py``, ``masked``): it steps
+    through a tile's rows one per cycle from the cycle the tile and its mask are offered; a kept
+    row is written into the output register when the register frees (the row before it left), a
+    padding row takes its cycle without the register, and the tile is taken in the cycle of its
+    last row. So a kept row is written ``max(w + d, p)`` for the kept row before it written at
+    ``w``, ``d`` rows earlier, and pushed at ``p``; the first in the cycle its rows reach it
+    (the element offered at ``s``: ``s + i`` for row ``i``), once the register is free; the
+    tile is taken its trailing padding rows after its last kept row's write, whether or not that
+    row has left the register (``s + R - 1`` for a tile of padding only). The node sends only
+    the kept rows, so their sends are timed here (``_send_piece``)."""
+
+    def attach(self, io: Any) -> None:
+        super().attach(io)
+        self.kept: list[int] = []  # the element's kept rows
+        self.rows = 0
+        self.start = -math.inf  # the cycle its rows start (row i in start + i)
+        self.written = -math.inf  # when the element's last kept row so far was written
+        self.taken = -math.inf  # when the element before was taken
+
+    def _count_pieces(self, token: Any) -> int:
+        mask = np.asarray(self.io.head(1))
+        self.rows = int(mask.shape[0])
+        self.kept = [i for i in range(self.rows) if not mask[i, 0]]
+        offered = max(self.io.inputs[q].q[0][0] for q in range(self.group))
+        self.start = max(offered, max(self.taken, *self.last_take) + 1)  # stops taken too
+        return len(self.kept)
+
+    def _take(self) -> Any:
+        self.taken = self.now
+        self.busy_until = self.now + 1
+        yield from super()._take()
+
+    def on_recv(self, port: int, token: Any) -> int:
+        out = super().on_recv(port, token)
+        if is_data(token) and not self.popping:  # its rows, not the cycle it came in hand
+            self.busy_until = self.start + self.rows
+        return out
+
+    def _take_empty(self) -> Any:
+        # a tile of padding rows only: taken in the cycle of its last row
+        wait = self.start + self.rows - 1 - self.now
+        if wait > 0:
+            yield ("sleep", math.ceil(wait))
+        yield from self._take()
+
+    def _send_piece(self, j: int, token: Any) -> Any:
+        k = len(self.kept) - self.to_write  # which kept row
+        row = self.kept[k]
+        free = self.last_push[j]  # the register frees in the cycle its token leaves
+        if k == 0:
+            write = max(self.start + row, free)
+        else:
+            write = max(self.written + row - self.kept[k - 1], free)
+        self.written = write
+        self.ready_at = write + self.latency
+        if k < len(self.kept) - 1:
+            return (yield from self._send_now(j, token))
+        take_at = write + self.rows - 1 - row  # the tile's last row
+        while self.in_place:  # the take and the push, each at its own cycle
+            now = self.now
+            if take_at <= now:
+                yield from self._take()
+                break
+            if self.ready_at <= now and self._room(j):
+                yield from self._send_now(j, token)
+                token = None
+                break
+            soon = [take_at, self.ready_at] if self.ready_at > now else [take_at]
+            soon += _frees_after(self.io.outputs[j], now)
+            yield ("sleep", math.ceil(min(t for t in soon if t > now) - now))
+        if token is None:  # pushed first: the take is due
+            wait = take_at - self.now
+            if wait > 0:
+                yield ("sleep", math.ceil(wait))
+            yield from self._take()
+        else:
+            yield from self._push_taking_padding(j, token)
+
+    def _push_taking_padding(self, j: int, token: Any) -> Any:
+        """Push the last kept row of the element taken; meanwhile the unit steps through the
+        rows of the elements after it that are all padding (they need no register) and takes
+        each in the cycle of its last row. The node's ``recv`` returns them later."""
+        ch, proc = self.io.outputs[j], self.io.proc
+        while True:
+            now = self.now
+            if self.ready_at <= now and self._room(j):
+                break
+            due = self._padding_due()
+            if due is not None and due <= now:
+                self.taken = now
+                self.popping = True
+                for i in range(self.group):
+                    self.early[i].append((yield from self._recv_now(i)))
+                self.popping = False
+                continue
+            soon = [self.ready_at] if self.ready_at > now else _frees_after(ch, now)
+            if due is not None:
+                soon.append(due)
+            elif not all(c.q for c in self.io.inputs):  # an arriving tile may be all padding
+                for c in self.io.inputs:
+                    c.recv_waiter = (proc, proc.epoch + 1)
+            if self.ready_at <= now:  # the consumer's next take wakes it
+                ch.send_waiter = (proc, proc.epoch + 1)
+            if soon:
+                yield ("sleep", math.ceil(min(soon) - now))
+                continue
+            yield ("park", f"room on {ch.name}", ("room", ch.name), "stalled_out")
+        yield from self._send_now(j, token)
+
+    def _padding_due(self) -> float | None:
+        """When the element at the heads of the inputs is taken, if it is all padding rows."""
+        if not all(c.q for c in self.io.inputs):
+            return None
+        token, mask = (c.q[0][1] for c in self.io.inputs)
+        if not is_data(token) or not np.asarray(mask).all():
+            return None
+        offered = max(c.q[0][0] for c in self.io.inputs)
+        start = max(offered, max(self.taken, *self.last_take) + 1)
+        return start + np.asarray(mask).shape[0] - 1
 
 
 # -- routers (step_hw/broadcast.py, step_hw/router.py) ------------------------------------------
