@@ -15,9 +15,11 @@ simulator with :class:`sim.profiles.RtlProfile`. Sweeps:
 
 Writes ``build/validate/summary.json`` (points, per-sweep Pearson and mean absolute relative
 error, schedule comparisons), ``build/validate/validate.png`` and
-``build/bench/validate_speed.json``. RTL results are cached per point and design in
-``build/validate/points/`` so that re-running after a profile change costs only the simulator;
-``--fresh`` ignores the cache. ``--only swiglu,moe`` picks sweeps.
+``build/bench/validate_speed.json``. RTL results are cached per point and design key
+(``step_hw.design_key``: the lowered graph, its queue depths, the hardware configuration and the
+generator's source) in ``build/validate/points/`` so that re-running after a profile change
+costs only the simulator, and a change to the hardware runs the RTL again; ``--fresh`` ignores
+the cache. ``--only swiglu,moe`` picks sweeps.
 
 ``--tier fast`` co-simulates on the fast tier (``docs/cosim.md``) and ``--memory hbm`` gives it
 (and the rtl profile) the HBM-like memory model; their summary goes to
@@ -33,6 +35,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +84,8 @@ class Point:
     # compare the simulator's outputs too (paper-size sweeps: the RTL's against the
     # interpreter's only, the simulators in timing mode)
     functional_sim: bool = True
+    # a point at sized depths: the file its design's sizing is cached in (``sized_depths``)
+    sizing: Path | None = None
 
 
 def swiglu_points() -> list[Point]:
@@ -304,12 +309,14 @@ def run_point(
 
     tier = p.tier or tier
     memory = p.memory_model or memory or MemoryModel.axi_ram()
+    if cached_only and p.sizing is not None and not p.sizing.is_file():
+        # a sized point's graph would size its design first
+        raise NotCached("no cached sizing (--cached-only)")
     # the axi tier's points keep their cache names; the fast tier's carry the tier and memory
     suffix = "" if tier == "axi" else f"_{tier}_{memory.tag}"
-    cache = OUT / "points" / f"{p.workload}_{_key(p)}{suffix}.json"
+    cache = OUT / "points" / f"{p.workload}_{_key(p)}{suffix}_{_design(p)}.json"
     cached = cache.is_file() and not fresh and not trace
     if not cached and cached_only:
-        # before the graph is made: a sized point's graph sizes its design first
         raise NotCached("no cached RTL result (--cached-only)")
     outputs = cosim.output_tensors(p.make())
     if cached:
@@ -352,12 +359,25 @@ def run_point(
     }
 
 
+def _design(p: Point) -> str:
+    """What the RTL of ``p`` is: its design key (``step_hw.design_key``: the lowered graph with
+    its queue depths, the hardware configuration and the sources of ``step_lang`` and
+    ``step_hw``), so that a cached RTL result is never read for another design or generator."""
+    from step_hw.cosim.harness import TOP
+    from step_hw.design_key import design_key, source_version
+
+    return (design_key(p.make(), p.config, TOP) or f"uncacheable{source_version()}")[:16]
+
+
 #: The packages whose code decides a simulation's result: a change to any file in them
 #: invalidates the cached simulator results of ``build/validate/sims/``.
 SIM_SOURCES = ("sim", "step_lang", "step_hw", "examples", "bench/validate_scale.py")
 
 
+@cache
 def _source_digest() -> str:
+    """The digest of :data:`SIM_SOURCES` as this process first read them (the code it runs, not
+    an edit made since; ``main`` reads them at start)."""
     h = hashlib.sha256()
     for top in SIM_SOURCES:
         root = ROOT / top
@@ -620,8 +640,7 @@ def sized_depths(group: list[Point], memory: MemoryModel) -> dict[str, int]:
     from sim.sizing import plan_queue_sizes
 
     p = group[0]
-    h = hashlib.sha256(" ".join(_key(q) for q in group).encode()).hexdigest()[:16]
-    cache = SIZING / f"{p.design}_{h}_{memory.tag}.json"
+    cache = sizing_file(group, memory)
     cache.parent.mkdir(parents=True, exist_ok=True)
     with open(cache.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -641,6 +660,12 @@ def sized_depths(group: list[Point], memory: MemoryModel) -> dict[str, int]:
     return report.depths
 
 
+def sizing_file(group: list[Point], memory: MemoryModel) -> Path:
+    """Where :func:`sized_depths` caches the sizing of ``group``'s design on ``memory``."""
+    h = hashlib.sha256(" ".join(_key(q) for q in group).encode()).hexdigest()[:16]
+    return SIZING / f"{group[0].design}_{h}_{memory.tag}.json"
+
+
 def with_sized_depths(p: Point, group: list[Point], memory: MemoryModel) -> Point:
     """``p`` with the queue depths the sizing pass picks for its design over ``group``'s
     images (sized when first built)."""
@@ -654,8 +679,9 @@ def with_sized_depths(p: Point, group: list[Point], memory: MemoryModel) -> Poin
         return g
 
     return dataclasses.replace(
-        p, params={**p.params, "depths": "sized"}, make=make, design=f"{p.design}_sized"
-    )
+        p, params={**p.params, "depths": "sized"}, make=make, design=f"{p.design}_sized",
+        sizing=sizing_file(group, p.memory_model or memory),
+    )  # fmt: skip
 
 
 def _sweep_points(name: str, depths: tuple[str, ...], memory: MemoryModel) -> list[Point]:
@@ -719,6 +745,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jobs", type=int, default=2,
                     help="points run at once (Verilator builds still one at a time)")  # fmt: skip
     args = ap.parse_args(argv)
+    _source_digest()
     if args.memory != "axi_ram" and args.tier != "fast":
         ap.error("--memory hbm needs --tier fast")
     memory = getattr(MemoryModel, args.memory)()

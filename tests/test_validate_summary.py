@@ -4,6 +4,9 @@ paper-scale sweeps. The co-simulations themselves are ``rtl_tests/test_validate_
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -162,17 +165,39 @@ def test_where_picks_points_by_their_parameters():
 
 def test_cached_only_raises_before_making_the_graph(monkeypatch, tmp_path):
     # a sized point's graph sizes its design when made (minutes of simulation): --cached-only
-    # must give up on a point without a cached RTL result before that
+    # must give up on a point whose sizing is not cached before that
     monkeypatch.setattr(V, "OUT", tmp_path)
     made = []
     p = V.Point(
         "fig8", {"tile_b": 16, "tile_i": 16, "depths": "sized"},
         lambda: made.append(1), {}, S.FIG8_HW, "fig8_b16_i16_sized", tier="fast",
-        memory_model=S.SCALE_MEMORY, functional_sim=False,
+        memory_model=S.SCALE_MEMORY, functional_sim=False, sizing=tmp_path / "sizing.json",
     )  # fmt: skip
-    with pytest.raises(V.NotCached):
+    with pytest.raises(V.NotCached, match="no cached sizing"):
         V.run_point(p, fresh=False, trace=False, cached_only=True)
     assert made == []
+
+
+def test_a_cached_rtl_result_belongs_to_its_design(monkeypatch, tmp_path):
+    # the RTL cache is keyed by the design too: the same point with another queue depth (as a
+    # new sizing would pick) is another design and does not read the first one's result
+    monkeypatch.setattr(V, "OUT", tmp_path)
+    p = V.swiglu_points()[0]
+
+    def deeper():
+        g = p.make()
+        stream = next(s for n in g.nodes.values() for s in n.outputs)
+        g.set_queue_depth(stream, 5)
+        return g
+
+    q = dataclasses.replace(p, make=deeper)
+    assert V._design(p) != V._design(q)
+    cached = {"rtl_cycles": 3105, "outputs_match": True, "rtl_build_s": 0, "rtl_run_s": 0}
+    (tmp_path / "points").mkdir()
+    (tmp_path / "points" / f"swiglu_{V._key(p)}_{V._design(p)}.json").write_text(json.dumps(cached))
+    assert V.run_point(p, fresh=False, trace=False, cached_only=True)["rtl_cycles"] == 3105
+    with pytest.raises(V.NotCached, match="no cached RTL result"):
+        V.run_point(q, fresh=False, trace=False, cached_only=True)
 
 
 @pytest.mark.parametrize("schedule", ["interleaved", "dynamic"])
