@@ -19,10 +19,11 @@ of every hardware block (their docstrings; ``docs/hardware.md``), it predicts th
   tile, RepeatStatic one cycle per copy. FlatMap generators, RetileStreamify and RepeatStatic
   write a piece (copy) per cycle as the output register frees and take their element with the
   last (:class:`_Expander`); a masked RetileStreamify spends a padding row's cycle without the
-  register and takes the tile with its last row (:class:`_MaskedRetile`). An Accum folds the next group's data while its last token waits in
-  the output register (``_Block._fold_while_full``); a Reshape or Promote of rank 0 writes a
-  held ``S1`` (and a short chunk's padding) before it takes the input that needs them
-  (``contract.held_stop_chunk``), and a Reshape's output and pad flags drain apart.
+  register and takes the tile with its last row (:class:`_MaskedRetile`). An Accum folds the
+  next group's data while its last token waits in the output register
+  (``_Block._fold_while_full``); a Reshape or Promote of rank 0 writes a held ``S1`` (and a short
+  chunk's padding) before it takes the input that needs them (``contract.held_stop_chunk``), and
+  a Reshape's output and pad flags drain apart.
 * **Routers and Broadcast** are combinational (latency 0): a token leaves in the cycle its
   input queue offers it, to each of several outputs in the first cycle that output has room, and
   is taken from its queue only when the (last) output takes it; a selector is taken with what it
@@ -811,7 +812,7 @@ class _Expander(_Block):
             if is_data(token) and self.in_place:
                 yield from self._send_piece(j, token)
             else:
-                yield from send(j, token)
+                yield from self._send_other(j, token)
             if is_data(token) and self.to_write > 0:
                 self.to_write -= 1
 
@@ -821,6 +822,10 @@ class _Expander(_Block):
     def _take_empty(self) -> Any:
         """An element of no pieces: taken at once."""
         yield from self._take()
+
+    def _send_other(self, j: int, token: Any) -> Any:
+        """Send a stop or done token (taken as it is written)."""
+        yield from self._send_now(j, token)
 
     def _send_piece(self, j: int, token: Any) -> Any:
         """Send a piece of the element in hand; the last is written as the token before it
@@ -904,6 +909,7 @@ class _MaskedRetile(_Expander):
         if k < len(self.kept) - 1:
             return (yield from self._send_now(j, token))
         take_at = write + self.rows - 1 - row  # the tile's last row
+        ch, proc = self.io.outputs[j], self.io.proc
         while self.in_place:  # the take and the push, each at its own cycle
             now = self.now
             if take_at <= now:
@@ -914,8 +920,10 @@ class _MaskedRetile(_Expander):
                 token = None
                 break
             soon = [take_at, self.ready_at] if self.ready_at > now else [take_at]
-            soon += _frees_after(self.io.outputs[j], now)
-            yield ("sleep", math.ceil(min(t for t in soon if t > now) - now))
+            if self.ready_at <= now:  # the consumer's next take wakes it
+                soon += _frees_after(ch, now)
+                ch.send_waiter = (proc, proc.epoch + 1)
+            yield ("sleep", math.ceil(min(soon) - now))
         if token is None:  # pushed first: the take is due
             wait = take_at - self.now
             if wait > 0:
@@ -924,10 +932,14 @@ class _MaskedRetile(_Expander):
         else:
             yield from self._push_taking_padding(j, token)
 
+    def _send_other(self, j: int, token: Any) -> Any:
+        yield from self._push_taking_padding(j, token)
+
     def _push_taking_padding(self, j: int, token: Any) -> Any:
-        """Push the last kept row of the element taken; meanwhile the unit steps through the
-        rows of the elements after it that are all padding (they need no register) and takes
-        each in the cycle of its last row. The node's ``recv`` returns them later."""
+        """Push a token in the output register (a tile's last kept row, a stop); meanwhile the
+        unit steps through the rows of the elements after it that are all padding (they need no
+        register) and takes each in the cycle of its last row. The node's ``recv`` returns them
+        later."""
         ch, proc = self.io.outputs[j], self.io.proc
         while True:
             now = self.now
