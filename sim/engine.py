@@ -598,8 +598,9 @@ class Engine:
             nodes[p.node.name] = st
         memory = {k: v for k, v in self.memory.items() if not isinstance(v, _MetaTensor)}
         streams = {ch.name: ch.history for ch in self.chans.values() if ch.history is not None}
+        finish = {p.node.name: p.stats.finish for p in self.procs}
         return SimResult(
-            cycles=end,
+            cycles=self.profile.run_cycles(self.graph, finish, end),
             nodes=nodes,
             offchip_read_bytes=self.read_bytes + sum(p.timing.offchip_read for p in self.procs),
             offchip_write_bytes=self.write_bytes

@@ -255,6 +255,22 @@ def unpad(shape: tuple[int, ...], copies: int):
     return g, {}, {"x": xs, "m": masks}
 
 
+def drain():
+    """A Reassemble whose selector ends while its input, a masked RetileStreamify, still steps
+    through 24 tiles of padding rows only: the Reassemble writes its done token when the
+    selector's comes, the Sink takes it and the graph's ``done`` rises while the unit works on
+    (its done token, and the Reassemble's take of it, come after the end of the run)."""
+    g = Graph("drain")
+    x = Source(g, StreamType(T, (26,)), name="x").out
+    m = Source(g, StreamType(Tile(DTYPES["bool"], 4, 1), (26,)), name="m").out
+    rows_ = RetileStreamify(x, is_pad=m, name="unpack").out
+    s = Source(g, StreamType(Selector(1), (4,)), name="s").out
+    Sink(Reassemble([rows_], s, count=1, name="r").out, name="k")
+    masks = [np.array(p, bool).reshape(4, 1) for p in [(0, 1, 0, 0), (0, 1, 1, 1)]]
+    masks += [np.ones((4, 1), bool)] * 24
+    return g, {}, {"x": tiles(26), "m": masks, "s": [sel(1)] * 4}
+
+
 CASES = {
     "fanout": fanout,
     "route0": lambda: route(0),
@@ -456,6 +472,21 @@ def test_random_masked_retiles_match_an_amaranth_simulation(case, depth):
     r = simulate(graph, {}, inputs=inputs, profile=RtlProfile(config), trace=True)
     got = {s: [int(t) for t in ts] for s, ts in r.sends.items()}, r.cycles
     assert got == shared_amaranth_pushes(*case()[::2], config)  # no off-chip memory
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_the_run_ends_with_the_graphs_done_while_a_block_works_on(depth):
+    # The RTL's run ends when the Sink has its done token (23, 26 and 18 cycles at depths 1, 2
+    # and 3); the RetileStreamify still steps through padding rows for about 100 cycles, and its
+    # done token comes after the end (the profile counted those: 136, 111 and 110). Every token
+    # before the end is the RTL's.
+    config = HwConfig(queue_depth=depth, lanes=8)
+    graph, _, inputs = drain()
+    r = simulate(graph, {}, inputs=inputs, profile=RtlProfile(config), trace=True)
+    rtl, end = shared_amaranth_pushes(*drain()[::2], config)
+    assert r.cycles == end == [23, 26, 18][depth - 1]
+    assert {s: [int(t) for t in ts if t < end] for s, ts in r.sends.items()} == rtl
+    assert r.sends["unpack.out"][-1] > end + 80  # its done token
 
 
 # The hardware-size examples with small queues, as the sizing pass (``stepcli.sizing``, three

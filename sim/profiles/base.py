@@ -112,6 +112,12 @@ class TimingProfile:
     def check_graph(self, graph: Any) -> None:
         """Reject settings that name what ``graph`` (the lowered graph a run simulates) lacks."""
 
+    def run_cycles(self, graph: Any, finish: dict[str, int], last: int) -> int:
+        """The run's cycle count, given the cycle each node of ``graph`` (the lowered graph)
+        finished (``finish``, by name) and the last of them (``last``): by default ``last``,
+        the whole graph finished (the paper's simulator: the latest of its contexts)."""
+        return last
+
 
 class ElementFlops:
     """FLOPs of a compute node's function on one element, from the shapes its tiles actually

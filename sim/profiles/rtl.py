@@ -82,7 +82,8 @@ of every hardware block (their docstrings; ``docs/hardware.md``), it predicts th
   edge ends: the count is the first cycle ``done`` is high, plus one. A Sink that takes its done
   token in cycle *t* ends the run at *t* + ``sink_done`` (2: the register, the bench), as a store
   ends it ``done_latency`` cycles after its last B (which counts the bench's cycle too). Every
-  bit is sticky, so the run ends at the latest of them.
+  bit is sticky, so the run ends at the latest of them, whatever other blocks still do
+  (:meth:`RtlProfile.run_cycles`).
 
 The memory is :class:`step_hw.memory_model.MemoryModel` (the fast co-simulation tier builds the
 same one, ``step_hw/cosim/fast_top.py``); :meth:`RtlProfile.for_memory` takes its timing. A
@@ -302,6 +303,15 @@ class RtlProfile(TimingProfile):
             for channel, cycles in port.trace().items():
                 out[f"{name}.{channel}"] = list(cycles)
         return out
+
+    def run_cycles(self, graph: Any, finish: dict[str, int], last: int) -> int:
+        """The cycle the graph's ``done`` rises: the last of its LinearStores' and Sinks' (each
+        node finishes when its ``done`` bit counts, ``done_latency`` and ``sink_done`` charged).
+        Blocks still at work then (a masked RetileStreamify stepping through padding rows whose
+        done token no store waits for) do not delay it (module docstring)."""
+        ends = [finish[n.name] for n in graph.nodes.values()
+                if isinstance(n, (ops.LinearOffChipStore, ops.Sink))]  # fmt: skip
+        return max(ends) if ends else last
 
     def node_timing(self, node: Node, resident: list[bool]) -> NodeTiming:
         own = RTL_TIMING.get(node)
