@@ -2174,6 +2174,13 @@ class _BlockLoad(_Clocked):
     entry's tile (a zero tile: no read) or stop is offered when the order queue offers it
     (``queue_latency``) or its tile was assembled; the stop after a tile in the same entry (a
     block's ``S1``, a rank-0 block's ``S2``) the cycle after the tile.
+
+    The sequencer runs ahead of the outputs: it takes the next address (or stop) from its queue
+    in the cycle it gets to it, while the block before still leaves. So the input tokens are
+    planned as they become visible (``_plan``), the entries worked out as far as the beats
+    already sent allow (``_advance``), and each token taken from its queue in its cycle, also
+    while the node still sends the block before (``attach``: the node's ``recv`` then returns
+    it).
     """
 
     def __init__(self, profile: RtlProfile, node: Node):
@@ -2190,39 +2197,87 @@ class _BlockLoad(_Clocked):
         self.held = False  # a block's closing S2 is held
         self.seq_t = 0.0  # the first cycle the sequencer may act
         self.plan: deque[tuple] = deque()  # per output beat (and take): what the hardware does
+        self.beats: deque[tuple] = deque()  # per output beat worked out: (ready, pops, read)
+        self.takes: deque[float | None] = deque()  # the token planned, not taken: its take
         self.entries = 0
         self.order_pop: list[float] = []  # per entry: the cycle its last beat left
+        self.read_entry: list[float] = []  # per read tile: its entry
+        self.read_k: list[int] = []  # per read tile: the tensor tile
         self.gen_take: list[float] = []  # per read tile: the burst generator's take
         self.gen_free = -math.inf  # the previous tile's last AR: the generator takes the next
+        self.ar = -math.inf  # the last AR issued
+        self.bursts_issued = 0  # of the tile being issued
+        self.last_beat = -math.inf
+        self.read_ready: list[float] = []  # per read tile: the cycle it is offered
         self.tile_pops: list[float] = []  # per read tile: its departure from the tile queue
-        self.pops: int | None = None  # the entry that the beat being sent completes
+        self.pops: bool = False  # the beat being sent completes an entry
         self.read = False  # the beat being sent is a tile read from memory
 
-    def on_recv(self, port: int, token: Any) -> int:
-        v, plan, n = self.io.visible, self.plan, self.nr * self.nc
+    # -- the sequencer -------------------------------------------------------------------------
+
+    def _plan(self, token: Any, v: float) -> None:
+        """The sequencer's steps for input token ``token``, visible from cycle ``v``; the step
+        that takes it from its queue is marked."""
+        plan, n = self.plan, self.nr * self.nc
         if self.held and not isinstance(token, Stop):
-            plan.append(("entry", v, False))  # the held S2, released
+            plan.append(("entry", v, False, None, False, False))  # the held S2, released
         self.held = False
+        self.takes.append(None)
         if not is_data(token):
-            plan.append(("entry", v, False))
-            return 0
+            plan.append(("entry", v, False, None, False, True))
+            return
         a = int(token.reshape(-1)[0])
         first = a * n if 0 <= a < self.node.n_addresses else None
         plan.append(("take", v))
         for i in range(n):
             r, c = divmod(i, self.nc)
             two = (c == self.nc - 1 and r < self.nr - 1) or (i == n - 1 and self.eager)
-            plan.append(("entry", v, True, None if first is None else first + i, two))
+            plan.append(("entry", v, True, None if first is None else first + i, two, False))
             if two:
                 plan.append(("beat2",))
         self.held = not self.eager
-        return 0
+
+    def _took(self, t: float) -> None:
+        self.takes[self.takes.index(None)] = t
+
+    def _advance(self) -> None:
+        """Work out the plan's steps in order, as far as the beats sent so far allow."""
+        plan = self.plan
+        while plan:
+            step = plan[0]
+            if step[0] == "take":
+                self._took(max(step[1], self.seq_t))
+                self.seq_t = max(step[1], self.seq_t) + contract.SEQUENCER_TAKE
+            elif step[0] == "beat2":
+                self.beats.append((-math.inf, True, None))
+            else:
+                _, v, elem, k, two, takes = step
+                x = self.entries - self.order_depth
+                if x >= 0 and x >= len(self.order_pop):
+                    return  # the order queue is full until a beat not sent yet leaves
+                w = len(self.read_entry) - contract.ADDR_QUEUE_DEPTH
+                if k is not None and w >= 0:
+                    while len(self.gen_take) <= w and self._issue():
+                        pass
+                    if len(self.gen_take) <= w:
+                        return  # the address queue is full until the generator takes a tile
+                c = self._emit(v, k is not None)
+                if takes:
+                    self._took(c)
+                if k is None:
+                    self.beats.append((c + self.order_latency, not (elem and two), None))
+                else:
+                    self.offchip_read += self.tile_bytes
+                    self.beats.append((None, not (elem and two), len(self.read_entry)))
+                    self.read_entry.append(c)
+                    self.read_k.append(k)
+            plan.popleft()
 
     def _emit(self, earliest: float, read: bool) -> float:
         """The cycle of the sequencer's next entry (``read``: a tile read, which needs room in
         the address queue)."""
         c = max(earliest, self.seq_t)
-        x, w = self.entries, len(self.gen_take)
+        x, w = self.entries, len(self.read_entry)
         if x >= self.order_depth:
             c = max(c, self.order_pop[x - self.order_depth] + contract.QUEUE_SLOT_RELEASE)
         if read and w >= contract.ADDR_QUEUE_DEPTH:
@@ -2231,48 +2286,111 @@ class _BlockLoad(_Clocked):
         self.seq_t = c + 1
         return c
 
-    def _read(self, k: int, entry: float) -> float:
-        """Tile ``k``'s bursts from its entry in cycle ``entry``; the cycle it is offered."""
+    def _issue(self) -> bool:
+        """Issue the bursts of the next tile read whose entry is known: the burst generator
+        takes the tile ``LOAD_ISSUE - 1`` cycles after its entry or in the cycle of the previous
+        tile's last AR (``gen_take``), then its bursts leave one a cycle; False if its entry, or
+        the tile-queue slot its last burst waits for, is not known yet (it goes on from there at
+        the next call)."""
+        w = len(self.read_ready)
+        if w >= len(self.read_entry):
+            return False
         p, axi = self.p, self.axi
-        self.offchip_read += self.tile_bytes
-        w = len(self.gen_take)
-        ar = max(entry + p.load_issue - 1, self.gen_free)
-        self.gen_take.append(ar)
-        bursts = self.bursts[k]
-        for i, beats in enumerate(bursts):
-            ar = max(ar + 1, axi.slots[0])
+        if len(self.gen_take) == w:
+            self.gen_take.append(max(self.read_entry[w] + p.load_issue - 1, self.gen_free))
+            self.ar, self.bursts_issued = self.gen_take[w], 0
+        bursts = self.bursts[self.read_k[w]]
+        while self.bursts_issued < len(bursts):
+            i = self.bursts_issued
+            ar = max(self.ar + 1, axi.slots[0])
             if i == len(bursts) - 1 and w >= _TILE_QUEUE:  # room in the tile queue
+                if w - _TILE_QUEUE >= len(self.tile_pops):
+                    return False
                 ar = max(ar, self.tile_pops[w - _TILE_QUEUE] + 1)
             first = max(ar + p.memory_latency, axi.data_free)
-            last = first + beats - 1
-            axi.data_free = last + 1
+            self.last_beat = first + bursts[i] - 1
+            axi.data_free = self.last_beat + 1
             axi.slots.popleft()
-            axi.slots.append(last + 1)
-        self.gen_free = ar
-        return last + self.tile_latency
+            axi.slots.append(self.last_beat + 1)
+            self.ar = ar
+            self.bursts_issued += 1
+        self.gen_free = self.ar
+        self.read_ready.append(self.last_beat + self.tile_latency)
+        return True
+
+    # -- the node ------------------------------------------------------------------------------
+
+    def attach(self, io: Any) -> None:
+        super().attach(io)
+        recv, send = io.recv, io.send
+        ahead: deque = deque()  # (token, visible) taken while the node sent the block before
+
+        def take_due() -> float | None:
+            """The cycle the head of the input queue is taken (None: not known yet); plans it
+            once it is visible."""
+            ch = io.inputs[0]
+            if not self.takes and ch.q and ch.q[0][0] <= self.now:
+                self._plan(ch.q[0][1], ch.q[0][0])
+            if not self.takes:
+                return None
+            self._advance()
+            return self.takes[0]
+
+        def take() -> Any:
+            self.takes.popleft()
+            ahead.append(((yield from recv(0)), io.visible))
+
+        def recv_planned(i: int) -> Any:
+            if not ahead:
+                yield from io.peek(0)
+                t = take_due()
+                if t > self.now:
+                    yield ("sleep", math.ceil(t - self.now))
+                yield from take()
+            token, io.visible = ahead.popleft()
+            return token
+
+        def send_taking(j: int, token: Any) -> Any:
+            t, self.paid = self.now + self.on_send(j, token), True
+            ch = io.inputs[0]
+            while True:
+                now = self.now
+                due = take_due()
+                if due is not None and due <= now:
+                    yield from take()
+                    continue
+                if now < t:
+                    if not ch.q:  # an address that arrives meanwhile wakes the node
+                        ch.recv_waiter = (io.proc, io.proc.epoch + 1)
+                    yield ("sleep", math.ceil(min(x for x in (due, t) if x is not None) - now))
+                    continue
+                if due is None or self._room(j):
+                    break  # SimIO.send waits for room from here
+                frees = _frees_after(io.outputs[j], now)
+                yield ("sleep", math.ceil(min(due, *frees) - now) if frees else 1)
+            yield from send(j, token)
+
+        io.recv, io.send = recv_planned, send_taking
 
     def on_send(self, port: int, token: Any) -> int:
-        while self.plan[0][0] == "take":
-            _, v = self.plan.popleft()
-            self.seq_t = max(v, self.seq_t) + contract.SEQUENCER_TAKE
-        step = self.plan.popleft()
-        ready = -math.inf
-        if step[0] == "beat2":
-            self.pops, self.read = self.entries - 1, False
-        else:
-            elem = step[2]
-            k = step[3] if elem else None
-            c = self._emit(step[1], k is not None)
-            self.pops = None if elem and step[4] else self.entries - 1
-            self.read = k is not None
-            ready = self._read(k, c) if k is not None else c + self.order_latency
+        if self.paid:  # charged by ``send_taking`` already
+            self.paid = False
+            return 0
+        self._advance()
+        ready, self.pops, w = self.beats.popleft()
+        self.read = w is not None
+        if self.read:
+            while len(self.read_ready) <= w:
+                if not self._issue():
+                    raise RuntimeError(f"rtl profile: '{self.node.name}' cannot read tile {w} yet")
+            ready = self.read_ready[w]
         t = max(ready, self.last_push[port] + self.spacing[port])
         return max(0, math.ceil(t - self.now)) if t > self.now else 0
 
     def sent(self, port: int, token: Any) -> None:
         now = self.now
         self.last_push[port] = now
-        if self.pops is not None:
+        if self.pops:
             self.order_pop.append(now)
         if self.read:
             self.tile_pops.append(now)
