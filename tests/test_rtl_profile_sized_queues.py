@@ -188,6 +188,20 @@ def rows():
     return g, {"t": np.arange(1024, dtype=np.int16).reshape(16, 64)}, {"a": addrs, "w0": tiles(10)}
 
 
+def blocks():
+    """A RandomLoad of fetch blocks of 1x4 tiles (addresses in pairs, a stop after each pair)
+    into a slow MAC array: its sequencer takes the next address, and a stop, while the block
+    before still leaves."""
+    g = Graph("blocks")
+    t = g.tensor("t", (16, 64), "int16")
+    a = Source(g, StreamType(Tile(INT32, 1, 1), (3, 2)), name="a").out
+    x = RandomOffChipLoad(a, t, tile=(4, 4), fetch=(1, 4), name="load").out
+    slow(g, x, "0")
+    addrs = [[np.full((1, 1), k, np.int32) for k in pair] for pair in ((3, 0), (7, 2), (5, 9))]
+    w0 = [[[tiles(4)] for _ in range(2)] for _ in range(3)]
+    return g, {"t": np.arange(1024, dtype=np.int16).reshape(16, 64)}, {"a": addrs, "w0": w0}
+
+
 def mac():
     """Two MAC arrays in a row and an accumulating one (rank 1) between them."""
     g = Graph("mac")
@@ -281,6 +295,7 @@ CASES = {
     "flags": flags,
     "load": load,
     "rows": rows,
+    "blocks": blocks,
     "mac": mac,
     "repeat": repeat,
     "chunks": chunks,

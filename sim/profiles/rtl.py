@@ -2359,15 +2359,23 @@ class _BlockLoad(_Clocked):
                 if due is not None and due <= now:
                     yield from take()
                     continue
-                if now < t:
-                    if not ch.q:  # an address that arrives meanwhile wakes the node
-                        ch.recv_waiter = (io.proc, io.proc.epoch + 1)
-                    yield ("sleep", math.ceil(min(x for x in (due, t) if x is not None) - now))
-                    continue
-                if due is None or self._room(j):
+                # an address that becomes visible meanwhile is planned then
+                soon = [x for x in (due, ch.q[0][0] if ch.q and not self.takes else None)
+                        if x is not None and x > now]  # fmt: skip
+                if now >= t and (self._room(j) or not (soon or not ch.q)):
                     break  # SimIO.send waits for room from here
-                frees = _frees_after(io.outputs[j], now)
-                yield ("sleep", math.ceil(min(due, *frees) - now) if frees else 1)
+                if not ch.q:  # an address that arrives meanwhile wakes the node
+                    ch.recv_waiter = (io.proc, io.proc.epoch + 1)
+                if now < t:
+                    yield ("sleep", math.ceil(min([t, *soon]) - now))
+                    continue
+                out = io.outputs[j]
+                out.send_waiter = (io.proc, io.proc.epoch + 1)  # the consumer's take wakes it
+                wake = [*soon, *_frees_after(out, now)]
+                if wake:
+                    yield ("sleep", math.ceil(min(wake) - now))
+                else:
+                    yield ("park", f"room on {out.name}", ("room", out.name), "stalled_out")
             yield from send(j, token)
 
         io.recv, io.send = recv_planned, send_taking
