@@ -53,7 +53,9 @@ class SimResult:
     """The outcome of :func:`sim.simulate`.
 
     Attributes:
-        cycles: simulated cycles until the last node finished.
+        cycles: the run's cycles as the profile ends it (``TimingProfile.run_cycles``): when
+            the last node finished (the paper profile), or when the graph's ``done`` rises (the
+            rtl profile: a node may still be at work then, and its statistics run on to its end).
         nodes: per-node statistics by name.
         offchip_read_bytes / offchip_write_bytes: traffic counted per tile (the cost model's bytes).
         queue_high_water: largest occupancy (data tokens) seen on each stream, by stream name.
