@@ -884,9 +884,14 @@ class _MaskedRetile(_Expander):
         mask = np.asarray(self.io.head(1))
         self.rows = int(mask.shape[0])
         self.kept = [i for i in range(self.rows) if not mask[i, 0]]
-        offered = max(self.io.inputs[q].q[0][0] for q in range(self.group))
-        self.start = max(offered, max(self.taken, *self.last_take) + 1)  # stops taken too
+        self.start = self._rows_start()
         return len(self.kept)
+
+    def _rows_start(self) -> float:
+        """The cycle the element at the heads of the inputs has its first row: once offered,
+        the cycle after the last take (an element's, or a stop's)."""
+        offered = max(c.q[0][0] for c in self.io.inputs)
+        return max(offered, max(self.taken, *self.last_take) + 1)
 
     def _take(self) -> Any:
         self.taken = self.now
@@ -984,9 +989,7 @@ class _MaskedRetile(_Expander):
         token, mask = (c.q[0][1] for c in self.io.inputs)
         if not is_data(token) or not np.asarray(mask).all():
             return None
-        offered = max(c.q[0][0] for c in self.io.inputs)
-        start = max(offered, max(self.taken, *self.last_take) + 1)
-        return start + np.asarray(mask).shape[0] - 1
+        return self._rows_start() + np.asarray(mask).shape[0] - 1
 
 
 # -- routers (step_hw/broadcast.py, step_hw/router.py) ------------------------------------------
