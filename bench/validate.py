@@ -84,8 +84,16 @@ class Point:
     # compare the simulator's outputs too (paper-size sweeps: the RTL's against the
     # interpreter's only, the simulators in timing mode)
     functional_sim: bool = True
-    # a point at sized depths: the file its design's sizing is cached in (``sized_depths``)
+    # the file the sizing of the point's design is cached in (``sized_depths``): both depth
+    # settings of a design run on one build whose queues hold the larger depth of the two
     sizing: Path | None = None
+    # -> the HwConfig the RTL is built with: ``config`` with run-time queue depths up to the
+    # capacities of both depth settings (``shared_build``); None: ``config``
+    rtl_config: Callable[[], HwConfig] | None = None
+
+    def hardware(self) -> HwConfig:
+        """The configuration the point's RTL is built with (:func:`shared_build`)."""
+        return self.rtl_config() if self.rtl_config is not None else self.config
 
 
 def swiglu_points() -> list[Point]:
@@ -323,7 +331,7 @@ def run_point(
         rtl = json.loads(cache.read_text())
     else:
         want = interpret(p.make(), p.memory).memory
-        r = cosim.run(p.make(), p.memory, config=p.config, trace=trace, tag=_key(p) + suffix, tier=tier,
+        r = cosim.run(p.make(), p.memory, config=p.hardware(), trace=trace, tag=_key(p) + suffix, tier=tier,
                       memory_model=None if tier == "axi" else memory)  # fmt: skip
         rtl = {
             "rtl_cycles": r.cycles,
@@ -366,7 +374,7 @@ def _design(p: Point) -> str:
     from step_hw.cosim.harness import TOP
     from step_hw.design_key import design_key, source_version
 
-    return (design_key(p.make(), p.config, TOP) or f"uncacheable{source_version()}")[:16]
+    return (design_key(p.make(), p.hardware(), TOP) or f"uncacheable{source_version()}")[:16]
 
 
 #: The packages whose code decides a simulation's result: a change to any file in them
@@ -684,18 +692,54 @@ def with_sized_depths(p: Point, group: list[Point], memory: MemoryModel) -> Poin
     )  # fmt: skip
 
 
+def shared_build(group: list[Point], memory: MemoryModel) -> Callable[[], HwConfig]:
+    """-> the configuration one build of ``group``'s design runs both depth settings with: its
+    ``config`` with run-time queue depths (``HwConfig.queue_capacity``), each queue built for the
+    larger of its default and sized depth (``step_hw.run_time_depths.shared_capacities``; sizes the
+    design when first called)."""
+    from step_hw.run_time_depths import shared_capacities
+
+    made: list[HwConfig] = []
+
+    def config() -> HwConfig:
+        if not made:
+            p = group[0]
+            sized = p.make()
+            sized.queue_depths.update(sized_depths(group, p.memory_model or memory))
+            capacities = shared_capacities([p.make(), sized], p.config)
+            made.append(dataclasses.replace(p.config, queue_capacity=capacities))
+        return made[0]
+
+    return config
+
+
 def _sweep_points(name: str, depths: tuple[str, ...], memory: MemoryModel) -> list[Point]:
     """The points of sweep ``name`` at each queue-depth setting (built once per process:
-    workers rebuild them and run one by index)."""
+    workers rebuild them and run one by index). Both settings of a design run on one build
+    (:func:`shared_build`), whichever are asked for."""
     key = (name, depths, memory, TRACES)
     if key not in _POINTS:
         base = SWEEPS[name]()
-        pts = [dataclasses.replace(p, params={**p.params, "depths": "default"}) for p in base]
         groups: dict[str, list[Point]] = {}
         for p in base:
             groups.setdefault(p.design, []).append(p)
+        builds = {d: shared_build(g, memory) for d, g in groups.items()}
+        pts = [
+            dataclasses.replace(
+                p,
+                params={**p.params, "depths": "default"},
+                rtl_config=builds[p.design],
+                sizing=sizing_file(groups[p.design], p.memory_model or memory),
+            )
+            for p in base
+        ]
         _POINTS[key] = (pts if "default" in depths else []) + (
-            [with_sized_depths(p, groups[p.design], memory) for p in base]
+            [
+                dataclasses.replace(
+                    with_sized_depths(p, groups[p.design], memory), rtl_config=builds[p.design]
+                )
+                for p in base
+            ]
             if "sized" in depths
             else []
         )

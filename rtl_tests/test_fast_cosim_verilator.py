@@ -265,13 +265,21 @@ def test_fast_attention_matches_interpreter(pattern, seed):
         assert abs(sim.cycles - r.cycles) / r.cycles <= 0.05, (sim.cycles, r.cycles)
 
 
+def _up_at_depth_1() -> Graph:
+    g = swiglu.hardware()
+    g.queue_depths["up.out"] = 1
+    return g
+
+
 @pytest.mark.parametrize(
     ("make", "config"),
     [
         (swiglu.hardware, HwConfig(axi_ports=1)),  # shared ports: wider IDs
         (lambda: attention.hardware("dynamic"), HwConfig()),  # Sources and Sinks
+        # run-time queue depths: the `queue_limits` input, queues of capacity 1 to 8
+        (_up_at_depth_1, HwConfig(queue_capacity={"load_x.out": 8, "up.out": 1})),
     ],
-    ids=["swiglu_shared", "attention"],
+    ids=["swiglu_shared", "attention", "swiglu_run_time_depths"],
 )
 def test_fast_harness_is_lint_clean(tmp_path, make, config):
     """The generated harness passes ``verilator --lint-only -Wall`` with the project's waivers

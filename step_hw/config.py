@@ -24,6 +24,21 @@ def _positive(name: str, value: object) -> None:
         raise ValueError(f"HwConfig.{name} must be a positive integer, not {value!r}")
 
 
+def _capacities(value: Any) -> tuple[tuple[str, int], ...]:
+    """``HwConfig.queue_capacity`` as sorted ``(stream, capacity)`` pairs."""
+    try:
+        pairs = sorted(dict(value).items())
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"HwConfig.queue_capacity must map stream names to capacities, not {value!r}"
+        ) from None
+    for stream, capacity in pairs:
+        if not isinstance(stream, str):
+            raise ValueError(f"HwConfig.queue_capacity: stream names are strings, not {stream!r}")
+        _positive(f"queue_capacity[{stream!r}]", capacity)
+    return tuple(pairs)
+
+
 @dataclass(frozen=True)
 class HwConfig:
     """Parameters of the generated hardware.
@@ -53,6 +68,13 @@ class HwConfig:
             a row count (``docs/stop_tokens.md``), and elaboration checks every dynamic tile's
             bound against it. The default 8 holds every token of ``examples.moe.hardware()``
             (batch 8), at most 256.
+        queue_capacity: queues whose depth is a run-time setting, so that one build serves a
+            graph at several depth settings (e.g. the defaults and the queue-sizing pass's):
+            ``(stream, capacity)`` pairs (a mapping is accepted; stored sorted). Each named
+            stream's queue is built to hold up to ``capacity`` payloads and takes its depth,
+            ``1..capacity``, from the elaborated graph's ``queue_limits`` input, cycle for cycle
+            the queue of that depth (:class:`step_hw.queue.LimitedFIFO`); a run rejects a depth
+            above the capacity. Every other queue's depth is built in. Default: none.
     """
 
     elem_dtype: str = "int16"
@@ -70,8 +92,10 @@ class HwConfig:
     level_bits: int = 3
     axi_ports: int | None = None
     dyn_tile_rows: int = 8
+    queue_capacity: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self):
+        object.__setattr__(self, "queue_capacity", _capacities(self.queue_capacity))
         for name in ("elem_dtype", "acc_dtype"):
             value = getattr(self, name)
             if value not in _HW_DTYPES:

@@ -52,6 +52,7 @@ __all__ = [
     "is_memory_operator",
     "is_store",
     "matmul_steps",
+    "queue_capacity",
     "queue_depth",
     "queue_interval",
     "queue_latency",
@@ -89,6 +90,13 @@ def queue_depth(graph: Graph, stream: Stream | str, config: HwConfig) -> int:
     the graph's depth for it, else ``config.queue_depth`` (times its ``Graph.queue_scale``)."""
     name = stream if isinstance(stream, str) else stream.name
     return graph.queue_depth(name, config.queue_depth)
+
+
+def queue_capacity(graph: Graph, stream: Stream | str, config: HwConfig) -> int | None:
+    """The capacity of ``stream``'s queue if its depth is a run-time setting (its entry in
+    ``config.queue_capacity``), else ``None`` (its depth, :func:`queue_depth`, is built in)."""
+    name = stream if isinstance(stream, str) else stream.name
+    return dict(config.queue_capacity).get(name)
 
 
 # -- blocks -------------------------------------------------------------------------------------

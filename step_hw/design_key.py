@@ -2,8 +2,8 @@
 
 Co-simulation caches a Verilator build per design. Converting a graph to Verilog only to hash the
 text costs 2 to 70 s per run; :func:`design_key` instead hashes what determines the Verilog: the
-lowered graph (every node's class, name, ports, types and parameters, the queue depths, the
-tensors), the :class:`~step_hw.config.HwConfig`, the top module's name, and the source code of
+lowered graph (every node's class, name, ports, types and parameters, the queue depths but the
+run-time ones (``HwConfig.queue_capacity``), the tensors), the :class:`~step_hw.config.HwConfig`, the top module's name, and the source code of
 ``step_lang`` and ``step_hw`` (so any change to the generator invalidates every key). A graph with
 an operator defined outside those packages (registered by the user, ``docs/architecture.md``) has
 no key: its hardware block is code the key does not hash.
@@ -124,7 +124,10 @@ def design_key(graph: Graph, config: HwConfig, top: str) -> str | None:
             "graph": low.name,
             "nodes": nodes,
             "tensors": [_describe(t) for t in low.tensors.values()],
-            "queue_depths": sorted(low.queue_depths.items()),
+            # a run-time depth (HwConfig.queue_capacity) is not in the hardware
+            "queue_depths": sorted(
+                (s, d) for s, d in low.queue_depths.items() if s not in dict(config.queue_capacity)
+            ),
             "queue_scale": sorted(low.queue_scale.items()),
         },
         sort_keys=True,

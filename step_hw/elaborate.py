@@ -2,7 +2,8 @@
 
 :class:`ElaboratedGraph` has one named submodule per node (the node's block, built with the
 block's ``from_node``), a :class:`~step_hw.queue.Queue` on every edge (depth from
-``Graph.set_queue_depth``, else ``HwConfig.queue_depth``), and these top-level ports:
+``Graph.set_queue_depth``, else ``HwConfig.queue_depth``; or a run-time depth, below), and these
+top-level ports:
 
 * ``start`` (in) and ``done`` (out): every block is held in reset until ``start`` is seen high;
   ``done`` rises once every linear store has written its last tile and every sink has taken its
@@ -15,6 +16,9 @@ block's ``from_node``), a :class:`~step_hw.queue.Queue` on every edge (depth fro
   listed in the description's ``flag_bits`` so a test bench can name the node that raised it;
 * ``src_<node>`` (in) for each Source node and ``snk_<node>`` (out) for each Sink node: token
   streams (``docs/stop_tokens.md``); a Source's ``ready`` is low until the cycle after ``start``;
+* ``queue_limits`` (in, when ``HwConfig.queue_capacity`` names streams): the depth of each of their
+  queues, set before ``start`` and held (``step_hw.run_time_depths``; the description's ``queues``
+  entry of such a queue has its ``capacity`` and its field, ``limit``: first bit and width);
 * ``m_axi_<node>`` (out): one AXI4 manager per memory operator, named for cocotbext-axi
   (``AxiBus.from_prefix(dut, "m_axi_<node>")``); or, with ``HwConfig.axi_ports = k``, loads
   spread round-robin over up to ``k`` read ports ``m_axi_rd<i>`` and stores over up to ``k``
@@ -50,6 +54,7 @@ from .contract import axi_managers
 from .dyntile import check_dynamic_tiles
 from .payload import Kind, TokenFormat
 from .queue import Queue
+from .run_time_depths import check_capacities, limit_fields, queue_name, queues
 
 __all__ = ["HARDWARE", "ElaboratedGraph", "axi_managers", "convert", "supported_kinds", "write"]
 
@@ -109,11 +114,6 @@ _FLAGS = ("error", "misaligned", "overflow")
 _ERRORS = ("error", "misaligned")
 
 
-def _queue_name(s: Stream, consumer: str, port: int) -> str:
-    """Instance name of the queue that feeds input ``port`` of ``consumer`` from stream ``s``."""
-    return f"q_{s.name.replace('.', '_')}_{consumer}_{port}"
-
-
 def _check_stop_levels(graph: Graph, config: HwConfig) -> None:
     """Every stream's stop levels (up to its rank) fit the payload's level field."""
     for node in graph.nodes.values():
@@ -154,6 +154,7 @@ class ElaboratedGraph(wiring.Component):
         #: node name -> Verilog instance name, where they differ (:func:`convert` picks them).
         self.instances = dict(instances or {})
         _check_stop_levels(graph, config)
+        check_capacities(graph, config)  # every depth fits its queue's run-time capacity
         check_dynamic_tiles(graph, config)  # every dynamic tile fits HwConfig.dyn_tile_rows
         self.graph, self.config = graph, config
         self.memory_map = self._allocate(graph, config)
@@ -204,6 +205,17 @@ class ElaboratedGraph(wiring.Component):
         ]
         if self.flag_bits:
             members["flags"] = Out(len(self.flag_bits))
+        #: Queues whose depth is a run-time setting: instance -> (first bit, width, capacity)
+        #: of its depth in the ``queue_limits`` input.
+        self.limit_fields = limit_fields(graph, config)
+        if self.limit_fields:
+            width = sum(w for _, w, _ in self.limit_fields.values())
+            # the depths of this graph when nothing drives the input (Amaranth simulation)
+            init = 0
+            for name, s, _, _ in queues(graph):
+                if name in self.limit_fields:
+                    init |= contract.queue_depth(graph, s, config) << self.limit_fields[name][0]
+            members["queue_limits"] = In(width, init=init)
         super().__init__(members)
         del self._MustUse__silence  # back to the class's setting (a caller may silence them all)
 
@@ -251,14 +263,22 @@ class ElaboratedGraph(wiring.Component):
                     continue
                 src = producer(s)
                 depth = contract.queue_depth(self.graph, s, self.config)
+                capacity = contract.queue_capacity(self.graph, s, self.config)
                 if isinstance(src.node, ops.Source):
                     out_port = wiring.flipped(getattr(self, f"src_{src.node.name}"))
                     shape = self._formats[src.node.name].layout()
                 else:
                     out_port = self.blocks[src.node.name].out_ports[src.port]
                     shape = out_port.payload.shape()
-                q = Queue(shape=shape, depth=depth)
-                m.submodules[_queue_name(s, node.name, i)] = ResetInserter(holder)(q)
+                name = queue_name(s, node.name, i)
+                if capacity is None:
+                    q = Queue(shape=shape, depth=depth)
+                else:
+                    q = Queue(shape=shape, capacity=capacity)
+                if name in self.limit_fields:
+                    at, width, _ = self.limit_fields[name]
+                    m.d.comb += q.limit.eq(self.queue_limits[at : at + width])
+                m.submodules[name] = ResetInserter(holder)(q)
                 if isinstance(src.node, ops.Source):
                     # A queue held in reset may show `ready` and then forget what it took: a
                     # Source's tokens enter only from the cycle after `start`.
@@ -352,17 +372,24 @@ class ElaboratedGraph(wiring.Component):
             # bit i of the flags port: the node and its flag
             "flag_bits": [{"node": n, "flag": f} for n, f in self.flag_bits],
             # Queue instances (top-level submodules), for testbenches that watch their levels.
+            # A queue with a run-time depth has its capacity and (capacity 2 or more) the bits
+            # of its depth in `queue_limits` instead: the description serves every graph that
+            # runs on the design (`run_time_depths.queue_limits` gives their depths).
             "queues": {
-                _queue_name(s, node.name, i): {
-                    "stream": s.name,
-                    "consumer": node.name,
-                    "depth": contract.queue_depth(self.graph, s, self.config),
-                }
-                for node in self.graph.nodes.values()
-                if not node.is_feedback
-                for i, s in enumerate(node.inputs)
+                name: self._queue_entry(name, s, node) for name, s, node, _ in queues(self.graph)
             },
         }
+
+    def _queue_entry(self, name: str, s: Stream, node: Node) -> dict[str, Any]:
+        entry: dict[str, Any] = {"stream": s.name, "consumer": node.name}
+        capacity = contract.queue_capacity(self.graph, s, self.config)
+        if capacity is None:
+            entry["depth"] = contract.queue_depth(self.graph, s, self.config)
+        else:
+            entry["capacity"] = capacity
+            if name in self.limit_fields:
+                entry["limit"] = list(self.limit_fields[name][:2])
+        return entry
 
 
 def _port_name(node: Node) -> str:

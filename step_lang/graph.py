@@ -298,6 +298,12 @@ class Graph:
         name = stream if isinstance(stream, str) else stream.name
         if name in self.queue_depths:
             return self.queue_depths[name]
+        return self.default_queue_depth(name, default)
+
+    def default_queue_depth(self, stream: Stream | str, default: int) -> int:
+        """The depth of ``stream``'s queue without ``set_queue_depth``: ``default`` times its
+        ``queue_scale``."""
+        name = stream if isinstance(stream, str) else stream.name
         return default * self.queue_scale.get(name, 1)
 
     def _propose_name(self, kind: str, name: str | None) -> str:

@@ -60,6 +60,10 @@ CONFIGS = [
     ({"axi_ports": 0}, "HwConfig.axi_ports must be a positive integer, not 0"),
     ({"dyn_tile_rows": 0}, "HwConfig.dyn_tile_rows must be a positive integer, not 0"),
     ({"dyn_tile_rows": 300}, "HwConfig.dyn_tile_rows must be at most 256, not 300"),
+    ({"queue_capacity": 4}, "HwConfig.queue_capacity must map stream names to capacities, not 4"),
+    ({"queue_capacity": {"x.out": 0}}, "HwConfig.queue_capacity['x.out'] must be a positive integer, not 0"),
+    ({"queue_capacity": {"x.out": 2.0}}, "HwConfig.queue_capacity['x.out'] must be a positive integer, not 2.0"),
+    ({"queue_capacity": {3: 2}}, "HwConfig.queue_capacity: stream names are strings, not 3"),
 ]  # fmt: skip
 
 

@@ -10,6 +10,7 @@ import numpy as np
 from examples import attention, moe, swiglu
 from step_hw.config import HwConfig
 from step_hw.design_key import design_key
+from step_hw.run_time_depths import shared_capacities
 from step_lang import Graph, Map, Sink, Source, StreamType, Tile
 from step_lang import functions as F
 from step_lang.types import int32
@@ -96,3 +97,34 @@ def test_an_operator_defined_outside_the_library_is_not_cached():
     Sink(MyMap(x.out, fn=F.MapFn("id", 1, lambda err, t: t, lambda t: 0, None), name="m").out)
     assert design_key(g, HwConfig(), TOP) is None
     assert design_key(_doubling(lambda out, t: t), HwConfig(), TOP) is not None
+
+
+def test_run_time_depths_leave_the_depths_out_of_the_key():
+    """The depth of a queue named in ``HwConfig.queue_capacity`` is an input of the design, not
+    its hardware: a graph at two such depths has one key; the capacities are part of it, and
+    every other queue's depth too."""
+
+    def at(depth: int) -> Graph:
+        g = swiglu.hardware()
+        g.queue_depths["load_x.out"] = depth
+        return g
+
+    # load_x.out and, lowered, the outputs of the Broadcast that copies it
+    capacities = shared_capacities([at(1), at(5)], HwConfig())
+    assert len(capacities) == 3 and set(capacities.values()) == {5}
+    run_time = HwConfig(queue_capacity=capacities)
+    assert design_key(at(1), run_time, "t") == design_key(at(5), run_time, "t")
+    # a run-time depth left out: its queue (here a Broadcast output's) is built in
+    partial = HwConfig(queue_capacity={"load_x.out": 5})
+    assert design_key(at(1), partial, "t") != design_key(at(5), partial, "t")
+    assert design_key(at(1), HwConfig(), "t") != design_key(at(5), HwConfig(), "t")
+    assert design_key(at(1), run_time, "t") != design_key(
+        at(1), HwConfig(queue_capacity={**capacities, "load_x.out": 6}), "t"
+    )
+    assert design_key(at(1), run_time, "t") != design_key(at(1), HwConfig(), "t")
+    other = at(1)
+    other.queue_depths["up.out"] = 2
+    assert design_key(other, run_time, "t") != design_key(at(1), run_time, "t")
+    scaled = at(1)
+    scaled.queue_scale["load_up.out"] = 2
+    assert design_key(scaled, run_time, "t") != design_key(at(1), run_time, "t")

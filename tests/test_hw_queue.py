@@ -6,13 +6,13 @@ import itertools
 import random
 
 import pytest
-from amaranth.hdl import Module, signed
-from amaranth.lib import data, wiring
+from amaranth.hdl import Elaboratable, Module, Signal, signed
+from amaranth.lib import data, fifo, wiring
 from amaranth.sim import Simulator
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from step_hw.queue import Queue
+from step_hw.queue import LimitedFIFO, Queue
 from step_hw.testing import (
     PATTERNS,
     Transfer,
@@ -256,3 +256,107 @@ def test_shape_validation():
 def test_keyword_only():
     with pytest.raises(TypeError, match=r"takes 1 positional argument but 3 were given$"):
         Queue(8, 4)  # type: ignore[misc]
+
+
+# -- run-time depths ------------------------------------------------------------------------------
+
+
+class _Pair(Elaboratable):
+    """A LimitedFIFO at ``limit`` beside the SyncFIFOBuffered of that depth, fed the same inputs."""
+
+    def __init__(self, capacity: int, limit: int):
+        self.ref = fifo.SyncFIFOBuffered(width=8, depth=limit)
+        self.dut = LimitedFIFO(width=8, capacity=capacity)
+        self.limit = limit
+        self.w_data, self.w_en, self.r_en = Signal(8), Signal(), Signal()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.ref, m.submodules.dut = self.ref, self.dut
+        for f in (self.ref, self.dut):
+            m.d.comb += [f.w_data.eq(self.w_data), f.w_en.eq(self.w_en), f.r_en.eq(self.r_en)]
+        m.d.comb += self.dut.limit.eq(self.limit)
+        return m
+
+
+@pytest.mark.parametrize(
+    ("capacity", "limit"), [(c, n) for c in (1, 2, 3, 5, 8) for n in range(1, c + 1)]
+)
+def test_a_limited_fifo_is_cycle_equal_to_the_buffered_fifo_of_its_limit(capacity, limit):
+    """Every cycle of 600, with writes and reads requested at random (full and empty included):
+    the same ``w_rdy``, ``r_rdy``, ``level`` and, when readable, ``r_data``."""
+    pair = _Pair(capacity, limit)
+    rng = random.Random(f"{capacity}/{limit}")
+    seen = {"full": 0, "empty": 0, "moves": 0}
+
+    async def bench(ctx):
+        for cycle in range(600):
+            # phases that fill and drain it, and phases of random traffic
+            phase = (cycle // 50) % 3
+            w = rng.random() < (0.9 if phase == 0 else 0.1 if phase == 1 else 0.5)
+            r = rng.random() < (0.1 if phase == 0 else 0.9 if phase == 1 else 0.5)
+            ctx.set(pair.w_data, rng.getrandbits(8))
+            ctx.set(pair.w_en, w)
+            ctx.set(pair.r_en, r)
+            ref, dut = pair.ref, pair.dut
+            got = [ctx.get(s) for s in (dut.w_rdy, dut.r_rdy, dut.level)]
+            want = [ctx.get(s) for s in (ref.w_rdy, ref.r_rdy, ref.level)]
+            assert got == want, f"cycle {cycle}: (w_rdy, r_rdy, level) {got}, want {want}"
+            if want[1]:
+                assert ctx.get(dut.r_data) == ctx.get(ref.r_data), f"cycle {cycle}: r_data"
+            seen["full"] += want[2] == limit
+            seen["empty"] += want[2] == 0
+            seen["moves"] += (w and want[0]) + (r and want[1])
+            await ctx.tick()
+
+    sim = Simulator(pair)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    # the comparison covered a full and an empty FIFO and moved payloads
+    assert seen["full"] > 10 and seen["empty"] > 10 and seen["moves"] > 150
+
+
+@pytest.mark.parametrize(("capacity", "limit"), [(4, 1), (4, 2), (4, 3), (4, 4), (7, 3)])
+def test_a_queue_with_a_run_time_depth_moves_like_the_queue_of_that_depth(capacity, limit):
+    """The stream-level timing (latency, interval) and order under back-pressure of a
+    ``Queue(capacity=...)`` at ``limit`` are those of ``Queue(depth=limit)``."""
+
+    def transfers(make, pattern):
+        class Top(Elaboratable):
+            def __init__(self):
+                self.q = make()
+                self.i, self.o = self.q.i, self.q.o
+
+            def elaborate(self, platform):
+                m = Module()
+                m.submodules.q = self.q
+                if self.q.depth is None:
+                    m.d.comb += self.q.limit.eq(limit)
+                return m
+
+        rng = random.Random(f"{pattern}/{capacity}/{limit}")
+        payloads = [rng.getrandbits(8) for _ in range(60)]
+        received, accepted, delivered = run_queue(
+            Top(), payloads,
+            pauses(pattern, rng=random.Random(rng.getrandbits(32))),
+            pauses(pattern, rng=random.Random(rng.getrandbits(32))),
+        )  # fmt: skip
+        assert received == payloads
+        return accepted, delivered
+
+    for pattern in PATTERNS:
+        assert transfers(lambda: Queue(shape=8, capacity=capacity), pattern) == transfers(
+            lambda: Queue(shape=8, depth=limit), pattern
+        ), pattern
+
+
+def test_a_queue_takes_a_depth_or_a_capacity():
+    with pytest.raises(TypeError, match=r"^Queue needs a depth or a capacity"):
+        Queue(shape=8)
+    with pytest.raises(TypeError, match=r"^Queue needs a depth or a capacity"):
+        Queue(shape=8, depth=2, capacity=3)
+    with pytest.raises(ValueError, match=r"^Queue capacity must be a positive integer, not 0$"):
+        Queue(shape=8, capacity=0)
+    assert Queue(shape=8, capacity=4).capacity == 4 and Queue(shape=8, capacity=4).depth is None
+    assert "limit" not in Queue(shape=8, capacity=1).signature.members

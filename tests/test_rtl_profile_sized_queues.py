@@ -60,6 +60,7 @@ from step_lang import (
     ragged,
 )
 from step_lang import functions as F
+from step_lang.passes import lower
 from step_lang.types import DTYPES, Selector
 
 INT16, INT32 = DTYPES["int16"], DTYPES["int32"]
@@ -596,3 +597,19 @@ def test_a_load_waits_for_room_in_its_address_queue(depth):
     # to 15 cycles early).
     config = HwConfig(queue_depth=depth, lanes=8, max_outstanding=16)
     assert profile_run("rows", config) == amaranth_pushes("rows", config)
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+@pytest.mark.parametrize("case", ["fanout", "route1", "blocks", "unpad_stops"])
+def test_run_time_depths_move_every_token_in_the_cycle_built_in_depths_do(case, depth):
+    """A design whose queue depths are run-time settings (``HwConfig.queue_capacity``: every
+    queue built for 4, its depth set by ``queue_limits``) moves every token of the graph in the cycle the
+    design with those depths built in moves it, at mixed depths (1, 2, 3 and ``depth``)."""
+    graph, tensors, inputs = CASES[case]()
+    streams = sorted({s.name for n in graph.nodes.values() for s in n.outputs})
+    for i, name in enumerate(streams):
+        graph.queue_depths[name] = (depth, 1, 3, 2)[i % 4]
+    fixed = shared_amaranth_pushes(graph, inputs, HwConfig(lanes=8), tensors)
+    queues = {s.name for n in lower(graph).nodes.values() if not n.is_feedback for s in n.inputs}
+    run_time = HwConfig(lanes=8, queue_capacity={name: 4 for name in queues})
+    assert shared_amaranth_pushes(graph, inputs, run_time, tensors) == fixed

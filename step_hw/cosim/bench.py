@@ -10,7 +10,8 @@ output tensors (read back from the memory) and the cycle count to ``GRAPH_RESULT
 
 Environment (set by :func:`step_hw.cosim.run`):
 
-* ``GRAPH_DESC``: the design's description JSON (memory map, AXI ports, queue instances);
+* ``GRAPH_DESC``: the design's description JSON (memory map, AXI ports, queue instances with
+  this run's depths, and ``queue_limits``, the run-time depths' input, when the design has it);
 * ``GRAPH_DATA``: ``.npz`` of input tensors; ``GRAPH_OUTPUTS``: comma-separated tensors to read;
 * ``GRAPH_PAUSES`` (``always``/``periodic``/``random``) and ``GRAPH_SEED``: AXI back-pressure;
 * ``GRAPH_AXI_ERRORS``: comma-separated tensors whose reads and writes the memory answers with
@@ -213,6 +214,9 @@ async def run_graph(dut) -> None:
             memory.write(info["addr"], array.tobytes())
     watch = _QueueWatch(dut, desc.get("queues", {}))
     dut.start.value = 0
+    if "queue_limits" in desc:
+        # run-time queue depths (HwConfig.queue_capacity), held from before the reset
+        dut.queue_limits.value = int(desc["queue_limits"])
     await reset(dut.clk, dut.rst)
     dut.start.value = 1
     for port, driver in drivers.items():

@@ -343,6 +343,11 @@ def wrapper(desc: dict, verilog: str, top: str = "step_top") -> str:
     ]  # fmt: skip
     # the design's other outputs (flags, overflow, ...) pass through
     passed = ("clk", "rst", "start", "done", "error")
+    if "queue_limits" in top_ports:
+        # run-time queue depths (HwConfig.queue_capacity): the bench sets them before `start`
+        width = top_ports["queue_limits"][1]
+        out_ports.insert(4, f"input wire {f'[{width - 1}:0] ' if width > 1 else ''}queue_limits")
+        passed += ("queue_limits",)
     for name, (direction, width) in top_ports.items():
         if (
             direction == "output"

@@ -452,9 +452,14 @@ def run(
         )
     model = memory_model or MemoryModel.axi_ram()
 
+    from step_hw.config import config_for
+    from step_hw.run_time_depths import check_capacities, run_description
+
     from . import verilator
 
     waves = waves or os.environ.get("WAVES", "") not in ("", "0")
+    config = config or config_for(graph)
+    check_capacities(graph, config)  # before a build
     d = design(graph, config, waves=waves, quiet=quiet, tier=tier)
     outputs = output_tensors(graph)
     with _claimed_run_folder(d.folder / "runs", tag) as runs:
@@ -467,8 +472,11 @@ def run(
         payloads = _source_payloads(graph, d.desc, inputs)
         for stale in (result, sinks_file, report_file, runs / "mem_out.hex", runs / "trace.txt"):
             stale.unlink(missing_ok=True)
+        # the design's description with this graph's queue depths (run-time ones included)
+        run_desc = run_description(graph, config, d.desc)
+        (runs / "desc.json").write_text(json.dumps(run_desc))
         env = {
-            "GRAPH_DESC": str(d.folder / "desc.json"),
+            "GRAPH_DESC": str(runs / "desc.json"),
             "GRAPH_REPORT": str(report_file),
             "GRAPH_RESULT": str(result),
             "GRAPH_WATCHDOG": str(watchdog),
@@ -556,7 +564,7 @@ def run(
             raw = read_memory(runs / "mem_out.hex", d.desc, outputs)
             sinks_file.write_text(json.dumps(read_sinks(runs, json.loads(str(got["sinks"])))))
             if trace:
-                trace_data = read_trace(runs / "trace.txt", d.desc["trace_names"], d.desc)
+                trace_data = read_trace(runs / "trace.txt", d.desc["trace_names"], run_desc)
                 trace_file.write_text(json.dumps(trace_data))
         else:
             raw = {name: got[f"out_{name}"] for name in outputs}

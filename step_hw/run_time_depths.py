@@ -1,0 +1,127 @@
+"""Queue depths as run-time settings (``HwConfig.queue_capacity``): one build of a design serves
+the graph at several depth settings.
+
+The elaborated graph (``step_hw.elaborate``) builds the queue of each stream named in
+``HwConfig.queue_capacity`` as a :class:`step_hw.queue.LimitedFIFO` of that capacity, whose depth
+comes from the top-level input ``queue_limits`` (the fields of :func:`limit_fields`); every other
+queue's depth is built in. This module says which queues those are, packs a graph's depths into
+the input (:func:`queue_limits`) and checks them (:func:`check_capacities`), and picks the
+capacities that let one build run several graphs (:func:`shared_capacities`). Pure Python on the
+lowered graph, no Amaranth: the co-simulation harness and ``make validate`` use it too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from step_lang.graph import Graph, Node, Stream
+from step_lang.passes import lower
+
+from . import contract
+from .config import HwConfig
+
+__all__ = [
+    "check_capacities",
+    "limit_fields",
+    "queue_limits",
+    "queue_name",
+    "queues",
+    "run_description",
+    "shared_capacities",
+]
+
+
+def queue_name(s: Stream, consumer: str, port: int) -> str:
+    """Instance name of the queue that feeds input ``port`` of ``consumer`` from stream ``s``."""
+    return f"q_{s.name.replace('.', '_')}_{consumer}_{port}"
+
+
+def queues(graph: Graph) -> list[tuple[str, Stream, Node, int]]:
+    """Every queue of the lowered ``graph``: (instance name, stream, consumer, input port)."""
+    return [
+        (queue_name(s, node.name, i), s, node, i)
+        for node in graph.nodes.values()
+        if not node.is_feedback
+        for i, s in enumerate(node.inputs)
+    ]
+
+
+def limit_fields(graph: Graph, config: HwConfig) -> dict[str, tuple[int, int, int]]:
+    """Queues with a run-time depth (``HwConfig.queue_capacity``) of capacity 2 or more:
+    instance name -> (first bit in ``queue_limits``, width, capacity)."""
+    fields, at = {}, 0
+    for name, s, _, _ in queues(graph):
+        capacity = contract.queue_capacity(graph, s, config)
+        if capacity is not None and capacity > 1:
+            fields[name] = (at, capacity.bit_length(), capacity)
+            at += capacity.bit_length()
+    return fields
+
+
+def check_capacities(graph: Graph, config: HwConfig) -> None:
+    """Raise ``ValueError`` naming the stream if a queue's depth in ``graph`` exceeds the
+    capacity ``config.queue_capacity`` gives it, or if that names a stream without a queue."""
+    if not config.queue_capacity:
+        return
+    low = lower(graph)
+    every = queues(low)
+    unknown = sorted(dict(config.queue_capacity).keys() - {s.name for _, s, _, _ in every})
+    if unknown:
+        raise ValueError(
+            f"HwConfig.queue_capacity names stream '{unknown[0]}', which has no queue in graph "
+            f"'{graph.name}'"
+        )
+    for _, s, node, _ in every:
+        depth = contract.queue_depth(low, s, config)
+        capacity = contract.queue_capacity(low, s, config)
+        if capacity is not None and depth > capacity:
+            raise ValueError(
+                f"queue of stream '{s.name}' into '{node.name}': depth {depth} exceeds its "
+                f"capacity {capacity} (HwConfig.queue_capacity)"
+            )
+
+
+def queue_limits(graph: Graph, config: HwConfig, desc: dict[str, Any]) -> int:
+    """The value of the ``queue_limits`` input that gives every queue of the design ``desc``
+    (elaborated with run-time depths, ``HwConfig.queue_capacity``) its depth in ``graph``
+    (``Graph.set_queue_depth``, else the default); 0 for a design without the input. Raises
+    ``ValueError`` naming the stream when a depth exceeds its queue's capacity
+    (:func:`check_capacities`), or when ``graph`` lacks one of the design's queues."""
+    check_capacities(graph, config)
+    low = lower(graph)
+    have = {name: s for name, s, _, _ in queues(low)}
+    value = 0
+    for name, q in desc.get("queues", {}).items():
+        if "limit" not in q:
+            continue
+        if name not in have:
+            raise ValueError(f"graph '{graph.name}' has no queue '{name}' of the design it runs on")
+        value |= contract.queue_depth(low, have[name], config) << q["limit"][0]
+    return value
+
+
+def run_description(graph: Graph, config: HwConfig, desc: dict[str, Any]) -> dict[str, Any]:
+    """``desc`` for a run of ``graph``: every queue with its depth (run-time depths included),
+    and ``queue_limits`` (:func:`queue_limits`) when the design has that input."""
+    low = lower(graph)
+    have = {name: s for name, s, _, _ in queues(low)}
+    entries = {
+        name: {**q, "depth": contract.queue_depth(low, have[name], config)} if name in have else q
+        for name, q in desc.get("queues", {}).items()
+    }
+    out = {**desc, "queues": entries}
+    if any("limit" in q for q in entries.values()):
+        out["queue_limits"] = queue_limits(graph, config, desc)
+    return out
+
+
+def shared_capacities(graphs: list[Graph], config: HwConfig) -> dict[str, int]:
+    """``HwConfig.queue_capacity`` for one build that runs every graph of ``graphs`` (one design
+    at several queue-depth settings, e.g. the defaults and the queue-sizing pass's): each stream
+    whose depth differs between them, with its largest depth; the others stay built in."""
+    depths: dict[str, set[int]] = {}
+    for graph in graphs:
+        low = lower(graph)
+        for _, s, _, _ in queues(low):
+            depths.setdefault(s.name, set()).add(contract.queue_depth(low, s, config))
+    return {name: max(d) for name, d in sorted(depths.items()) if len(d) > 1}
