@@ -92,7 +92,7 @@ def queue_depth(graph: Graph, stream: Stream | str, config: HwConfig) -> int:
     return graph.queue_depth(name, config.queue_depth)
 
 
-def queue_capacity(graph: Graph, stream: Stream | str, config: HwConfig) -> int | None:
+def queue_capacity(stream: Stream | str, config: HwConfig) -> int | None:
     """The capacity of ``stream``'s queue if its depth is a run-time setting (its entry in
     ``config.queue_capacity``), else ``None`` (its depth, :func:`queue_depth`, is built in)."""
     name = stream if isinstance(stream, str) else stream.name

@@ -54,7 +54,7 @@ from .contract import axi_managers
 from .dyntile import check_dynamic_tiles
 from .payload import Kind, TokenFormat
 from .queue import Queue
-from .run_time_depths import check_capacities, limit_fields, queue_name, queues
+from .run_time_depths import check_capacities, limit_fields, pack_limits, queues
 
 __all__ = ["HARDWARE", "ElaboratedGraph", "axi_managers", "convert", "supported_kinds", "write"]
 
@@ -211,11 +211,8 @@ class ElaboratedGraph(wiring.Component):
         if self.limit_fields:
             width = sum(w for _, w, _ in self.limit_fields.values())
             # the depths of this graph when nothing drives the input (Amaranth simulation)
-            init = 0
-            for name, s, _, _ in queues(graph):
-                if name in self.limit_fields:
-                    init |= contract.queue_depth(graph, s, config) << self.limit_fields[name][0]
-            members["queue_limits"] = In(width, init=init)
+            starts = {name: at for name, (at, _, _) in self.limit_fields.items()}
+            members["queue_limits"] = In(width, init=pack_limits(graph, config, starts))
         super().__init__(members)
         del self._MustUse__silence  # back to the class's setting (a caller may silence them all)
 
@@ -255,50 +252,44 @@ class ElaboratedGraph(wiring.Component):
         # Streams: a queue from each producer port; Feedback nodes alias their input.
         producer = contract.feedback_input
 
-        queues: dict[Stream, Queue] = {}
         done_bits = []
-        for node in self.graph.nodes.values():
-            for i, s in enumerate(node.inputs):
-                if node.is_feedback:
-                    continue
-                src = producer(s)
-                depth = contract.queue_depth(self.graph, s, self.config)
-                capacity = contract.queue_capacity(self.graph, s, self.config)
-                if isinstance(src.node, ops.Source):
-                    out_port = wiring.flipped(getattr(self, f"src_{src.node.name}"))
-                    shape = self._formats[src.node.name].layout()
-                else:
-                    out_port = self.blocks[src.node.name].out_ports[src.port]
-                    shape = out_port.payload.shape()
-                name = queue_name(s, node.name, i)
-                if capacity is None:
-                    q = Queue(shape=shape, depth=depth)
-                else:
-                    q = Queue(shape=shape, capacity=capacity)
-                if name in self.limit_fields:
-                    at, width, _ = self.limit_fields[name]
-                    m.d.comb += q.limit.eq(self.queue_limits[at : at + width])
-                m.submodules[name] = ResetInserter(holder)(q)
-                if isinstance(src.node, ops.Source):
-                    # A queue held in reset may show `ready` and then forget what it took: a
-                    # Source's tokens enter only from the cycle after `start`.
-                    m.d.comb += [
-                        q.i.payload.eq(out_port.payload),
-                        q.i.valid.eq(out_port.valid & running),
-                        out_port.ready.eq(q.i.ready & running),
-                    ]
-                else:
-                    wiring.connect(m, out_port, q.i)
-                if isinstance(node, ops.Sink):
-                    sink = wiring.flipped(getattr(self, f"snk_{node.name}"))
-                    wiring.connect(m, q.o, sink)
-                    seen = Signal(name=f"done_{node.name}")
-                    with m.If(sink.valid & sink.ready & (sink.payload.kind == Kind.DONE)):
-                        m.d.sync += seen.eq(1)
-                    done_bits.append(seen)
-                else:
-                    wiring.connect(m, q.o, self.blocks[node.name].in_ports[i])
-                queues[s] = q
+        for name, s, node, i in queues(self.graph):
+            src = producer(s)
+            depth = contract.queue_depth(self.graph, s, self.config)
+            capacity = contract.queue_capacity(s, self.config)
+            if isinstance(src.node, ops.Source):
+                out_port = wiring.flipped(getattr(self, f"src_{src.node.name}"))
+                shape = self._formats[src.node.name].layout()
+            else:
+                out_port = self.blocks[src.node.name].out_ports[src.port]
+                shape = out_port.payload.shape()
+            if capacity is None:
+                q = Queue(shape=shape, depth=depth)
+            else:
+                q = Queue(shape=shape, capacity=capacity)
+            if name in self.limit_fields:
+                at, width, _ = self.limit_fields[name]
+                m.d.comb += q.limit.eq(self.queue_limits[at : at + width])
+            m.submodules[name] = ResetInserter(holder)(q)
+            if isinstance(src.node, ops.Source):
+                # A queue held in reset may show `ready` and then forget what it took: a
+                # Source's tokens enter only from the cycle after `start`.
+                m.d.comb += [
+                    q.i.payload.eq(out_port.payload),
+                    q.i.valid.eq(out_port.valid & running),
+                    out_port.ready.eq(q.i.ready & running),
+                ]
+            else:
+                wiring.connect(m, out_port, q.i)
+            if isinstance(node, ops.Sink):
+                sink = wiring.flipped(getattr(self, f"snk_{node.name}"))
+                wiring.connect(m, q.o, sink)
+                seen = Signal(name=f"done_{node.name}")
+                with m.If(sink.valid & sink.ready & (sink.payload.kind == Kind.DONE)):
+                    m.d.sync += seen.eq(1)
+                done_bits.append(seen)
+            else:
+                wiring.connect(m, q.o, self.blocks[node.name].in_ports[i])
         for port, names in self.axi_managers.items():
             outer = wiring.flipped(getattr(self, port))
             if port in self._arbiters:
@@ -374,7 +365,7 @@ class ElaboratedGraph(wiring.Component):
             # Queue instances (top-level submodules), for testbenches that watch their levels.
             # A queue with a run-time depth has its capacity and (capacity 2 or more) the bits
             # of its depth in `queue_limits` instead: the description serves every graph that
-            # runs on the design (`run_time_depths.queue_limits` gives their depths).
+            # runs on the design (`run_time_depths.run_description` gives their depths).
             "queues": {
                 name: self._queue_entry(name, s, node) for name, s, node, _ in queues(self.graph)
             },
@@ -382,7 +373,7 @@ class ElaboratedGraph(wiring.Component):
 
     def _queue_entry(self, name: str, s: Stream, node: Node) -> dict[str, Any]:
         entry: dict[str, Any] = {"stream": s.name, "consumer": node.name}
-        capacity = contract.queue_capacity(self.graph, s, self.config)
+        capacity = contract.queue_capacity(s, self.config)
         if capacity is None:
             entry["depth"] = contract.queue_depth(self.graph, s, self.config)
         else:

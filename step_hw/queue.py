@@ -35,12 +35,15 @@ class LimitedFIFO(Elaboratable):
     ``limit`` must be in ``1..capacity`` and held while the FIFO holds payloads (set it before
     the design starts; a change with payloads inside loses them). The ports are those of
     ``SyncFIFOBuffered`` (``w_data``, ``w_en``, ``w_rdy``, ``r_data``, ``r_en``, ``r_rdy``,
-    ``level``) plus ``limit``. With ``capacity == 1`` it is the single register and ``limit``
-    is unused.
+    ``level``) plus ``limit``. ``capacity`` is 2 or more (a queue of capacity 1 has depth 1:
+    :class:`Queue` builds ``SyncFIFOBuffered(depth=1)``).
     """
 
     def __init__(self, *, width: int, capacity: int):
         _positive("capacity", capacity)
+        if capacity < 2:
+            raise ValueError(f"LimitedFIFO capacity must be 2 or more, not {capacity!r} (depth 1 "
+                             "is SyncFIFOBuffered(depth=1))")  # fmt: skip
         self.width, self.capacity = width, capacity
         self.w_data = Signal(width)
         self.w_en = Signal()
@@ -57,18 +60,6 @@ class LimitedFIFO(Elaboratable):
         do_read = self.r_rdy & self.r_en
         out_full = Signal()  # the output register holds a payload
         m.d.comb += self.r_rdy.eq(out_full)
-        if self.capacity == 1:
-            out_data = Signal(self.width)
-            m.d.comb += [
-                self.w_rdy.eq(~out_full),
-                self.level.eq(out_full),
-                self.r_data.eq(out_data),
-            ]
-            with m.If(do_write):
-                m.d.sync += [out_data.eq(self.w_data), out_full.eq(1)]
-            with m.Elif(do_read):
-                m.d.sync += out_full.eq(0)
-            return m
 
         # SyncFIFOBuffered(depth=limit) for limit >= 2: its inner memory of capacity - 1
         # entries (the pointers wrap at the capacity, which moves where a payload is kept, not
@@ -203,17 +194,18 @@ class Queue(wiring.Component):
 
     def elaborate(self, platform) -> Module:
         m = Module()
-        if self._capacity is None:
-            m.submodules.fifo = buf = fifo.SyncFIFOBuffered(width=self._width, depth=self._depth)
+        if self._capacity is None or self._capacity == 1:
+            # capacity 1: the only depth is 1
+            depth = self._depth or 1
+            m.submodules.fifo = buf = fifo.SyncFIFOBuffered(width=self._width, depth=depth)
             # `connect` checks payload widths only, so our `shape` (possibly a Layout) meets the
             # FIFO's `unsigned(width)` streams; the bits pass through untouched.
             wiring.connect(m, wiring.flipped(self.i), buf.w_stream)
             wiring.connect(m, buf.r_stream, wiring.flipped(self.o))
             return m
         m.submodules.fifo = buf = LimitedFIFO(width=self._width, capacity=self._capacity)
-        if self._capacity > 1:
-            m.d.comb += buf.limit.eq(self.limit)
         m.d.comb += [
+            buf.limit.eq(self.limit),
             buf.w_data.eq(self.i.payload),
             buf.w_en.eq(self.i.valid),
             self.i.ready.eq(buf.w_rdy),

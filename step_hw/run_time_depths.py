@@ -5,7 +5,8 @@ The elaborated graph (``step_hw.elaborate``) builds the queue of each stream nam
 ``HwConfig.queue_capacity`` as a :class:`step_hw.queue.LimitedFIFO` of that capacity, whose depth
 comes from the top-level input ``queue_limits`` (the fields of :func:`limit_fields`); every other
 queue's depth is built in. This module says which queues those are, packs a graph's depths into
-the input (:func:`queue_limits`) and checks them (:func:`check_capacities`), and picks the
+the input (:func:`pack_limits`, :func:`run_description`) and checks them
+(:func:`check_capacities`), and picks the
 capacities that let one build run several graphs (:func:`shared_capacities`). Pure Python on the
 lowered graph, no Amaranth: the co-simulation harness and ``make validate`` use it too.
 """
@@ -23,7 +24,7 @@ from .config import HwConfig
 __all__ = [
     "check_capacities",
     "limit_fields",
-    "queue_limits",
+    "pack_limits",
     "queue_name",
     "queues",
     "run_description",
@@ -51,29 +52,37 @@ def limit_fields(graph: Graph, config: HwConfig) -> dict[str, tuple[int, int, in
     instance name -> (first bit in ``queue_limits``, width, capacity)."""
     fields, at = {}, 0
     for name, s, _, _ in queues(graph):
-        capacity = contract.queue_capacity(graph, s, config)
+        capacity = contract.queue_capacity(s, config)
         if capacity is not None and capacity > 1:
             fields[name] = (at, capacity.bit_length(), capacity)
             at += capacity.bit_length()
     return fields
 
 
-def check_capacities(graph: Graph, config: HwConfig) -> None:
-    """Raise ``ValueError`` naming the stream if a queue's depth in ``graph`` exceeds the
-    capacity ``config.queue_capacity`` gives it, or if that names a stream without a queue."""
-    if not config.queue_capacity:
-        return
-    low = lower(graph)
+def pack_limits(low: Graph, config: HwConfig, starts: dict[str, int]) -> int:
+    """The ``queue_limits`` value holding each queue's depth in the lowered graph ``low`` at
+    its first bit, ``starts`` (instance name -> bit). Raises ``ValueError`` when ``low`` lacks
+    one of the queues."""
+    have = {name: s for name, s, _, _ in queues(low)}
+    value = 0
+    for name, at in starts.items():
+        if name not in have:
+            raise ValueError(f"graph '{low.name}' has no queue '{name}' of the design it runs on")
+        value |= contract.queue_depth(low, have[name], config) << at
+    return value
+
+
+def _check(low: Graph, config: HwConfig) -> None:
     every = queues(low)
     unknown = sorted(dict(config.queue_capacity).keys() - {s.name for _, s, _, _ in every})
     if unknown:
         raise ValueError(
             f"HwConfig.queue_capacity names stream '{unknown[0]}', which has no queue in graph "
-            f"'{graph.name}'"
+            f"'{low.name}'"
         )
     for _, s, node, _ in every:
         depth = contract.queue_depth(low, s, config)
-        capacity = contract.queue_capacity(low, s, config)
+        capacity = contract.queue_capacity(s, config)
         if capacity is not None and depth > capacity:
             raise ValueError(
                 f"queue of stream '{s.name}' into '{node.name}': depth {depth} exceeds its "
@@ -81,28 +90,18 @@ def check_capacities(graph: Graph, config: HwConfig) -> None:
             )
 
 
-def queue_limits(graph: Graph, config: HwConfig, desc: dict[str, Any]) -> int:
-    """The value of the ``queue_limits`` input that gives every queue of the design ``desc``
-    (elaborated with run-time depths, ``HwConfig.queue_capacity``) its depth in ``graph``
-    (``Graph.set_queue_depth``, else the default); 0 for a design without the input. Raises
-    ``ValueError`` naming the stream when a depth exceeds its queue's capacity
-    (:func:`check_capacities`), or when ``graph`` lacks one of the design's queues."""
-    check_capacities(graph, config)
-    low = lower(graph)
-    have = {name: s for name, s, _, _ in queues(low)}
-    value = 0
-    for name, q in desc.get("queues", {}).items():
-        if "limit" not in q:
-            continue
-        if name not in have:
-            raise ValueError(f"graph '{graph.name}' has no queue '{name}' of the design it runs on")
-        value |= contract.queue_depth(low, have[name], config) << q["limit"][0]
-    return value
+def check_capacities(graph: Graph, config: HwConfig) -> None:
+    """Raise ``ValueError`` naming the stream if a queue's depth in ``graph`` exceeds the
+    capacity ``config.queue_capacity`` gives it, or if that names a stream without a queue."""
+    if config.queue_capacity:
+        _check(lower(graph), config)
 
 
 def run_description(graph: Graph, config: HwConfig, desc: dict[str, Any]) -> dict[str, Any]:
-    """``desc`` for a run of ``graph``: every queue with its depth (run-time depths included),
-    and ``queue_limits`` (:func:`queue_limits`) when the design has that input."""
+    """``desc`` (the design's description) for a run of ``graph``: every queue with its depth
+    in ``graph`` (run-time depths included) and, when the design has that input, the value of
+    ``queue_limits`` that sets them (:func:`pack_limits`; the depths checked against the
+    capacities first, :func:`check_capacities`)."""
     low = lower(graph)
     have = {name: s for name, s, _, _ in queues(low)}
     entries = {
@@ -110,8 +109,11 @@ def run_description(graph: Graph, config: HwConfig, desc: dict[str, Any]) -> dic
         for name, q in desc.get("queues", {}).items()
     }
     out = {**desc, "queues": entries}
-    if any("limit" in q for q in entries.values()):
-        out["queue_limits"] = queue_limits(graph, config, desc)
+    starts = {name: q["limit"][0] for name, q in entries.items() if "limit" in q}
+    if starts:
+        if config.queue_capacity:
+            _check(low, config)
+        out["queue_limits"] = pack_limits(low, config, starts)
     return out
 
 
