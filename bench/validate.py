@@ -803,12 +803,12 @@ def main(argv: list[str] | None = None) -> None:
     options = {"fresh": args.fresh, "trace": args.trace, "tier": args.tier, "memory": memory,
                "depths": depths, "traces": args.traces, "cached_only": args.cached_only}  # fmt: skip
     t_start = time.perf_counter()
-    points, walls, missing = [], {}, []
+    points, missing = [], []
     fatal = False
+    tasks: list[tuple[str, int]] = []
     for name in args.only.split(","):
         if name not in SWEEPS:
             ap.error(f"--only: no sweep {name!r}; there are {', '.join(SWEEPS)}")
-        t0 = time.perf_counter()
         try:
             TRACES = args.traces
             pts = _sweep_points(name, depths, memory)
@@ -819,19 +819,19 @@ def main(argv: list[str] | None = None) -> None:
         chosen = [i for i, p in enumerate(pts) if _matches(p, args.where)]
         if args.limit:
             chosen = chosen[: args.limit]
-        results = _run_all(name, chosen, options, args.jobs)
-        failed: set[str] = set()
-        for index, r in zip(chosen, results, strict=True):
-            p = pts[index]
-            if "error" in r:
-                fatal |= r["fatal"]
-                if p.design not in failed or r["fatal"]:
-                    print(f"{name}: {'FAILED' if r['fatal'] else 'skipped'} {r['error']}")
-                    missing.append(r["error"])
-                    failed.add(p.design)
-                continue
-            points.append(r)
-        walls[name] = time.perf_counter() - t0
+        tasks += [(name, i) for i in interleaved(chosen, [_build_of(pts[i]) for i in chosen])]
+    results, walls = _run_all(tasks, options, args.jobs)
+    failed: set[str] = set()
+    for (name, index), r in sorted(zip(tasks, results, strict=True), key=_task_order(tasks)):
+        p = _sweep_points(name, depths, memory)[index]
+        if "error" in r:
+            fatal |= r["fatal"]
+            if p.design not in failed or r["fatal"]:
+                print(f"{name}: {'FAILED' if r['fatal'] else 'skipped'} {r['error']}")
+                missing.append(r["error"])
+                failed.add(p.design)
+            continue
+        points.append(r)
     write_summary(points, missing, walls, time.perf_counter() - t_start, args.tier, memory, out)
     if fatal:
         raise SystemExit("validate: some points failed (summary.json's missing)")
@@ -846,13 +846,49 @@ def _matches(p: Point, where: list[str]) -> bool:
     return True
 
 
-def _run_all(
-    name: str, chosen: list[int], options: dict[str, Any], jobs: int
-) -> list[dict[str, Any]]:
-    """Points ``chosen`` of sweep ``name``, ``jobs`` at a time, each printed as it ends."""
-    from concurrent.futures import ProcessPoolExecutor
+def _build_of(p: Point) -> str:
+    """The design whose build ``p`` runs on: a sized point shares its design's build."""
+    return p.design.removesuffix("_sized")
 
-    def show(r: dict[str, Any]) -> None:
+
+def interleaved(indices: list[int], designs: list[str]) -> list[int]:
+    """``indices`` reordered so that consecutive points take turns among their designs (each
+    design's points in their order): two workers then size, elaborate and build two designs at
+    once, or run one design's points while another builds, instead of both waiting for the
+    design they share."""
+    queues: dict[str, list[int]] = {}
+    for i, d in zip(indices, designs, strict=True):
+        queues.setdefault(d, []).append(i)
+    order: list[int] = []
+    while any(queues.values()):
+        for q in queues.values():
+            if q:
+                order.append(q.pop(0))
+    return order
+
+
+def _task_order(tasks: list[tuple[str, int]]) -> Callable[[tuple], tuple[int, int]]:
+    """Sort key putting results back in sweep order, each sweep's points by index."""
+    sweeps = list(dict.fromkeys(name for name, _ in tasks))
+    return lambda pair: (sweeps.index(pair[0][0]), pair[0][1])
+
+
+def _timed(name: str, index: int, options: dict[str, Any]) -> tuple[dict[str, Any], float, float]:
+    t0 = time.time()
+    r = _run_indexed(name, index, options)
+    return r, t0, time.time()
+
+
+def _run_all(
+    tasks: list[tuple[str, int]], options: dict[str, Any], jobs: int
+) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """Points ``tasks`` (sweep name, index), ``jobs`` at a time in one pool (a sweep's first
+    points start while the last sweep's last points run), each printed as it ends; -> their
+    results in ``tasks``' order and each sweep's wall time, from its first point's start to its
+    last point's end."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    def show(name: str, r: dict[str, Any]) -> None:
         if "error" in r:
             return
         err = (r["sim_cycles"] - r["rtl_cycles"]) / r["rtl_cycles"]
@@ -864,17 +900,22 @@ def _run_all(
             flush=True,
         )
 
-    if jobs <= 1 or len(chosen) <= 1:
-        results = []
-        for i in chosen:
-            results.append(_run_indexed(name, i, options))
-            show(results[-1])
-        return results
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(_run_indexed, name, i, options) for i in chosen]
-        for f in futures:
-            show(f.result())
-        return [f.result() for f in futures]
+    timed: list[tuple[dict[str, Any], float, float]] = []
+    if jobs <= 1 or len(tasks) <= 1:
+        for name, i in tasks:
+            timed.append(_timed(name, i, options))
+            show(name, timed[-1][0])
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(_timed, name, i, options): (name, i) for name, i in tasks}
+            for f in as_completed(futures):
+                show(futures[f][0], f.result()[0])
+            timed = [f.result() for f in futures]
+    spans: dict[str, list[float]] = {}
+    for (name, _), (_, start, end) in zip(tasks, timed, strict=True):
+        span = spans.setdefault(name, [start, end])
+        span[0], span[1] = min(span[0], start), max(span[1], end)
+    return [r for r, _, _ in timed], {n: end - start for n, (start, end) in spans.items()}
 
 
 def write_summary(points, missing, walls, wall, tier, memory, out) -> None:

@@ -146,3 +146,24 @@ def test_harness_ports_and_queue_levels_from_the_verilog():
         "m_axi_store.w",
         "m_axi_store.b",
     ]
+
+
+def test_the_benchs_inputs_reach_design_and_harness_through_a_register():
+    # a top-level input that feeds logic combinationally is evaluated by Verilator on every
+    # eval call (twice a cycle): the design and the harness read rst, start and queue_limits
+    # only through their registers, so none of the three drives anything else
+    import re
+
+    from examples import swiglu
+    from step_hw.elaborate import convert
+
+    config = HwConfig(queue_capacity={"load_x.out": 4})
+    text, desc = convert(swiglu.hardware(), config, name="step_top")
+    v = fast_top.wrapper(desc, text)
+    code = re.sub(r"//.*", "", v)
+    for name in fast_top.REGISTERED:
+        assert f".{name}({name}_q)" in v
+        assert re.search(rf"^    {name}_q <= {name};$", v, re.M)
+        # the input is named in its port declaration and as its register's input, nowhere else
+        uses = re.findall(rf"(?<![\w.]){name}(?!\w)", code)
+        assert len(uses) == 2, (name, uses)

@@ -163,6 +163,37 @@ def test_where_picks_points_by_their_parameters():
     assert all(V._matches(p, []) for p in pts)
 
 
+def test_points_take_turns_among_their_builds():
+    # a sized point runs on its design's build: it waits for the same sizing, elaboration and
+    # build as the default point, so the order alternates between builds, not between settings
+    def point(design):
+        return V.Point("moe_scale", {}, None, {}, None, design)
+
+    designs = ["a", "a", "a", "b", "c", "c", "a_sized", "a_sized", "b_sized"]
+    pts = [point(d) for d in designs]
+    order = V.interleaved(list(range(len(pts))), [V._build_of(q) for q in pts])
+    assert order == [0, 3, 4, 1, 8, 5, 2, 6, 7]
+    assert sorted(order) == list(range(len(pts)))
+    assert V.interleaved([], []) == []
+
+
+def test_one_pool_keeps_each_result_with_its_point_and_times_each_sweep(monkeypatch):
+    calls = []
+
+    def fake(name, index, options):
+        calls.append((name, index))
+        return {"error": f"{name} {index}", "fatal": False}
+
+    monkeypatch.setattr(V, "_run_indexed", fake)
+    tasks = [("fig8", 2), ("fig8", 0), ("moe_scale", 1)]
+    results, walls = V._run_all(tasks, {}, jobs=1)
+    assert calls == tasks
+    assert [r["error"] for r in results] == ["fig8 2", "fig8 0", "moe_scale 1"]
+    assert set(walls) == {"fig8", "moe_scale"} and all(w >= 0 for w in walls.values())
+    ordered = sorted(zip(tasks, results, strict=True), key=V._task_order(tasks))
+    assert [t for t, _ in ordered] == [("fig8", 0), ("fig8", 2), ("moe_scale", 1)]
+
+
 def test_cached_only_raises_before_making_the_graph(monkeypatch, tmp_path):
     # a sized point's graph sizes its design when made (minutes of simulation): --cached-only
     # must give up on a point whose sizing is not cached before that

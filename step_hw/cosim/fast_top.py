@@ -17,6 +17,10 @@ results back:
   payload taken is recorded (dumped to ``+SNK_<node>=<file>``), with ``snk_<node>_count``;
 * **back-pressure**: ``+PATTERN=0|1|2`` (always, periodic, random) and ``+SEED=``, one LFSR per
   channel; a valid, once raised, holds until its handshake (AXI and stream rules);
+* **the bench's inputs** ``rst``, ``start`` and ``queue_limits`` reach the design and the rest of
+  the harness through a register (:data:`REGISTERED`), so that Verilator does not evaluate the
+  design's next-state logic on every call of its ``eval``; everything runs one cycle later, and
+  every count is unchanged;
 * **observation**: ``cycles`` counts the clock edges from the one that samples ``start`` to the
   first that samples ``done`` high, both included, as the cocotbext-axi bench does; ``last_hs`` is the last cycle any queue moved a token, ``q_levels`` and
   ``q_ovalid`` every queue's fill and output valid (read by hierarchical reference, so the design
@@ -48,6 +52,13 @@ __all__ = [
 ]
 
 FAST_TOP = "step_fast"
+#: The bench's inputs that the design and the whole harness see through a register, one cycle
+#: late (every count and pattern is unchanged): Verilator evaluates the combinational logic that a
+#: top-level input feeds on every call of its ``eval`` (its ``ico`` region, twice per clock
+#: cycle), and with Amaranth's synchronous reset that is the next-state logic of every register
+#: of the design, which it evaluates again after the clock edge. ``dump`` is read only at a
+#: clock edge and is not delayed.
+REGISTERED = ("rst", "start", "queue_limits")
 #: Bursts a memory front end tracks at once (taken but not yet answered).
 RING = 2 * MAX_OUTSTANDING
 #: Tokens a Source ROM holds and payloads a Sink records (per stream).
@@ -126,7 +137,7 @@ def _pause(name: str, index: int) -> str:
   reg [31:0] {name}_lfsr;
   wire {name}_pause = (pattern == 2) ? {name}_lfsr[0] : (pattern == 1) ? (now[1:0] == 2'd3) : 1'b0;
   always @(posedge clk) begin
-    if (rst) {name}_lfsr <= seed ^ 32'h{salt:08x} ^ 32'h1;
+    if (rst_q) {name}_lfsr <= seed ^ 32'h{salt:08x} ^ 32'h1;
     else {name}_lfsr <= {{{name}_lfsr[30:0], {name}_lfsr[31] ^ {name}_lfsr[21] ^ {name}_lfsr[1] ^ {name}_lfsr[0]}};
   end
 """
@@ -166,7 +177,7 @@ def _read_port(p: str, aw: int, iw: int, bus: int, words: int, index: int) -> st
   wire {p}_ar_hs = {p}_arvalid && {p}_arready;
   wire {p}_r_hs = {p}_rvalid && {p}_rready;
   always @(posedge clk) begin
-    if (rst) begin
+    if (rst_q) begin
       {p}_ar_cnt <= 0; {p}_pop_cnt <= 0; {p}_prev_end <= 0; {p}_head <= 0;
       {p}_r_cnt <= 0; {p}_beats <= 0; {p}_beat <= 0; {p}_r_hold <= 0; {p}_r_next <= 0;
     end else begin
@@ -239,7 +250,7 @@ def _write_port(p: str, aw: int, iw: int, bus: int, words: int, index: int) -> s
   wire {p}_aw_hs = {p}_awvalid && {p}_awready;
   wire {p}_w_hs = {p}_wvalid && {p}_wready;
   always @(posedge clk) begin
-    if (rst) begin
+    if (rst_q) begin
       {p}_aw_cnt <= 0; {p}_pop_cnt <= 0; {p}_wburst <= 0; {p}_b_cnt <= 0;
       {p}_wbeat <= 0; {p}_b_hold <= 0; {p}_w_next <= 0;
     end else begin
@@ -288,10 +299,10 @@ def _source(p: str, width: int, index: int) -> str:
     if ($value$plusargs("SRC_{name}=%s", f)) $readmemh(f, {p}_rom);
     if (!$value$plusargs("SRC_{name}_N=%d", {p}_n)) {p}_n = 0;
   end
-  assign {p}__valid = {p}_hold || ((start || running) && {p}_idx < {p}_n && !{p}_pause);
+  assign {p}__valid = {p}_hold || ((start_q || running) && {p}_idx < {p}_n && !{p}_pause);
   assign {p}__payload = {p}_rom[{p}_idx[{(SOURCE_DEPTH - 1).bit_length() - 1}:0]];
   always @(posedge clk) begin
-    if (rst) begin
+    if (rst_q) begin
       {p}_idx <= 0; {p}_hold <= 0;
     end else begin
       {p}_hold <= {p}__valid && !{p}__ready;
@@ -311,7 +322,7 @@ def _sink(p: str, width: int, index: int) -> str:
   assign {p}__ready = !{p}_pause;
   assign {p}_count = {p}_cnt;
   always @(posedge clk) begin
-    if (rst) {p}_cnt <= 0;
+    if (rst_q) {p}_cnt <= 0;
     else if ({p}__valid && {p}__ready) begin
       if ({p}_cnt < {SINK_DEPTH}) {p}_mem[{p}_cnt[{(SINK_DEPTH - 1).bit_length() - 1}:0]] <= {p}__payload;
       else sink_overflow <= 1'b1;
@@ -323,6 +334,11 @@ def _sink(p: str, width: int, index: int) -> str:
     if ($value$plusargs("SNK_{name}=%s", f)) $writememh(f, {p}_mem);
   end
 """
+
+
+def _width_decl(top_ports: dict[str, tuple[str, int]], name: str) -> str:
+    width = top_ports[name][1]
+    return f"[{width - 1}:0] " if width > 1 else ""
 
 
 def wrapper(desc: dict, verilog: str, top: str = "step_top") -> str:
@@ -356,6 +372,7 @@ def wrapper(desc: dict, verilog: str, top: str = "step_top") -> str:
         ):
             out_ports.append(f"output wire {f'[{width - 1}:0] ' if width > 1 else ''}{name}")
             passed += (name,)
+    registered = [n for n in REGISTERED if n in top_ports]
     sinks = [
         p[: -len("__valid")] for p in top_ports if p.startswith("snk_") and p.endswith("__valid")
     ]
@@ -396,14 +413,19 @@ def wrapper(desc: dict, verilog: str, top: str = "step_top") -> str:
         '    if ($value$plusargs("MEM_OUT=%s", f)) $writememh(f, mem);',
         "    if (trace_fd != 0) $fflush(trace_fd);",
         "  end",
+        # the bench's inputs, one cycle late (REGISTERED)
+        *(f"  reg {_width_decl(top_ports, n)}{n}_q;" for n in registered),
+        "  always @(posedge clk) begin",
+        *(f"    {n}_q <= {n};" for n in registered),
+        "  end",
         "  // cycles: the clock edges from the one that samples `start` to the first that samples",
         "  // `done` high, both counted (the AXI tier's bench counts the same)",
         "  always @(posedge clk) begin",
-        "    if (rst) begin",
+        "    if (rst_q) begin",
         "      now <= 0; running <= 0; finished <= 0; count <= 0; t0 <= 0;",
         "    end else begin",
         "      now <= now + 1;",
-        "      if (start && !running) begin",
+        "      if (start_q && !running) begin",
         "        running <= 1; count <= 1; t0 <= now;",
         "      end else if (running && !finished) begin",
         "        count <= count + 1;",
@@ -412,10 +434,13 @@ def wrapper(desc: dict, verilog: str, top: str = "step_top") -> str:
         "    end",
         "  end",
         "  assign cycles = count;",
-        "  wire [31:0] rel = start ? 32'd0 : now - t0;  // trace cycle: 0 is the `start` cycle",
+        "  wire [31:0] rel = start_q ? 32'd0 : now - t0;  // trace cycle: 0 is the `start` cycle",
     ]
     conns = []
     for name, (_, width) in top_ports.items():
+        if name in registered:
+            conns.append(f".{name}({name}_q)")
+            continue
         if name in passed:
             conns.append(f".{name}({name})")
             continue
@@ -454,7 +479,7 @@ def wrapper(desc: dict, verilog: str, top: str = "step_top") -> str:
     moved = " || ".join(f"push_{i} || pop_{i}" for i in pushes) or "1'b0"
     body += [
         f"  wire queue_moved = {moved};",
-        "  always @(posedge clk) if (rst) hs_at <= 0; else if (queue_moved) hs_at <= count;",
+        "  always @(posedge clk) if (rst_q) hs_at <= 0; else if (queue_moved) hs_at <= count;",
         "  assign last_hs = hs_at;",
     ]
     # handshake trace
@@ -464,7 +489,7 @@ def wrapper(desc: dict, verilog: str, top: str = "step_top") -> str:
             events.append(f"({port}_{ch}valid && {port}_{ch}ready)")
     if events:
         body.append(
-            "  always @(posedge clk) if (trace_fd != 0 && (start || running) && !finished) begin"
+            "  always @(posedge clk) if (trace_fd != 0 && (start_q || running) && !finished) begin"
         )
         body += [
             f'    if ({e}) $fwrite(trace_fd, "{k} %0d\\n", rel);' for k, e in enumerate(events)
