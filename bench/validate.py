@@ -630,6 +630,9 @@ SWEEPS: dict[str, Callable[[], list[Point]]] = {}
 
 
 DEPTHS = ("default", "sized")
+#: What a sized point adds to its design's name (:func:`with_sized_depths`); it runs on that
+#: design's build (:func:`_build_of`).
+SIZED = "_sized"
 SIZING = OUT / "sizing"
 #: Memory images a design is sized on: the first of its points (as ``make bench``'s sizing
 #: takes three representative images; every point then runs with those depths).
@@ -687,7 +690,7 @@ def with_sized_depths(p: Point, group: list[Point], memory: MemoryModel) -> Poin
         return g
 
     return dataclasses.replace(
-        p, params={**p.params, "depths": "sized"}, make=make, design=f"{p.design}_sized",
+        p, params={**p.params, "depths": "sized"}, make=make, design=p.design + SIZED,
         sizing=sizing_file(group, p.memory_model or memory),
     )  # fmt: skip
 
@@ -848,7 +851,7 @@ def _matches(p: Point, where: list[str]) -> bool:
 
 def _build_of(p: Point) -> str:
     """The design whose build ``p`` runs on: a sized point shares its design's build."""
-    return p.design.removesuffix("_sized")
+    return p.design.removesuffix(SIZED)
 
 
 def interleaved(indices: list[int], designs: list[str]) -> list[int]:

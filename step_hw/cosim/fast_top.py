@@ -337,6 +337,7 @@ def _sink(p: str, width: int, index: int) -> str:
 
 
 def _width_decl(top_ports: dict[str, tuple[str, int]], name: str) -> str:
+    """The range of a declaration of port ``name`` (``"[w-1:0] "``, empty for one bit)."""
     width = top_ports[name][1]
     return f"[{width - 1}:0] " if width > 1 else ""
 
@@ -361,16 +362,15 @@ def wrapper(desc: dict, verilog: str, top: str = "step_top") -> str:
     passed = ("clk", "rst", "start", "done", "error")
     if "queue_limits" in top_ports:
         # run-time queue depths (HwConfig.queue_capacity): the bench sets them before `start`
-        width = top_ports["queue_limits"][1]
-        out_ports.insert(4, f"input wire {f'[{width - 1}:0] ' if width > 1 else ''}queue_limits")
+        out_ports.insert(4, f"input wire {_width_decl(top_ports, 'queue_limits')}queue_limits")
         passed += ("queue_limits",)
-    for name, (direction, width) in top_ports.items():
+    for name, (direction, _) in top_ports.items():
         if (
             direction == "output"
             and name not in passed
             and not name.startswith(("m_axi_", "src_", "snk_"))
         ):
-            out_ports.append(f"output wire {f'[{width - 1}:0] ' if width > 1 else ''}{name}")
+            out_ports.append(f"output wire {_width_decl(top_ports, name)}{name}")
             passed += (name,)
     registered = [n for n in REGISTERED if n in top_ports]
     sinks = [
@@ -437,14 +437,14 @@ def wrapper(desc: dict, verilog: str, top: str = "step_top") -> str:
         "  wire [31:0] rel = start_q ? 32'd0 : now - t0;  // trace cycle: 0 is the `start` cycle",
     ]
     conns = []
-    for name, (_, width) in top_ports.items():
+    for name in top_ports:
         if name in registered:
             conns.append(f".{name}({name}_q)")
             continue
         if name in passed:
             conns.append(f".{name}({name})")
             continue
-        decl = f"[{width - 1}:0] " if width > 1 else ""
+        decl = _width_decl(top_ports, name)
         body.append(f"  wire {decl}{name};")
         conns.append(f".{name}({name})")
     for i, port in enumerate(desc["axi_ports"]):
