@@ -11,9 +11,10 @@ overflow is an infinity, as in the interpreter.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from amaranth.hdl import Cat, Const, Module, Signal, Value
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 
 from ..contract import matmul_steps
 from ..payload import TokenFormat
@@ -194,6 +195,76 @@ def _round_tile(m: Module, value: Any, shape: tuple[int, int], width: int) -> An
     return out
 
 
+class _LaneSchedule:
+    """Which products each lane of a MAC array computes in each step: product
+    ``p = t * lanes + lane`` of step ``t`` is ``a[i][k] * b[k][j]`` with
+    ``p = (i * N + j) * K + k``. Per lane, lists over the steps in which it has a product (a
+    prefix of the steps): ``a_index`` (``i * K + k``), ``b_index`` (``k * N + j``, or
+    ``j * K + k`` with ``transpose_b``), ``output`` (``i * N + j``) and ``first`` (1 when the lane
+    starts its output's chain in that step: ``k == 0`` or lane 0). ``finishing[o]``: step ->
+    the last lane that adds to output ``o`` in that step."""
+
+    def __init__(self, dims: tuple[int, int, int], lanes: int, steps: int, transpose_b: bool):
+        mm, kk, nn = dims
+        total = mm * kk * nn
+        self.a_index: list[list[int]] = [[] for _ in range(lanes)]
+        self.b_index: list[list[int]] = [[] for _ in range(lanes)]
+        self.output: list[list[int]] = [[] for _ in range(lanes)]
+        self.first: list[list[int]] = [[] for _ in range(lanes)]
+        self.finishing: list[dict[int, int]] = [{} for _ in range(mm * nn)]
+        for t in range(steps):
+            for lane in range(lanes):
+                p = t * lanes + lane
+                if p >= total:
+                    break
+                o, k = divmod(p, kk)
+                i, j = divmod(o, nn)
+                self.a_index[lane].append(i * kk + k)
+                self.b_index[lane].append(j * kk + k if transpose_b else k * nn + j)
+                self.output[lane].append(o)
+                self.first[lane].append(int(k == 0 or lane == 0))
+                self.finishing[o][t] = lane
+
+
+def step_bits(keys: list[Any], width: int) -> list[int]:
+    """The bits of a ``width``-bit step counter that ``keys`` (one per step ``t``, for the steps
+    ``0 .. len(keys) - 1``) depends on: the fewest whose values determine the key (no bit for a
+    constant, every bit when no smaller set does)."""
+    n = len(keys)
+    bits = [
+        b for b in range(width)
+        if any(t ^ (1 << b) < n and keys[t] != keys[t ^ (1 << b)] for t in range(n))
+    ]  # fmt: skip
+    mask = sum(1 << b for b in bits)
+    seen: dict[int, Any] = {}
+    if all(seen.setdefault(t & mask, k) == k for t, k in enumerate(keys)):
+        return bits
+    return list(range(width))
+
+
+def select_by_step(
+    m: Module, target: Signal, step: Value, keys: list[Any], value_of: Callable[[Any], Any]
+) -> None:
+    """Drive ``target`` with ``value_of(keys[t])`` in step ``t`` (``step``; ``keys`` covers the
+    steps that use ``target``, a prefix), selected by only the bits of the step counter the keys
+    depend on (:func:`step_bits`): a MAC array's lane reads the same operand row for ``2**s``
+    steps, so its case has one arm per row, not one per step. In a step beyond ``keys`` (an idle
+    lane's, whose result nobody reads) ``target`` is whatever those bits select, or 0."""
+    if not keys:
+        return
+    bits = step_bits(keys, len(step))
+    if not bits:
+        m.d.comb += target.eq(value_of(keys[0]))
+        return
+    arms: dict[int, Any] = {}
+    for t, key in enumerate(keys):
+        arms.setdefault(sum((t >> b & 1) << n for n, b in enumerate(bits)), key)
+    with m.Switch(Cat(step[b] for b in bits)):
+        for value, key in arms.items():
+            with m.Case(value):
+                m.d.comb += target.eq(value_of(key))
+
+
 class FloatMacArrayDatapath(MacSchedule):
     """``a @ b`` (BF16) on ``lanes`` multiplier-adder pairs over ``ceil(M*K*N / lanes)`` steps.
 
@@ -204,7 +275,8 @@ class FloatMacArrayDatapath(MacSchedule):
     (``start``: ``+0``, or the accumulator with ``accumulate``), as
     ``float_numerics.matmul_bits``. The running sums between steps are FP32 registers. A Map
     result is rounded to ``out_bits`` (16: BF16); an Accum keeps the FP32 sum as its accumulator
-    and rounds it when it emits it.
+    and rounds it when it emits it. A lane's operands and chain input are selected by the bits of
+    the step counter they change with (:func:`select_by_step`), not by a case over every step.
 
     With ``dynamic`` ``M`` is the most rows of a dynamic tile ``a`` (as
     :class:`~step_hw.compute.matmul.MacArrayDatapath`).
@@ -218,21 +290,15 @@ class FloatMacArrayDatapath(MacSchedule):
 
     def build(self, m: Module, *, xs, acc, step, advance, finish, clear) -> Any:
         (mm, kk, nn), lanes, steps = self.dims, self.lanes, self.steps
+        outputs = mm * nn
         a_el, b_el = self.operand_elements(m, xs, 16)
-        starts: list[list[Value]] = [[Const(0, 32)] * nn for _ in range(mm)]
+        starts: list[Value] = [Const(0, 32)] * outputs
         if self.accumulate:  # the accumulator's elements, one signal each (as the operands)
-            acc_rows = [acc[i] for i in range(mm)]
-            starts = [[Signal(32, name=f"start_{i}_{j}") for j in range(nn)] for i in range(mm)]
-            m.d.comb += [
-                starts[i][j].eq(_u(acc_rows[i][j], 32)) for i in range(mm) for j in range(nn)
-            ]
-
-        partial = (
-            [[Signal(32, name=f"partial_{i}_{j}") for j in range(nn)] for i in range(mm)]
-            if steps > 1
-            else []
-        )
-        sums = [[Signal(32, name=f"sum_{i}_{j}") for j in range(nn)] for i in range(mm)]
+            starts = [Signal(32, name=f"start_{o // nn}_{o % nn}") for o in range(outputs)]
+            m.d.comb += [starts[o].eq(_u(acc[o // nn][o % nn], 32)) for o in range(outputs)]
+        partial = [Signal(32, name=f"partial_{o // nn}_{o % nn}") for o in range(outputs)]
+        partial = partial if steps > 1 else []
+        sums = [Signal(32, name=f"sum_{o // nn}_{o % nn}") for o in range(outputs)]
         a_op = [Signal(16, name=f"lane{lane}_a") for lane in range(lanes)]
         b_op = [Signal(16, name=f"lane{lane}_b") for lane in range(lanes)]
         chain_in = [Signal(32, name=f"lane{lane}_in") for lane in range(lanes)]
@@ -241,51 +307,54 @@ class FloatMacArrayDatapath(MacSchedule):
             p = fp.mul_bf16(m, a_op[lane], b_op[lane], name=f"lane{lane}_mul")
             outs.append(fp.add_f32(m, chain_in[lane], p, name=f"lane{lane}_add"))
 
-        def running(i: int, j: int, t: int) -> Value:
-            return starts[i][j] if t == 0 else partial[i][j]
+        in_step0 = step == 0
 
-        # An output that no lane of a step adds to keeps its running sum: the partial sum by
-        # default, overridden below by the step's lanes (and in step 0 by its start).
-        m.d.comb += [
-            sums[i][j].eq(running(i, j, 1 if steps > 1 else 0))
-            for i in range(mm)
-            for j in range(nn)
-        ]
+        def running(o: int, *, in_step_0: bool) -> Value:
+            """Output ``o``'s sum before this step: its start in step 0, else the partial sum
+            (``in_step_0``: whether step 0 is among the steps that read it here)."""
+            if steps == 1:
+                return starts[o]
+            return Mux(in_step0, starts[o], partial[o]) if in_step_0 else partial[o]
 
-        def schedule(t: int) -> None:
-            last_lane: dict[tuple[int, int], int] = {}
-            for lane in range(lanes):
-                p = t * lanes + lane
-                if p >= mm * kk * nn:
-                    break
-                i, rest = divmod(p, nn * kk)
-                j, k = divmod(rest, kk)
-                m.d.comb += [a_op[lane].eq(a_el[i][k]), b_op[lane].eq(b_el[k][j])]
-                first = (i, j) not in last_lane
-                m.d.comb += chain_in[lane].eq(running(i, j, t) if first else outs[lane - 1])
-                last_lane[(i, j)] = lane
-            for i in range(mm):
-                for j in range(nn):
-                    lane = last_lane.get((i, j))
-                    if lane is not None:
-                        m.d.comb += sums[i][j].eq(outs[lane])
-                    elif t == 0 and steps > 1:
-                        m.d.comb += sums[i][j].eq(starts[i][j])
+        sched = _LaneSchedule(self.dims, lanes, steps, self.transpose_b)
+        for lane in range(lanes):
+            a_at, b_at = sched.a_index[lane], sched.b_index[lane]
+            select_by_step(m, a_op[lane], step, a_at, lambda x: a_el[x // kk][x % kk])
+            if self.transpose_b:
+                select_by_step(m, b_op[lane], step, b_at, lambda x: b_el[x % kk][x // kk])
+            else:
+                select_by_step(m, b_op[lane], step, b_at, lambda x: b_el[x // nn][x % nn])
+            # a lane that starts an output's chain adds to its running sum, else to the last
+            # lane's sum (-1); only the output it starts in step 0 can read the start
+            chain = [
+                o if first else -1
+                for o, first in zip(sched.output[lane], sched.first[lane], strict=True)
+            ]
 
-        self.run_steps(m, step, schedule)
+            def chain_value(o: int, lane: int = lane, at_0: int = (chain or [-1])[0]) -> Value:
+                return outs[lane - 1] if o < 0 else running(o, in_step_0=o == at_0)
+
+            select_by_step(m, chain_in[lane], step, chain, chain_value)
+
+        # An output takes the sum of the last lane that adds to it in a step; in other steps it
+        # keeps its running sum.
+        for o in range(outputs):
+            value = running(o, in_step_0=0 not in sched.finishing[o])
+            for t, lane in sched.finishing[o].items():
+                value = Mux(step == t, outs[lane], value) if steps > 1 else outs[lane]
+            m.d.comb += sums[o].eq(value)
         if steps > 1:
-            for i in range(mm):
-                for j in range(nn):
-                    with m.If(advance):
-                        m.d.sync += partial[i][j].eq(sums[i][j])
+            with m.If(advance):
+                m.d.sync += [partial[o].eq(sums[o]) for o in range(outputs)]
         if self.accumulate or self.out_bits == 32:  # the FP32 sums (an Accum rounds on emit)
             res = Signal(_fmt(mm, nn, 32), name="result")
-            m.d.comb += [res[i][j].eq(sums[i][j]) for i in range(mm) for j in range(nn)]
+            m.d.comb += [res[i][j].eq(sums[i * nn + j]) for i in range(mm) for j in range(nn)]
             return res
         res = Signal(_fmt(mm, nn, 16), name="result")
         for i in range(mm):
             for j in range(nn):
-                m.d.comb += res[i][j].eq(fp.f32_to_bf16(m, sums[i][j], name=f"round_{i}_{j}"))
+                rounded = fp.f32_to_bf16(m, sums[i * nn + j], name=f"round_{i}_{j}")
+                m.d.comb += res[i][j].eq(rounded)
         return res
 
     def emit(self, m: Module, value: Any) -> Any:
