@@ -254,3 +254,29 @@ def test_timing_image_keeps_the_routing_tensors_and_the_cycles(schedule):
         )
         assert shape_only.cycles == full.cycles > 0
         assert shape_only.offchip_bytes == full.offchip_bytes > 0
+
+
+def test_a_designs_default_and_sized_points_share_one_interpretation(monkeypatch, tmp_path):
+    # the interpreter's outputs do not depend on queue depths: the sized twin of a point reads
+    # the default point's, bit for bit and with its dtype (BF16 included), and never interprets
+    from examples import attention
+    from step_hw.config import BF16_CONFIG
+
+    monkeypatch.setattr(V, "OUT", tmp_path)
+    memory = attention.hardware_inputs([3, 15, 5, 1], seed=2, hw=BF16_CONFIG)
+    p = V.Point("attention", {"schedule": "coarse", "depths": "default"},
+                lambda: attention.hardware("coarse", hw=BF16_CONFIG), memory, BF16_CONFIG,
+                "attention_coarse")  # fmt: skip
+    from step_hw.cosim import output_tensors
+
+    outputs = output_tensors(p.make())
+    first = V.reference_outputs(p, outputs)
+    assert any(a.dtype == ml_dtypes.bfloat16 for a in first.values())
+    monkeypatch.setattr(V, "interpret", lambda *a, **k: pytest.fail("interpreted again"))
+    sized = dataclasses.replace(p, params={**p.params, "depths": "sized"}, design="x_sized")
+    again = V.reference_outputs(sized, outputs)
+    assert set(again) == set(first) == set(outputs)
+    assert all(V._same_bits(again[o], first[o]) for o in outputs)
+    other = dataclasses.replace(p, params={**p.params, "schedule": "dynamic"})
+    with pytest.raises(pytest.fail.Exception, match="interpreted again"):
+        V.reference_outputs(other, outputs)  # another point is interpreted
