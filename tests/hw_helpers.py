@@ -40,3 +40,24 @@ def built_not_elaborated(graph, config):
     for block in [top, *top.blocks.values(), *top._arbiters.values()]:
         block._MustUse__silence = True
     return top
+
+
+def run_unit(graph, node, inputs: list[list], config, pattern: str, seed: int = 0):
+    """The compute unit of ``node`` (the one node between ``graph``'s Sources ``x0``, ``x1``, ...
+    and a Sink) run on ``inputs`` (a token list per Source) under ``pattern``, and the
+    interpreter's tokens of the same graph: ``(run, want, unit)``."""
+    from step_hw.compute import compute_unit
+    from step_hw.testing import run_block
+    from step_lang import interpret
+
+    want = interpret(graph, inputs={f"x{i}": t for i, t in enumerate(inputs)}).tokens(node.out)
+    unit = compute_unit(node, config)
+    ports = zip(unit.in_ports, unit.in_formats, inputs, strict=True)
+    run = run_block(
+        unit,
+        {f"in{i}": (p, f, toks) for i, (p, f, toks) in enumerate(ports)},
+        {"out": (unit.out, unit.out_format)},
+        pattern=pattern,
+        seed=seed,
+    )
+    return run, want, unit

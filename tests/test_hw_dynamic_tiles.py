@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 from amaranth.hdl import Fragment
-from hw_helpers import assert_same_tokens
+from hw_helpers import assert_same_tokens, run_unit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_hw_memory import memory_with, simulate
@@ -195,17 +195,7 @@ def make_inputs(case: Case, groups: list[list[int]], value: Callable[[tuple], np
 
 def run_case(case: Case, inputs: list[list], pattern: str, seed: int = 0):
     g, node = graph_of(case)
-    want = interpret(g, inputs={f"x{i}": t for i, t in enumerate(inputs)}).tokens(node.out)
-    unit = compute_unit(node, CFG)
-    ports = zip(unit.in_ports, unit.in_formats, inputs, strict=True)
-    run = run_block(
-        unit,
-        {f"in{i}": (p, f, toks) for i, (p, f, toks) in enumerate(ports)},
-        {"out": (unit.out, unit.out_format)},
-        pattern=pattern,
-        seed=seed,
-    )
-    return run, want, unit
+    return run_unit(g, node, inputs, CFG, pattern, seed)
 
 
 def random_value(rng: np.random.Generator) -> Callable[[tuple], np.ndarray]:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from hw_helpers import assert_same_tokens
+from hw_helpers import assert_same_tokens, run_unit
 
 from step_hw.compute import AccumUnit, MapUnit, MatmulUnit, ScanUnit, compute_unit
 from step_hw.config import HwConfig
-from step_hw.testing import PATTERNS, run_block
+from step_hw.testing import PATTERNS
 from step_lang import (
     DONE,
     Accum,
@@ -27,7 +27,6 @@ from step_lang import (
     Stop,
     StreamType,
     Tile,
-    interpret,
     ragged,
 )
 from step_lang import numerics as nm
@@ -83,21 +82,7 @@ def run_node(tiles, build, pattern: str, seed: int = 0, inputs=None):
     g, node = one_node(tiles, build)
     rng = np.random.default_rng(seed)
     inputs = inputs or stream(rng, tiles)
-    want = interpret(g, inputs={f"x{i}": toks for i, toks in enumerate(inputs)}).tokens(node.out)
-    unit = compute_unit(node, CFG)
-    run = run_block(
-        unit,
-        {
-            f"in{i}": (p, f, toks)
-            for i, (p, f, toks) in enumerate(
-                zip(unit.in_ports, unit.in_formats, inputs, strict=True)
-            )
-        },
-        {"out": (unit.out, unit.out_format)},
-        pattern=pattern,
-        seed=seed,
-    )
-    return run, want, unit
+    return run_unit(g, node, inputs, CFG, pattern, seed)
 
 
 B22, B21, B12 = Tile(bfloat16, 2, 2), Tile(bfloat16, 2, 1), Tile(bfloat16, 1, 2)

@@ -10,15 +10,13 @@ import numpy as np
 import pytest
 from amaranth.hdl import Const, Module, Signal
 from amaranth.sim import Simulator
-from hw_helpers import assert_same_tokens
+from hw_helpers import assert_same_tokens, run_unit
 from test_hw_float_units import one_node, stream
 
-from step_hw.compute import compute_unit
 from step_hw.compute.float_datapaths import _LaneSchedule, select_by_step, step_bits
 from step_hw.config import HwConfig
 from step_hw.contract import matmul_steps
-from step_hw.testing import run_block
-from step_lang import Accum, Map, Tile, interpret, numerics
+from step_lang import Accum, Map, Tile, numerics
 from step_lang.types import bfloat16
 
 
@@ -79,18 +77,7 @@ def _matmul_case(dims, lanes, transpose_b, accumulate, pattern, seed):
         fn = fx.matmul_out("bfloat16", transpose_b=transpose_b)
         build = lambda a, b: Map(a, b, fn=fn)  # noqa: E731
     g, node = one_node(tiles, build)
-    inputs = stream(np.random.default_rng(seed), tiles)
-    want = interpret(g, inputs={f"x{i}": t for i, t in enumerate(inputs)}).tokens(node.out)
-    unit = compute_unit(node, cfg)
-    ports = zip(unit.in_ports, unit.in_formats, inputs, strict=True)
-    run = run_block(
-        unit,
-        {f"in{i}": (p, f, toks) for i, (p, f, toks) in enumerate(ports)},
-        {"out": (unit.out, unit.out_format)},
-        pattern=pattern,
-        seed=seed,
-    )
-    return run, want, unit
+    return run_unit(g, node, stream(np.random.default_rng(seed), tiles), cfg, pattern, seed)
 
 
 # (M, K, N), lanes, transpose_b
