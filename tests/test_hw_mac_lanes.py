@@ -1,8 +1,11 @@
-"""The floating-point MAC array's lane selection (``step_hw.compute.float_datapaths``): each
-lane's operands and chain input are selected by only the bits of the step counter they change
-with (a 16 x 16 x 16 matmul on 64 lanes: a row every 4 steps, a column among 4), and the array
-stays bit for bit the interpreter's for every shape of schedule: outputs in one step or over
-several, chains crossing steps, idle lanes, transposed ``b``, accumulating."""
+"""The MAC arrays' lane selection (``step_hw.compute._unit``: ``LaneSchedule``,
+``MacSchedule.select_operands``, ``select_by_step``): each lane's operands and chain input are
+selected by only the bits of the step counter they change with (a 16 x 16 x 16 matmul on 64
+lanes: a row every 4 steps, a column among 4), and the BF16 array stays bit for bit the
+interpreter's for every shape of schedule: outputs in one step or over several, chains crossing
+steps, idle lanes, transposed ``b``, accumulating. (The fixed-point array, which shares the
+selection, is checked against the interpreter in ``test_hw_compute.py`` and
+``test_hw_matmul_sum.py``.)"""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from amaranth.sim import Simulator
 from hw_helpers import assert_same_tokens, run_unit
 from test_hw_float_units import one_node, stream
 
-from step_hw.compute.float_datapaths import _LaneSchedule, select_by_step, step_bits
+from step_hw.compute._unit import LaneSchedule, select_by_step, step_bits
 from step_hw.config import HwConfig
 from step_hw.contract import matmul_steps
 from step_lang import Accum, Map, Tile, numerics
@@ -37,7 +40,7 @@ def test_paper_scale_lanes_select_by_row_and_column_bits():
     for lanes, a_bits, b_bits in ((64, [2, 3, 4, 5], [0, 1]), (16, [4, 5, 6, 7], [0, 1, 2, 3])):
         steps = matmul_steps(16, 16, 16, lanes)
         width = (steps - 1).bit_length()
-        s = _LaneSchedule((16, 16, 16), lanes, steps, transpose_b=False)
+        s = LaneSchedule((16, 16, 16), lanes, steps)
         for lane in range(lanes):
             assert step_bits(s.a_index[lane], width) == a_bits
             assert step_bits(s.b_index[lane], width) == b_bits

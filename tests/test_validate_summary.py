@@ -272,11 +272,13 @@ def test_a_designs_default_and_sized_points_share_one_interpretation(monkeypatch
     outputs = output_tensors(p.make())
     first = V.reference_outputs(p, outputs)
     assert any(a.dtype == ml_dtypes.bfloat16 for a in first.values())
-    monkeypatch.setattr(V, "interpret", lambda *a, **k: pytest.fail("interpreted again"))
+    calls, real = [], V.interpret
+    monkeypatch.setattr(V, "interpret", lambda *a: calls.append(a) or real(*a))
     sized = dataclasses.replace(p, params={**p.params, "depths": "sized"}, design="x_sized")
     again = V.reference_outputs(sized, outputs)
+    assert calls == []  # read back, not interpreted
     assert set(again) == set(first) == set(outputs)
     assert all(V._same_bits(again[o], first[o]) for o in outputs)
     other = dataclasses.replace(p, params={**p.params, "schedule": "dynamic"})
-    with pytest.raises(pytest.fail.Exception, match="interpreted again"):
-        V.reference_outputs(other, outputs)  # another point is interpreted
+    V.reference_outputs(other, outputs)
+    assert len(calls) == 1  # another point is interpreted

@@ -4,11 +4,11 @@ generic checks are in :mod:`step_hw.checks`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from amaranth.hdl import Const, Module, Mux, Signal, Value
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -275,6 +275,76 @@ class Datapath:
         return in_rows
 
 
+def step_bits(keys: list[Any], width: int) -> list[int]:
+    """The bits of a ``width``-bit step counter that ``keys`` (one per step ``t``, for the steps
+    ``0 .. len(keys) - 1``) depends on: the fewest whose values determine the key (no bit for a
+    constant, every bit when no smaller set does)."""
+    n = len(keys)
+    bits = [
+        b for b in range(width)
+        if any(t ^ (1 << b) < n and keys[t] != keys[t ^ (1 << b)] for t in range(n))
+    ]  # fmt: skip
+    mask = sum(1 << b for b in bits)
+    seen: dict[int, Any] = {}
+    if all(seen.setdefault(t & mask, k) == k for t, k in enumerate(keys)):
+        return bits
+    return list(range(width))
+
+
+def select_by_step(
+    m: Module, target: Signal, step: Value, keys: list[Any], value_of: Callable[[Any], Any]
+) -> None:
+    """Drive ``target`` with ``value_of(keys[t])`` in step ``t`` (``step``; ``keys`` covers the
+    steps that use ``target``, a prefix), selected by only the bits of the step counter the keys
+    depend on (:func:`step_bits`): a MAC array's lane reads the same operand row for ``2**s``
+    steps, so its case has one arm per row, not one per step. In a step beyond ``keys`` (an idle
+    lane's, whose result nobody reads) ``target`` is whatever those bits select, or 0."""
+    if not keys:
+        return
+    bits = step_bits(keys, len(step))
+    if not bits:
+        m.d.comb += target.eq(value_of(keys[0]))
+        return
+    arms: dict[int, Any] = {}
+    for t, key in enumerate(keys):
+        arms.setdefault(sum((t >> b & 1) << n for n, b in enumerate(bits)), key)
+    with m.Switch(Cat(step[b] for b in bits)):
+        for value, key in arms.items():
+            with m.Case(value):
+                m.d.comb += target.eq(value_of(key))
+
+
+class LaneSchedule:
+    """Which products each lane of a MAC array computes in each step: product
+    ``p = t * lanes + lane`` of step ``t`` is ``a[i][k] * b[k][j]`` with
+    ``p = (i * N + j) * K + k``. Per lane, lists over the steps in which it has a product (a
+    prefix of the steps): ``a_index`` (``i * K + k``), ``b_index`` (``k * N + j``), ``output``
+    (``i * N + j``) and ``first`` (1 when the lane starts its output's chain in that step:
+    ``k == 0`` or lane 0). ``adding[o]``: step -> the lanes that add to output ``o`` in it, in
+    order."""
+
+    def __init__(self, dims: tuple[int, int, int], lanes: int, steps: int):
+        mm, kk, nn = dims
+        total = mm * kk * nn
+        self.a_index: list[list[int]] = [[] for _ in range(lanes)]
+        self.b_index: list[list[int]] = [[] for _ in range(lanes)]
+        self.output: list[list[int]] = [[] for _ in range(lanes)]
+        self.first: list[list[int]] = [[] for _ in range(lanes)]
+        self.adding: list[dict[int, list[int]]] = [{} for _ in range(mm * nn)]
+        for t in range(steps):
+            for lane in range(lanes):
+                p = t * lanes + lane
+                if p >= total:
+                    break
+                o, k = divmod(p, kk)
+                i, j = divmod(o, nn)
+                self.a_index[lane].append(i * kk + k)
+                self.b_index[lane].append(k * nn + j)
+                self.output[lane].append(o)
+                self.first[lane].append(int(k == 0 or lane == 0))
+                self.adding[o].setdefault(t, []).append(lane)
+
+
 class MacSchedule(Datapath):
     """The step count of a MAC array of ``lanes`` multipliers over ``dims = (M, K, N)``
     (``steps = ceil(M*K*N / lanes)``, ``contract.matmul_steps``), and, with ``dynamic``, of a
@@ -285,16 +355,25 @@ class MacSchedule(Datapath):
     dynamic: bool = False
     transpose_b: bool = False
 
-    def run_steps(self, m: Module, step: Value, schedule: Any) -> None:
-        """Build ``schedule(t)`` (the datapath of step ``t``) for every step, selected by
-        ``step`` when there are several."""
-        if self.steps == 1:
-            schedule(0)
-            return
-        with m.Switch(step):
-            for t in range(self.steps):
-                with m.Case(t):
-                    schedule(t)
+    def lane_schedule(self) -> LaneSchedule:
+        """Which product each lane computes in each step."""
+        return LaneSchedule(self.dims, self.lanes, self.steps)
+
+    def select_operands(
+        self, m: Module, step: Value, sched: LaneSchedule, elements: tuple, operands: tuple
+    ) -> None:
+        """Drive each lane's operands ``operands = (a_op, b_op)`` (one signal per lane) from
+        ``elements = (a_el, b_el)`` (:meth:`operand_elements`) in every step, selected by the
+        step-counter bits they change with (:func:`select_by_step`)."""
+        (a_el, b_el), (a_op, b_op) = elements, operands
+        _, kk, nn = self.dims
+        for lane in range(self.lanes):
+            select_by_step(
+                m, a_op[lane], step, sched.a_index[lane], lambda x: a_el[x // kk][x % kk]
+            )
+            select_by_step(
+                m, b_op[lane], step, sched.b_index[lane], lambda x: b_el[x // nn][x % nn]
+            )
 
     def operand_elements(
         self, m: Module, xs: list[Any], width: int | None = None

@@ -11,7 +11,6 @@ overflow is an infinity, as in the interpreter.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
@@ -19,7 +18,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from ..contract import matmul_steps
 from ..payload import TokenFormat
 from . import fp
-from ._unit import Datapath, MacSchedule
+from ._unit import Datapath, MacSchedule, select_by_step
 
 __all__ = [
     "FLOAT_DTYPES",
@@ -195,76 +194,6 @@ def _round_tile(m: Module, value: Any, shape: tuple[int, int], width: int) -> An
     return out
 
 
-class _LaneSchedule:
-    """Which products each lane of a MAC array computes in each step: product
-    ``p = t * lanes + lane`` of step ``t`` is ``a[i][k] * b[k][j]`` with
-    ``p = (i * N + j) * K + k``. Per lane, lists over the steps in which it has a product (a
-    prefix of the steps): ``a_index`` (``i * K + k``), ``b_index`` (``k * N + j``, or
-    ``j * K + k`` with ``transpose_b``), ``output`` (``i * N + j``) and ``first`` (1 when the lane
-    starts its output's chain in that step: ``k == 0`` or lane 0). ``finishing[o]``: step ->
-    the last lane that adds to output ``o`` in that step."""
-
-    def __init__(self, dims: tuple[int, int, int], lanes: int, steps: int, transpose_b: bool):
-        mm, kk, nn = dims
-        total = mm * kk * nn
-        self.a_index: list[list[int]] = [[] for _ in range(lanes)]
-        self.b_index: list[list[int]] = [[] for _ in range(lanes)]
-        self.output: list[list[int]] = [[] for _ in range(lanes)]
-        self.first: list[list[int]] = [[] for _ in range(lanes)]
-        self.finishing: list[dict[int, int]] = [{} for _ in range(mm * nn)]
-        for t in range(steps):
-            for lane in range(lanes):
-                p = t * lanes + lane
-                if p >= total:
-                    break
-                o, k = divmod(p, kk)
-                i, j = divmod(o, nn)
-                self.a_index[lane].append(i * kk + k)
-                self.b_index[lane].append(j * kk + k if transpose_b else k * nn + j)
-                self.output[lane].append(o)
-                self.first[lane].append(int(k == 0 or lane == 0))
-                self.finishing[o][t] = lane
-
-
-def step_bits(keys: list[Any], width: int) -> list[int]:
-    """The bits of a ``width``-bit step counter that ``keys`` (one per step ``t``, for the steps
-    ``0 .. len(keys) - 1``) depends on: the fewest whose values determine the key (no bit for a
-    constant, every bit when no smaller set does)."""
-    n = len(keys)
-    bits = [
-        b for b in range(width)
-        if any(t ^ (1 << b) < n and keys[t] != keys[t ^ (1 << b)] for t in range(n))
-    ]  # fmt: skip
-    mask = sum(1 << b for b in bits)
-    seen: dict[int, Any] = {}
-    if all(seen.setdefault(t & mask, k) == k for t, k in enumerate(keys)):
-        return bits
-    return list(range(width))
-
-
-def select_by_step(
-    m: Module, target: Signal, step: Value, keys: list[Any], value_of: Callable[[Any], Any]
-) -> None:
-    """Drive ``target`` with ``value_of(keys[t])`` in step ``t`` (``step``; ``keys`` covers the
-    steps that use ``target``, a prefix), selected by only the bits of the step counter the keys
-    depend on (:func:`step_bits`): a MAC array's lane reads the same operand row for ``2**s``
-    steps, so its case has one arm per row, not one per step. In a step beyond ``keys`` (an idle
-    lane's, whose result nobody reads) ``target`` is whatever those bits select, or 0."""
-    if not keys:
-        return
-    bits = step_bits(keys, len(step))
-    if not bits:
-        m.d.comb += target.eq(value_of(keys[0]))
-        return
-    arms: dict[int, Any] = {}
-    for t, key in enumerate(keys):
-        arms.setdefault(sum((t >> b & 1) << n for n, b in enumerate(bits)), key)
-    with m.Switch(Cat(step[b] for b in bits)):
-        for value, key in arms.items():
-            with m.Case(value):
-                m.d.comb += target.eq(value_of(key))
-
-
 class FloatMacArrayDatapath(MacSchedule):
     """``a @ b`` (BF16) on ``lanes`` multiplier-adder pairs over ``ceil(M*K*N / lanes)`` steps.
 
@@ -276,7 +205,7 @@ class FloatMacArrayDatapath(MacSchedule):
     ``float_numerics.matmul_bits``. The running sums between steps are FP32 registers. A Map
     result is rounded to ``out_bits`` (16: BF16); an Accum keeps the FP32 sum as its accumulator
     and rounds it when it emits it. A lane's operands and chain input are selected by the bits of
-    the step counter they change with (:func:`select_by_step`), not by a case over every step.
+    the step counter they change with (:meth:`MacSchedule.select_operands`).
 
     With ``dynamic`` ``M`` is the most rows of a dynamic tile ``a`` (as
     :class:`~step_hw.compute.matmul.MacArrayDatapath`).
@@ -289,7 +218,8 @@ class FloatMacArrayDatapath(MacSchedule):
         self.acc_register_bits = 32 if accumulate else None
 
     def build(self, m: Module, *, xs, acc, step, advance, finish, clear) -> Any:
-        (mm, kk, nn), lanes, steps = self.dims, self.lanes, self.steps
+        mm, _, nn = self.dims
+        lanes, steps = self.lanes, self.steps
         outputs = mm * nn
         a_el, b_el = self.operand_elements(m, xs, 16)
         starts: list[Value] = [Const(0, 32)] * outputs
@@ -316,14 +246,9 @@ class FloatMacArrayDatapath(MacSchedule):
                 return starts[o]
             return Mux(in_step0, starts[o], partial[o]) if in_step_0 else partial[o]
 
-        sched = _LaneSchedule(self.dims, lanes, steps, self.transpose_b)
+        sched = self.lane_schedule()
+        self.select_operands(m, step, sched, (a_el, b_el), (a_op, b_op))
         for lane in range(lanes):
-            a_at, b_at = sched.a_index[lane], sched.b_index[lane]
-            select_by_step(m, a_op[lane], step, a_at, lambda x: a_el[x // kk][x % kk])
-            if self.transpose_b:
-                select_by_step(m, b_op[lane], step, b_at, lambda x: b_el[x % kk][x // kk])
-            else:
-                select_by_step(m, b_op[lane], step, b_at, lambda x: b_el[x // nn][x % nn])
             # a lane that starts an output's chain adds to its running sum, else to the last
             # lane's sum (-1); only the output it starts in step 0 can read the start
             chain = [
@@ -339,9 +264,9 @@ class FloatMacArrayDatapath(MacSchedule):
         # An output takes the sum of the last lane that adds to it in a step; in other steps it
         # keeps its running sum.
         for o in range(outputs):
-            value = running(o, in_step_0=0 not in sched.finishing[o])
-            for t, lane in sched.finishing[o].items():
-                value = Mux(step == t, outs[lane], value) if steps > 1 else outs[lane]
+            value = running(o, in_step_0=0 not in sched.adding[o])
+            for t, adding in sched.adding[o].items():  # the chain's last lane in step t
+                value = Mux(step == t, outs[adding[-1]], value) if steps > 1 else outs[adding[-1]]
             m.d.comb += sums[o].eq(value)
         if steps > 1:
             with m.If(advance):

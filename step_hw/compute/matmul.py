@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from amaranth.hdl import Const, Module, Signal, Value, signed
+from amaranth.hdl import Const, Module, Mux, Signal, Value, signed
 
 from step_lang import ops
 
@@ -150,7 +150,8 @@ class MacArrayDatapath(MacSchedule):
         self.sum_bits = max(acc_bits, 2 * bits + kk.bit_length())
 
     def build(self, m: Module, *, xs, acc, step, advance, finish, clear) -> Any:
-        (mm, kk, nn), lanes, steps = self.dims, self.lanes, self.steps
+        mm, _, nn = self.dims
+        lanes, steps = self.lanes, self.steps
         a_el, b_el = self.operand_elements(m, xs)
         acc_bits, f = self.acc_bits, self.frac_bits
 
@@ -168,27 +169,18 @@ class MacArrayDatapath(MacSchedule):
         prod = [Signal(signed(2 * self.bits), name=f"lane{lane}_p") for lane in range(lanes)]
         m.d.comb += [p.eq(x * y) for p, x, y in zip(prod, a_op, b_op, strict=True)]
 
-        # An output that no lane of a step adds to keeps its partial sum (zero after `finish`):
-        # the default, overridden below by the step's lanes.
-        m.d.comb += [
-            sums[i][j].eq(partial[i][j] if steps > 1 else 0) for i in range(mm) for j in range(nn)
-        ]
-
-        def schedule(t: int) -> None:
-            into: dict[tuple[int, int], list[Any]] = {}
-            for lane in range(lanes):
-                p = t * lanes + lane
-                if p >= mm * kk * nn:
-                    break
-                i, rest = divmod(p, nn * kk)
-                j, k = divmod(rest, kk)
-                m.d.comb += [a_op[lane].eq(a_el[i][k]), b_op[lane].eq(b_el[k][j])]
-                into.setdefault((i, j), []).append(prod[lane])
-            for (i, j), products in into.items():
-                base = partial[i][j] if steps > 1 else 0
-                m.d.comb += sums[i][j].eq(base + sum(products))
-
-        self.run_steps(m, step, schedule)
+        sched = self.lane_schedule()
+        self.select_operands(m, step, sched, (a_el, b_el), (a_op, b_op))
+        # An output adds its lanes' products to its partial sum in the steps they compute it; in
+        # other steps it keeps its partial sum (zero after `finish`).
+        for o in range(mm * nn):
+            i, j = divmod(o, nn)
+            base = partial[i][j] if steps > 1 else 0
+            value: Any = base
+            for t, adding in sched.adding[o].items():
+                added = base + sum(prod[lane] for lane in adding)
+                value = Mux(step == t, added, value) if steps > 1 else added
+            m.d.comb += sums[i][j].eq(value)
         if steps > 1:
             for i in range(mm):
                 for j in range(nn):
