@@ -31,8 +31,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import io
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,6 +49,7 @@ from sim.profiles import RtlProfile
 from sim.profiles.paper import PaperProfile
 from step_hw.config import HwConfig
 from step_hw.memory_model import PRESETS, MemoryModel
+from step_hw.paths import write_atomically
 from step_lang import interpret, ops
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -389,9 +390,9 @@ def reference_outputs(p: Point, outputs: list[str]) -> dict[str, np.ndarray]:
         fields[o] = a.view(f"u{a.dtype.itemsize}")
         fields[f"dtype:{o}"] = np.array(a.dtype.name)
     cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_suffix(f".{os.getpid()}.npz")
-    np.savez(tmp, **fields)
-    tmp.replace(cache)
+    data = io.BytesIO()
+    np.savez(data, **fields)
+    write_atomically(cache, data.getvalue())
     return {o: got[o] for o in outputs}
 
 

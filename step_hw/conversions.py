@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from .design_key import source_version
-from .paths import build_folder
+from .paths import build_folder, write_atomically
 
 __all__ = ["Conversion", "claim", "lookup", "store", "version"]
 
@@ -121,6 +121,4 @@ def store(key: str, conversion: Conversion) -> None:
             json.dumps({"desc": conversion.desc, "elaborate_s": conversion.elaborate_s}).encode(),
         ),
     ):
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_bytes(data)
-        tmp.replace(path)
+        write_atomically(path, data)

@@ -35,7 +35,6 @@ import os
 import re
 import shutil
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ import numpy as np
 from step_hw.config import HwConfig
 from step_hw.contract import is_store
 from step_hw.memory_model import MemoryModel
+from step_hw.paths import private_name, write_atomically
 from step_lang.graph import Graph
 
 __all__ = [
@@ -204,10 +204,8 @@ def _remember(known: Path | None, digest: str, folder: Path, elaborate_s: float)
     conversion took)."""
     if known is not None:
         known.parent.mkdir(parents=True, exist_ok=True)
-        tmp = known.with_suffix(f".{os.getpid()}.tmp")
         entry = {"digest": digest, "folder": folder.name, "elaborate_s": round(elaborate_s, 2)}
-        tmp.write_text(json.dumps(entry))
-        tmp.replace(known)
+        write_atomically(known, json.dumps(entry))
 
 
 def _put_in_place(tmp: Path, folder: Path, digest: str, build_s: float) -> None:
@@ -315,7 +313,7 @@ def design(
     if not stamp.is_file():
         # Build beside the final folder and rename, so an interrupted build is never reused and
         # two processes building the same design do not corrupt each other's files.
-        tmp = BUILD / f".{folder.name}.{os.getpid()}.{threading.get_ident()}"
+        tmp = private_name(folder)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         (tmp / f"{TOP}.v").write_text(text)
@@ -369,7 +367,7 @@ def design(
             _say(quiet, f"done in {build_s:.0f} s, log: {folder / 'build.log'}")
     else:
         build_s = 0.0
-    (folder / "desc.json").write_text(json.dumps(desc))
+    write_atomically(folder / "desc.json", json.dumps(desc))
     _remember(known, digest, folder, recorded_elaborate_s)
     d = Design(
         folder, desc, build_s, waves, elaborate_s=elaborate_s,

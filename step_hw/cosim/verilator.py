@@ -29,6 +29,8 @@ from pathlib import Path
 
 from cocotb_tools.runner import Runner, Verilator
 
+from step_hw.paths import private_name
+
 __all__ = [
     "NO_OPT",
     "RUNTIME_OBJECTS",
@@ -234,7 +236,7 @@ def shared_runtime(sim: Runner, build_dir: Path, *, waves: bool = False) -> Iter
     finally:
         sim.old_files = ()
     if not cache.is_dir() and all((build_dir / n).is_file() for n in RUNTIME_OBJECTS):
-        tmp = cache.with_name(f".{key}.{os.getpid()}")
+        tmp = private_name(cache)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         for name in RUNTIME_OBJECTS:
