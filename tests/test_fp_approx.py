@@ -1,11 +1,12 @@
 """BF16 exp, silu, recip and div: the Amaranth datapaths (step_hw/compute/fp_approx.py) against
 the numpy model (step_lang/float_approx.py) bit for bit, and the model against float64.
 
-The single-input datapaths see all 65,536 BF16 inputs on the Amaranth simulator, 128 copies
-driven in parallel (512 simulator steps per unit); division sees every pair of special values
-and random pairs. The model's errors are measured in ulps of the correctly rounded float64
-result (``float_approx.ulp_error``): exhaustively for the single-input functions, on every pair
-of significands at the exponents of the normal range's edges and on 10**6 random pairs for div.
+The single-input datapaths see all 65,536 BF16 inputs on the Amaranth simulator
+(``fp_cells.evaluate``: 128 copies driven in parallel, 512 simulator steps per unit); division
+sees every pair of special values and random pairs. The model's errors are measured in ulps of
+the correctly rounded float64 result (``float_approx.ulp_error``): exhaustively for the
+single-input functions, on every pair of significands at the exponents of the normal range's
+edges and on 10**6 random pairs for div.
 """
 
 from __future__ import annotations
@@ -14,13 +15,11 @@ import itertools
 
 import numpy as np
 import pytest
-from amaranth.hdl import Cat, Module, Signal
-from amaranth.sim import Simulator
 
 from step_hw.compute import fp_approx as hw
+from step_hw.compute.fp_cells import evaluate
 from step_lang import float_approx as fa
 
-LANES = 128
 ALL_BF16 = np.arange(2**16, dtype=np.uint32).astype(np.uint16)
 
 # zeros, subnormals, smallest normals, largest normals, ones, infinities, NaNs (quiet,
@@ -29,33 +28,6 @@ SPECIAL = [
     0x0000, 0x8000, 0x0001, 0x807F, 0x0080, 0x8080, 0x7F7F, 0xFF7F, 0x3F80, 0xBF80,
     0x7F80, 0xFF80, 0x7FC0, 0x7F81, 0xFFFF, 0x4040, 0xC0A0, 0x3F81,
 ]  # fmt: skip
-
-
-def evaluate(build, operands: list[np.ndarray]) -> np.ndarray:
-    """The outputs of ``LANES`` copies of a BF16 datapath, driven in parallel with every
-    operand tuple (one wide input per operand, one wide output)."""
-    n = len(operands[0])
-    padded = [np.resize(o.astype(np.uint16), -(-n // LANES) * LANES) for o in operands]
-    m = Module()
-    ins = [Signal(16 * LANES, name=f"in{i}") for i in range(len(operands))]
-    out = Signal(16 * LANES)
-    lanes = [
-        build(m, *(s[16 * k : 16 * k + 16] for s in ins), name=f"lane{k}") for k in range(LANES)
-    ]
-    m.d.comb += out.eq(Cat(*lanes))
-    got = np.zeros(len(padded[0]), dtype=np.uint16)
-
-    async def bench(ctx):
-        for k in range(0, len(got), LANES):
-            for s, o in zip(ins, padded, strict=True):
-                ctx.set(s, int.from_bytes(o[k : k + LANES].astype("<u2").tobytes(), "little"))
-            word = ctx.get(out).to_bytes(2 * LANES, "little")
-            got[k : k + LANES] = np.frombuffer(word, dtype="<u2")
-
-    sim = Simulator(m)
-    sim.add_testbench(bench)
-    sim.run()
-    return got[:n]
 
 
 def _show(bad: np.ndarray, *cols: np.ndarray) -> str:

@@ -24,15 +24,23 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 from amaranth.hdl import Instance, Module, Signal, Value
 
-__all__ = ["PREFIX", "cell", "library", "module_name", "shared"]
+__all__ = ["OPERATIONS", "PREFIX", "cell", "evaluate", "library", "module_name", "shared"]
 
 #: Every cell module's name starts with this; no graph may be named so.
 PREFIX = "step_fp_"
+
+#: Every operation made a cell, by name: (its function, ``in_widths``, ``out_width``), as
+#: :func:`cell` was given them (filled as :mod:`~step_hw.compute.fp` and
+#: :mod:`~step_hw.compute.fp_approx` are imported).
+OPERATIONS: dict[
+    str, tuple[Callable[..., Value], Callable[..., tuple[int, ...]], Callable[..., int]]
+] = {}
 
 # The cells recorded by the innermost `shared` block (None: inline).
 _RECORDED: contextvars.ContextVar[dict[str, Callable[[], str]] | None] = contextvars.ContextVar(
@@ -70,6 +78,8 @@ def cell(operation: str, in_widths: Callable[..., tuple[int, ...]], out_width: C
     operand narrower than that is an error), ``out_width(**params)`` the bits of its result."""
 
     def decorate(fn: Callable[..., Value]) -> Callable[..., Value]:
+        OPERATIONS[operation] = (fn, in_widths, out_width)
+
         @functools.wraps(fn)
         def inline_or_instance(m: Module, *operands: Any, **kwargs: Any) -> Value:
             recorded = _RECORDED.get()
@@ -140,3 +150,42 @@ def _cell_verilog(
     return verilog.convert(
         m, ports=[*ins, out], name=module, emit_src=False, strip_internal_attrs=True
     )
+
+
+def evaluate(
+    fn: Callable[..., Value], operands: Sequence[np.ndarray], *, width: int = 16, lanes: int = 128
+) -> np.ndarray:
+    """The results of the floating-point function ``fn`` (its logic inline) on the operand
+    arrays ``operands`` (one per operand, unsigned integers of ``width`` bits), on Amaranth's
+    simulator: ``lanes`` copies driven in parallel, one wide input per operand (all 65,536 BF16
+    inputs of a one-input function in 512 steps). Unsigned integers of the result's width."""
+    from amaranth.hdl import Cat
+    from amaranth.sim import Simulator
+
+    fn = getattr(fn, "__wrapped__", fn)  # the logic itself, not its cell
+    n = len(operands[0])
+    padded = [np.resize(np.asarray(o).astype(np.uint64), -(-n // lanes) * lanes) for o in operands]
+    m = Module()
+    ins = [Signal(width * lanes, name=f"in{i}") for i in range(len(operands))]
+    results = [
+        Value.cast(fn(m, *(s[width * k : width * (k + 1)] for s in ins), name=f"lane{k}"))
+        for k in range(lanes)
+    ]
+    out_width = len(results[0])
+    out = Signal(out_width * lanes)
+    m.d.comb += out.eq(Cat(*results))
+    got = np.zeros(len(padded[0]), dtype=np.uint64)
+    mask = (1 << out_width) - 1
+
+    async def bench(ctx):
+        for k in range(0, len(got), lanes):
+            for s, o in zip(ins, padded, strict=True):
+                ctx.set(s, sum(int(v) << (width * i) for i, v in enumerate(o[k : k + lanes])))
+            word = ctx.get(out)
+            got[k : k + lanes] = [(word >> (out_width * i)) & mask for i in range(lanes)]
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    dtype = np.uint16 if out_width <= 16 else np.uint32 if out_width <= 32 else np.uint64
+    return got[:n].astype(dtype)

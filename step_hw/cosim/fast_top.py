@@ -37,6 +37,8 @@ import re
 
 from step_hw.memory_model import MAX_OUTSTANDING, MemoryModel
 
+from .cell_tables import loader
+
 __all__ = [
     "FAST_TOP",
     "QUEUE_LEVEL_BITS",
@@ -405,6 +407,7 @@ def wrapper(desc: dict, verilog: str, top: str = "step_top") -> str:
         '    if (!$value$plusargs("PATTERN=%d", pattern)) pattern = 0;',
         "    trace_fd = 0;",
         '    if ($value$plusargs("TRACE=%s", f)) trace_fd = $fopen(f, "w");',
+        *loader(desc.get("cell_tables", [])),
         "    mem_error = 1'b0;",
         "    sink_overflow = 1'b0;",
         "  end",

@@ -263,13 +263,15 @@ def design(
     config = config or config_for(graph)
     from step_hw.elaborate import conversion
 
-    from . import verilator
+    from . import cell_tables, verilator
 
     # A graph already built (in this process or another) is found by its design key, without
     # converting it to Verilog again; the key file names the build folder.
     gkey = design_key(graph, config, TOP)
     opt, opt_label, opt_digest = _optimisation(tier)
-    variant = opt_label + ("-fst" if waves else "")
+    # (a fast-tier build that computes its one-input cells is another design: cell_tables)
+    arithmetic_cells = tier == "fast" and not cell_tables.enabled()
+    variant = opt_label + ("-fst" if waves else "") + ("-cells" if arithmetic_cells else "")
     known = BUILD / "keys" / f"{gkey}{variant}.json" if gkey else None
     if known is not None and known.is_file():
         entry = json.loads(known.read_text())
@@ -289,10 +291,14 @@ def design(
     # this call's elaboration (none when step_hw.conversions had it), and the recorded one
     elaborate_s = 0.0 if converted.cached else converted.elaborate_s
     recorded_elaborate_s = converted.elaborate_s
+    arithmetic = text  # the design's Verilog as make rtl writes it
     if tier == "fast":
         from .fast_top import trace_names
 
         desc = {**desc, "trace_names": trace_names(desc, text)}
+        if not arithmetic_cells:
+            text, tables = cell_tables.tabulate(text)
+            desc["cell_tables"] = tables
     top_text = None
     if tier == "fast":
         from .fast_top import wrapper
@@ -325,6 +331,8 @@ def design(
             from .fast_top import FAST_TOP
 
             (tmp / f"{FAST_TOP}.v").write_text(top_text)
+            if desc.get("cell_tables"):
+                cell_tables.write_tables(arithmetic, tmp, BUILD / "cell_tables")
             # Python touches only the top-level ports: no public signals, so Verilator
             # optimises the whole design.
             sources, top = [verilator.WAIVERS, tmp / f"{TOP}.v", tmp / f"{FAST_TOP}.v"], FAST_TOP
@@ -488,6 +496,7 @@ def run(
         }
         plusargs: list[str] = []
         if tier == "fast":
+            from . import cell_tables
             from .fast_io import write_memory, write_sources
             from .fast_top import memory_plusargs
 
@@ -500,6 +509,7 @@ def run(
                 f"+SEED={seed & 0xFFFFFFFF}",
                 *write_sources(runs, payloads),
                 *(f"+SNK_{n}={runs / f'snk_{n}.hex'}" for n in sink_nodes(graph)),
+                *cell_tables.plusargs(d.folder, d.desc.get("cell_tables", [])),
             ]
             if trace:
                 plusargs.append(f"+TRACE={runs / 'trace.txt'}")
@@ -540,6 +550,8 @@ def run(
             )
         except SystemExit:  # the runner exits when a cocotb test fails
             xml = None
+        except RuntimeError:  # the simulator itself stopped ($fatal: a missing table)
+            xml = None
         run_s = time.perf_counter() - t0
         if xml is None or get_results(xml) != (1, 0) or not result.is_file():
             _say(quiet, f"failed after {run_s:.1f} s, log: {log}")
@@ -548,7 +560,10 @@ def run(
                 if report_file.is_file()
                 else ""
             )
-            head = report or "the cocotb test failed (no report from the bench; see the log below)"
+            head = report or (
+                "the cocotb test failed or the simulator stopped (no report from the bench; see "
+                "the log below)"
+            )
             raise CosimError(
                 f"co-simulation of '{graph.name}' failed: {head}\nrun folder: {runs}\n"
                 f"log ({log}), last lines:\n{_tail(log)}",
