@@ -437,6 +437,9 @@ def conversion(
 def _convert(graph: Graph, config: HwConfig, top_name: str) -> tuple[str, dict[str, Any]]:
     from amaranth.back import verilog
 
+    from .netlist_speed import install
+
+    install()  # the same Verilog, sooner (step_hw/netlist_speed.py)
     instances: dict[str, str] = {}
     for _ in range(3):  # a renamed instance could hide a signal too; in practice one round
         top = ElaboratedGraph(graph, config, instances=instances)
