@@ -7,7 +7,7 @@ every queue, buffer and unit, and a Fig. 8 design of ``make validate`` made 53 m
 checks: 45 of the 119 s of a profiled conversion. :func:`install` makes a value built from
 another value, or sliced from one, a plain tuple copy; anything else is checked as before. The
 Verilog is the same text (``tests/test_netlist_speed.py`` converts a design both ways); the
-conversion of a Fig. 8 design took 48.9 s instead of 67.4 s (docs/hardware.md).
+conversion of a Fig. 8 design took 48.5 s instead of 67.4 s (docs/cosim.md).
 
 Installed once per process by :mod:`step_hw.elaborate` for every Amaranth version in the range the
 project depends on (0.5) whose ``Value`` still has the two methods it replaces; otherwise nothing
