@@ -89,7 +89,12 @@ def test_tables_give_the_interpreters_results_in_the_same_cycles(runs):
 def test_a_run_without_its_tables_stops_with_their_name(runs, monkeypatch):
     from step_hw.cosim import harness
 
-    monkeypatch.setattr(cell_tables, "plusargs", lambda folder, modules: [])
     monkeypatch.setenv(cell_tables.TABLES_ENV, "1")
+    monkeypatch.setattr(cell_tables, "plusargs", lambda folder, modules: [])
     with pytest.raises(harness.CosimError, match=r"no \+TABLE_step_fp_exp_bf16="):
+        cosim.run(_graph(), {}, inputs=_inputs(), config=HW, tier="fast", tag="no_tables")
+    # a file that is not there: $readmemh would only warn and leave the table zero
+    missing = [f"+TABLE_step_fp_{op}_bf16=/nonexistent/{op}.hex" for op in sorted(UNARY)]
+    monkeypatch.setattr(cell_tables, "plusargs", lambda folder, modules: missing)
+    with pytest.raises(harness.CosimError, match=r"cannot read the table of step_fp_exp_bf16"):
         cosim.run(_graph(), {}, inputs=_inputs(), config=HW, tier="fast", tag="no_tables")

@@ -6,6 +6,7 @@
 import re
 
 import numpy as np
+import pytest
 from amaranth.hdl import Module, Signal
 
 from step_hw.compute import fp, fp_approx, fp_cells
@@ -51,12 +52,16 @@ def test_a_design_without_such_cells_is_left_as_it_is():
 
 def test_the_loader_stops_on_a_missing_table(tmp_path):
     lines = cell_tables.loader(["step_fp_silu_bf16"])
-    assert lines == [
-        '    if (!$value$plusargs("TABLE_step_fp_silu_bf16=%s", f))',
-        '      $fatal(1, "step_fast: no +TABLE_step_fp_silu_bf16=<file> '
-        '(step_hw.cosim.cell_tables)");',
-        "    $readmemh(f, step_fp_tables::step_fp_silu_bf16);",
-    ]
+    assert lines[0] == "    begin : load_step_fp_silu_bf16" and lines[-1] == "    end"
+    text = "\n".join(lines)
+    assert '$value$plusargs("TABLE_step_fp_silu_bf16=%s", f)' in text
+    assert '$fatal(1, "step_fast: no +TABLE_step_fp_silu_bf16=<file>' in text
+    assert 'fd = $fopen(f, "r");\n      if (fd == 0) $fatal(' in text
+    assert text.endswith("$readmemh(f, step_fp_tables::step_fp_silu_bf16);\n    end")
+    with pytest.raises(FileNotFoundError, match=r"the table of step_fp_silu_bf16 .* is missing"):
+        cell_tables.plusargs(tmp_path, ["step_fp_silu_bf16"])
+    (tmp_path / "cell_tables").mkdir()
+    (tmp_path / "cell_tables" / "step_fp_silu_bf16.hex").write_text("0000\n")
     assert cell_tables.plusargs(tmp_path, ["step_fp_silu_bf16"]) == [
         f"+TABLE_step_fp_silu_bf16={tmp_path}/cell_tables/step_fp_silu_bf16.hex"
     ]

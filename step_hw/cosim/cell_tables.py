@@ -121,9 +121,16 @@ def loader(modules: list[str]) -> list[str]:
     lines = []
     for n in modules:
         lines += [
-            f'    if (!$value$plusargs("TABLE_{n}=%s", f))',
-            f'      $fatal(1, "step_fast: no +TABLE_{n}=<file> (step_hw.cosim.cell_tables)");',
-            f"    $readmemh(f, {PACKAGE}::{n});",
+            f"    begin : load_{n}",
+            "      integer fd;",
+            f'      if (!$value$plusargs("TABLE_{n}=%s", f))',
+            f'        $fatal(1, "step_fast: no +TABLE_{n}=<file> (step_hw.cosim.cell_tables)");',
+            # ($readmemh only warns about a missing file, and leaves the table zero)
+            '      fd = $fopen(f, "r");',
+            f'      if (fd == 0) $fatal(1, "step_fast: cannot read the table of {n}: %s", f);',
+            "      $fclose(fd);",
+            f"      $readmemh(f, {PACKAGE}::{n});",
+            "    end",
         ]
     return lines
 
@@ -154,5 +161,13 @@ def write_tables(verilog: str, folder: Path, cache: Path) -> None:
 
 
 def plusargs(folder: Path, modules: list[str]) -> list[str]:
-    """The plusargs that give a fast-tier build in ``folder`` its tables."""
-    return [f"+TABLE_{n}={folder / FOLDER / f'{n}.hex'}" for n in modules]
+    """The plusargs that give a fast-tier build in ``folder`` its tables; FileNotFoundError
+    when one is missing (the harness would stop on it)."""
+    files = {n: folder / FOLDER / f"{n}.hex" for n in modules}
+    for n, path in files.items():
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"fast-tier build {folder}: the table of {n} ({path}) is missing; remove the "
+                "folder to build the design again"
+            )
+    return [f"+TABLE_{n}={path}" for n, path in files.items()]
