@@ -28,7 +28,7 @@ def _library() -> str:
 def test_only_one_input_16_bit_cells_become_tables():
     text = _library()
     assert sorted(cell_tables.tabular_cells(text)) == ["step_fp_recip_bf16", "step_fp_silu_bf16"]
-    new, names = cell_tables.tabulate(text)
+    new, names = cell_tables.tabulate(text, cell_tables.tabular_cells(text))
     assert names == ["step_fp_recip_bf16", "step_fp_silu_bf16"]
     assert new.startswith(
         "package step_fp_tables;\n"
@@ -47,7 +47,8 @@ def test_only_one_input_16_bit_cells_become_tables():
 
 def test_a_design_without_such_cells_is_left_as_it_is():
     text = "module step_top(a);\n  input a;\nendmodule\n"
-    assert cell_tables.tabulate(text) == (text, [])
+    assert cell_tables.tabular_cells(text) == {}
+    assert cell_tables.tabulate(text, {}) == (text, [])
 
 
 def test_the_loader_stops_on_a_missing_table(tmp_path):
@@ -80,7 +81,9 @@ def test_a_table_is_computed_once_per_version_of_its_cell(tmp_path, monkeypatch)
 
     monkeypatch.setattr(fp_cells, "evaluate", fake)
     for build in ("a", "b"):
-        cell_tables.write_tables(text, tmp_path / build, tmp_path / "cache")
+        cell_tables.write_tables(
+            cell_tables.tabular_cells(text), tmp_path / build, tmp_path / "cache"
+        )
     assert sorted(calls) == ["recip_bf16", "silu_bf16"]
     assert len(list((tmp_path / "cache").iterdir())) == 2
     for build in ("a", "b"):
@@ -89,7 +92,7 @@ def test_a_table_is_computed_once_per_version_of_its_cell(tmp_path, monkeypatch)
     changed = text.replace(
         "module step_fp_silu_bf16(out, in0);", "module step_fp_silu_bf16(out, in0);\n"
     )
-    cell_tables.write_tables(changed, tmp_path / "c", tmp_path / "cache")
+    cell_tables.write_tables(cell_tables.tabular_cells(changed), tmp_path / "c", tmp_path / "cache")
     assert calls[-1] == "silu_bf16" and len(calls) == 3  # a changed cell: computed again
 
 

@@ -75,11 +75,8 @@ def _operation(module: str):
 def _tabular(module: str) -> bool:
     if (operation := _operation(module)) is None:
         return False
-    _, in_widths, out_width = operation
-    try:
-        return in_widths() == (WIDTH,) and out_width() == WIDTH
-    except TypeError:  # it takes parameters
-        return False
+    _, in_widths, out_width = operation  # (found by name: an operation without parameters)
+    return in_widths() == (WIDTH,) and out_width() == WIDTH
 
 
 def tabular_cells(verilog: str) -> dict[str, str]:
@@ -90,10 +87,10 @@ def tabular_cells(verilog: str) -> dict[str, str]:
     return {m.group(1): m.group(0) for m in modules if _tabular(m.group(1))}
 
 
-def tabulate(verilog: str) -> tuple[str, list[str]]:
-    """``verilog`` with every tabular cell module (:func:`tabular_cells`) reading its result from
-    the table ``step_fp_tables::<module>``, the package first; and the names of those modules."""
-    cells = tabular_cells(verilog)
+def tabulate(verilog: str, cells: dict[str, str]) -> tuple[str, list[str]]:
+    """``verilog`` with each cell module of ``cells`` (:func:`tabular_cells` of it) reading its
+    result from the table ``step_fp_tables::<module>``, the package first; and the names of
+    those modules."""
     if not cells:
         return verilog, []
     for module, text in cells.items():
@@ -150,10 +147,9 @@ def _table(module: str, text: str, cache: Path) -> Path:
     return path
 
 
-def write_tables(verilog: str, folder: Path, cache: Path) -> None:
-    """Put the tables of the tabular cells of the design's Verilog ``verilog`` (its arithmetic,
-    before :func:`tabulate`) into ``folder/cell_tables/``."""
-    cells = tabular_cells(verilog)
+def write_tables(cells: dict[str, str], folder: Path, cache: Path) -> None:
+    """Put the tables of ``cells`` (:func:`tabular_cells`: module name -> its Verilog) into
+    ``folder/cell_tables/``."""
     if cells:
         (folder / FOLDER).mkdir(parents=True, exist_ok=True)
     for module, text in cells.items():

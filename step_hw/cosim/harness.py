@@ -291,14 +291,14 @@ def design(
     # this call's elaboration (none when step_hw.conversions had it), and the recorded one
     elaborate_s = 0.0 if converted.cached else converted.elaborate_s
     recorded_elaborate_s = converted.elaborate_s
-    arithmetic = text  # the design's Verilog as make rtl writes it
+    tabular: dict[str, str] = {}  # one-input cells the fast tier reads from tables
     if tier == "fast":
         from .fast_top import trace_names
 
         desc = {**desc, "trace_names": trace_names(desc, text)}
         if not arithmetic_cells:
-            text, tables = cell_tables.tabulate(text)
-            desc["cell_tables"] = tables
+            tabular = cell_tables.tabular_cells(text)
+            text, desc["cell_tables"] = cell_tables.tabulate(text, tabular)
     top_text = None
     if tier == "fast":
         from .fast_top import wrapper
@@ -331,8 +331,7 @@ def design(
             from .fast_top import FAST_TOP
 
             (tmp / f"{FAST_TOP}.v").write_text(top_text)
-            if desc.get("cell_tables"):
-                cell_tables.write_tables(arithmetic, tmp, BUILD / "cell_tables")
+            cell_tables.write_tables(tabular, tmp, BUILD / "cell_tables")
             # Python touches only the top-level ports: no public signals, so Verilator
             # optimises the whole design.
             sources, top = [verilator.WAIVERS, tmp / f"{TOP}.v", tmp / f"{FAST_TOP}.v"], FAST_TOP
