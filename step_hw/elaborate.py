@@ -52,6 +52,7 @@ from .compute import fp_cells
 from .config import HwConfig, config_for
 from .contract import axi_managers
 from .dyntile import check_dynamic_tiles
+from .field_wires import omittable, omitted
 from .payload import Kind, TokenFormat
 from .queue import Queue
 from .run_time_depths import check_capacities, limit_fields, pack_limits, queues
@@ -403,10 +404,16 @@ def convert(
 
 
 def conversion(
-    graph: Graph, config: HwConfig | None = None, *, name: str | None = None
+    graph: Graph,
+    config: HwConfig | None = None,
+    *,
+    name: str | None = None,
+    field_wires: bool = True,
 ) -> conversions.Conversion:
     """As :func:`convert`, with the seconds the elaboration took (when it was done) and whether
-    the design was read from :mod:`step_hw.conversions`."""
+    the design was read from :mod:`step_hw.conversions`. ``field_wires=False``: without the
+    wires that name the fields of structured signals (:mod:`step_hw.field_wires`; a build that
+    nobody reads by name), stored under a key of its own."""
     import time
 
     from .design_key import design_key
@@ -415,10 +422,14 @@ def conversion(
     top_name = name or graph.name
     # (a config of another type gets its one-line error from the elaboration)
     key = design_key(graph, config, top_name) if isinstance(config, HwConfig) else None
+    omit = not field_wires and omittable()
+    if key is not None and omit:
+        key += "-nofields"
 
     def elaborated() -> conversions.Conversion:
         t0 = time.perf_counter()
-        text, desc = _convert(graph, config, top_name)
+        with omitted(omit):
+            text, desc = _convert(graph, config, top_name)
         desc = json.loads(json.dumps(desc))  # as a stored entry reads back
         return conversions.Conversion(text, desc, round(time.perf_counter() - t0, 2), cached=False)
 
