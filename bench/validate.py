@@ -701,8 +701,11 @@ def sized_depths(group: list[Point], memory: MemoryModel) -> dict[str, int]:
 
 
 def sizing_file(group: list[Point], memory: MemoryModel) -> Path:
-    """Where :func:`sized_depths` caches the sizing of ``group``'s design on ``memory``."""
-    h = hashlib.sha256(" ".join(_key(q) for q in group).encode()).hexdigest()[:16]
+    """Where :func:`sized_depths` caches the sizing of ``group``'s design on ``memory``: named by
+    the group's points and the code that sizes them (:func:`_source_digest`), so that a change
+    to the simulator or the hardware contract sizes the design again."""
+    keys = [_source_digest(), *(_key(q) for q in group)]
+    h = hashlib.sha256(" ".join(keys).encode()).hexdigest()[:16]
     return SIZING / f"{group[0].design}_{h}_{memory.tag}.json"
 
 

@@ -231,6 +231,18 @@ def test_a_cached_rtl_result_belongs_to_its_design(monkeypatch, tmp_path):
         V.run_point(q, fresh=False, trace=False, cached_only=True)
 
 
+def test_a_design_is_sized_again_when_the_code_that_sizes_it_changes(monkeypatch):
+    # the sizing cache is named by the points and the simulator's sources: a change to a
+    # profile or the contract does not read depths another version picked
+    group = V.swiglu_points()[:2]
+    memory = V.MemoryModel.axi_ram()
+    first = V.sizing_file(group, memory)
+    assert V.sizing_file(group, memory) == first
+    assert V.sizing_file(group[:1], memory) != first
+    monkeypatch.setattr(V, "_source_digest", lambda: "another version")
+    assert V.sizing_file(group, memory) != first
+
+
 @pytest.mark.parametrize("schedule", ["interleaved", "dynamic"])
 def test_timing_image_keeps_the_routing_tensors_and_the_cycles(schedule):
     from examples import attention
