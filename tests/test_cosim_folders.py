@@ -179,7 +179,7 @@ def test_a_design_built_meanwhile_is_used_not_built_again(tmp_path, monkeypatch)
     def fake_build(self, *, build_dir, **kw):
         builds.append(build_dir)
         build_dir.mkdir(parents=True, exist_ok=True)
-        (build_dir / "Vtop").write_text("")
+        (build_dir / kw["hdl_toplevel"]).write_text("")  # cocotb names the executable so
         time.sleep(0.5)  # the other thread meanwhile waits for the build lock
 
     rmtree = harness.shutil.rmtree
@@ -217,6 +217,29 @@ def test_a_design_built_meanwhile_is_used_not_built_again(tmp_path, monkeypatch)
         t.join()
     assert len(builds) == 1 and len(got) == 2
     assert (first.folder / "built.ok").is_file()
+
+
+def test_a_finished_build_keeps_its_executable_and_not_its_cpp(tmp_path):
+    from step_hw.cosim import verilator
+
+    sizes = {
+        "step_fast": 7, "Vtop.mk": 5, "Vtop__ver.dat": 3,  # kept
+        "Vtop.cpp": 11, "Vtop___024root.h": 13, "Vtop___024root__0.o": 17, "Vtop__ALL.a": 19,
+        "Vtop__pch.h.fast.gch": 23, "Vtop___024root__0.d": 29,
+    }  # fmt: skip
+    for name, size in sizes.items():
+        (tmp_path / name).write_bytes(b"x" * size)
+    assert verilator.prune(tmp_path, "step_fast") == 11 + 13 + 17 + 19 + 23 + 29
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["Vtop.mk", "Vtop__ver.dat", "step_fast"]
+
+
+def test_a_build_without_its_executable_keeps_every_file(tmp_path):
+    from step_hw.cosim import verilator
+
+    (tmp_path / "Vtop.cpp").write_text("")
+    with pytest.raises(RuntimeError, match="no executable 'step_top'"):
+        verilator.prune(tmp_path, "step_top")
+    assert (tmp_path / "Vtop.cpp").is_file()
 
 
 def test_a_build_under_way_is_not_taken_for_the_users_optimisation(monkeypatch):

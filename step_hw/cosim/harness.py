@@ -357,6 +357,9 @@ def design(
                             always=True,
                             log_file=log,
                         )
+                    # runs start the executable alone: the C++, its precompiled headers and
+                    # objects (95% of the folder) go
+                    verilator.prune(tmp / "sim_build", top)
                     # Into place before the lock is released: a process that waited for it
                     # finds the stamp, rather than building again and replacing the folder
                     # under this one's runs.

@@ -39,6 +39,7 @@ __all__ = [
     "build_lock",
     "lint",
     "optimisation",
+    "prune",
     "runner",
     "setup",
     "shared_runtime",
@@ -245,6 +246,27 @@ def shared_runtime(sim: Runner, build_dir: Path, *, waves: bool = False) -> Iter
             tmp.rename(cache)
         except OSError:  # another process kept its copy first
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+#: What a finished build no longer needs: the generated C++, its precompiled headers (two of 80 to
+#: 180 MB for a paper-scale design), objects and the archive of them. Running a build reads only
+#: its executable (cocotb's runner starts ``build_dir/<toplevel>`` and compiles nothing).
+PRUNED_SUFFIXES = (".gch", ".o", ".a", ".cpp", ".h", ".d")
+
+
+def prune(build_dir: Path, executable: str) -> int:
+    """Remove from ``build_dir`` the files of :data:`PRUNED_SUFFIXES` but ``executable``; the
+    bytes freed. A build without the executable raises ``RuntimeError`` and keeps every file.
+    Call it after :func:`shared_runtime` has kept the runtime objects: a Fig. 8
+    design's folder falls from 196 MB to 4 MB."""
+    if not (build_dir / executable).is_file():
+        raise RuntimeError(f"the build made no executable {executable!r} in {build_dir}")
+    freed = 0
+    for f in build_dir.iterdir():
+        if f.name != executable and f.is_file() and f.suffix in PRUNED_SUFFIXES:
+            freed += f.stat().st_size
+            f.unlink()
+    return freed
 
 
 @contextlib.contextmanager
