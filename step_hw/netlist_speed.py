@@ -24,8 +24,8 @@ anything else to Amaranth's own code:
 * ``rtlil.ModuleEmitter.sigspec``: the same text, the runs of nets found in fewer Python steps.
 
 The Verilog is the same text (``tests/test_netlist_speed.py`` converts designs both ways);
-docs/cosim.md has the conversion times (Fig. 8 ``32 x 32``: 30.7 s before the second to sixth
-items, 22.7 s with them).
+docs/cosim.md has the conversion times (Fig. 8 ``32 x 32`` without field wires: 30.7 s with
+only the first item's copies, 22.7 s with everything here).
 
 Installed once per process by :mod:`step_hw.elaborate` for Amaranth 0.5 when every method it
 replaces is still there; otherwise nothing changes.
