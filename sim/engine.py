@@ -399,7 +399,7 @@ class Engine:
         res: dict[Stream, bool] = {}
         for node in order:
             for s in node.outputs:
-                if node.tiles_in_memory or self.profile.writes_back(node):
+                if self.profile.tiles_in_memory(node):
                     res[s] = True
                 elif node.forwards_tiles and node.inputs:
                     res[s] = res.get(node.inputs[0], False)

@@ -431,6 +431,11 @@ PROFILES += [
         "PaperProfile: write_back names 'nope', which is no node of graph 'g'",
         id="write-back-unknown",
     ),
+    pytest.param(
+        lambda: PaperProfile(loads_in_memory=1),
+        "PaperProfile: loads_in_memory must be True or False, not 1",
+        id="loads-in-memory",
+    ),
     *(
         pytest.param(
             lambda name=name, v=v: RtlProfile(**{name: v}),

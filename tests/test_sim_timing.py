@@ -104,6 +104,20 @@ def test_roofline_load_bound():
     assert r.nodes["op"].busy == 3 * 32
 
 
+def test_loads_handing_tiles_to_queues_cost_their_consumers_no_read():
+    # The same add with loads_in_memory=False (the generated hardware's loads write their
+    # bursts into the consumer's queue): compute only, 1 cycle per element.
+    g = tile_source_graph(F.add, 3, from_memory=True)
+    r = simulate(g, functional=False, profile=PaperProfile(loads_in_memory=False))
+    assert r.nodes["op"].busy == 3 * 1
+    # a write-back node's tiles still sit in a memory unit for its consumers
+    g = tile_source_graph(F.add, 3, from_memory=True)
+    Sink(Map(g.nodes["op"].out, fn=F.exp, name="after").out, name="sink2")
+    p = PaperProfile(loads_in_memory=False, write_back=frozenset({"op"}))
+    r = simulate(g, functional=False, profile=p)
+    assert r.nodes["after"].busy == 3 * 16  # 1 KiB read at 64 B/cycle, against 1 of compute
+
+
 def test_streamified_operands_are_read_once_and_in_parallel():
     # The same add on operands replayed from two buffers: each Streamify is its buffer's
     # memory-unit read (16 cycles per 1 KiB tile at 64 B/cycle) and pays it; the add receives
@@ -235,6 +249,7 @@ def test_paper_profile_for_rtl_takes_the_hardware_rates():
         16,
         4,
     )
+    assert p.loads_in_memory is False  # the hardware's loads feed queues, not memory units
     assert p.memory == MemoryConfig(channels=2, request_bytes=16, interval=2, latency=40,
                                     startup=5, dispatch=1)  # fmt: skip
     assert p.memory.bandwidth == 2 * mem.peak_bytes_per_cycle(128)

@@ -105,6 +105,12 @@ class TimingProfile:
         """Whether ``node`` writes its results to a memory unit (so its consumers read them there)."""
         return False
 
+    def tiles_in_memory(self, node: Node) -> bool:
+        """Whether the tiles ``node`` sends sit in a memory unit, so that its consumers read them
+        there: the operator's own placement (``Node.tiles_in_memory``: off-chip loads) or the
+        profile's write-back mapping (:meth:`writes_back`)."""
+        return node.tiles_in_memory or self.writes_back(node)
+
     def compute_bw(self, node: Node) -> int:
         """FLOPs per cycle allocated to ``node`` (0 for nodes that do no arithmetic)."""
         return 0

@@ -2,7 +2,8 @@
 
 * Compute (Map, Accum, Scan): per element ``max(load, compute)`` with ``load`` the sum of
   ``ceil(bytes / pmu_bw)`` over inputs whose tiles sit in a memory unit (tiles fresh from an
-  off-chip load, a Streamify or a router passing them on) and ``compute = ceil(FLOPs /
+  off-chip load while ``loads_in_memory``, or from a ``write_back`` node, also when a router
+  passes them on; a Streamify pays its buffer's read itself) and ``compute = ceil(FLOPs /
   compute_bw)``. FLOPs come from the actual tile shapes, so dynamic tiles cost what they hold.
 * Off-chip loads and stores: one transfer per tile of ``rows x ceil(cols * bytes / 64)``
   requests through the shared memory (:mod:`sim.memory`); a node waits for its tile before it
@@ -62,6 +63,10 @@ class PaperProfile(TimingProfile):
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     onchip_convention: str = "artifact"
     write_back: frozenset[str] = frozenset()  # nodes whose results are written to a memory unit
+    # True: an off-chip load leaves its tiles in a memory unit and its consumers pay the read
+    # (the paper's mapping); False: it hands them to a queue, as the generated hardware's loads
+    # do (STEP_REFERENCE §11 item 10 leaves this per-edge mapping to the mapper; docs/simulator.md)
+    loads_in_memory: bool = True
     stops_take_slots: bool = False  # True: stop and done tokens occupy queue slots, as in hardware
     # Cycles per element of a compute node whose function is not a matmul (None: FLOPs over
     # the compute bandwidth, the paper's rule); 1 is the generated hardware's element-wise units.
@@ -76,6 +81,10 @@ class PaperProfile(TimingProfile):
             raise ValueError(
                 "PaperProfile: onchip_convention must be 'paper' or 'artifact', "
                 f"not {self.onchip_convention!r}"
+            )
+        if not isinstance(self.loads_in_memory, bool):
+            raise ValueError(
+                f"PaperProfile: loads_in_memory must be True or False, not {self.loads_in_memory!r}"
             )
         if not isinstance(self.memory, MemoryConfig):
             raise TypeError(f"PaperProfile: memory must be a MemoryConfig, not {self.memory!r}")
@@ -109,7 +118,10 @@ class PaperProfile(TimingProfile):
 
         * compute: a MAC array's ``2 * lanes`` FLOPs per cycle for matmul functions, one cycle
           per tile for the element-wise units (``elementwise_cycles=1``);
-        * on-chip memory: ``mem_port_elems`` elements per cycle (``pmu_bw`` in bytes);
+        * on-chip memory: ``mem_port_elems`` elements per cycle (``pmu_bw`` in bytes), paid
+          where the hardware has memory: a Streamify reading its buffer. An off-chip load's
+          tiles go to a queue (``loads_in_memory=False``), so its consumers pay no read, as
+          the hardware's loads write their bursts into the consumer's queue;
         * off-chip: ``channels`` channels (default ``config.axi_ports``; one of the two must be
           given), each of one ``axi_data_width`` beat per ``beat_interval`` cycles,
           ``memory.latency`` to the first beat and ``memory.start_up`` before a channel's
@@ -126,6 +138,7 @@ class PaperProfile(TimingProfile):
             compute_bw_default=2 * config.lanes,
             elementwise_cycles=1,
             pmu_bw=config.mem_port_elems * config.elem.nbytes,
+            loads_in_memory=False,
             channel_depth=config.queue_depth,
             memory=MemoryConfig(
                 channels=channels,
@@ -144,6 +157,11 @@ class PaperProfile(TimingProfile):
 
     def writes_back(self, node: Node) -> bool:
         return node.name in self.write_back
+
+    def tiles_in_memory(self, node: Node) -> bool:
+        if node.tiles_in_memory and not self.loads_in_memory:
+            return self.writes_back(node)
+        return super().tiles_in_memory(node)
 
     def compute_bw(self, node: Node) -> int:
         if node.is_compute:
