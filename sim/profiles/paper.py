@@ -159,9 +159,7 @@ class PaperProfile(TimingProfile):
         return node.name in self.write_back
 
     def tiles_in_memory(self, node: Node) -> bool:
-        if node.tiles_in_memory and not self.loads_in_memory:
-            return self.writes_back(node)
-        return super().tiles_in_memory(node)
+        return (node.tiles_in_memory and self.loads_in_memory) or self.writes_back(node)
 
     def compute_bw(self, node: Node) -> int:
         if node.is_compute:
