@@ -83,7 +83,7 @@ def test_step_validate_on_a_graph_file_outside_the_project(tmp_path):
     assert "outputs   equal: interpreter = paper = rtl profile = RTL (y)" in out.stdout
     assert re.search(r"^cycles    RTL \d+ \| rtl profile \d+ \([+-]\d+\.\d%\)", out.stdout, re.M)
     assert out.stdout.rstrip().endswith("verdict   OK")
-    assert re.search(r"^running bias_add \(validate, always\) \.\.\. \d+ cycles", out.stderr, re.M)
+    assert re.search(r"^ran bias_add \(validate, always\): \d+ cycles in", out.stderr, re.M)
     folder = Path(re.search(r"files: (\S+)", out.stdout).group(1))
     assert (folder / "dump.fst").is_file() or (folder / "dump.vcd").is_file()
 
@@ -101,7 +101,7 @@ def test_step_validate_on_the_fast_tier_with_an_hbm_memory(tmp_path):
     )
     assert rtl > 64 and abs(rtl - profile) <= 0.02 * rtl
     assert re.search(
-        r"^running bias_add \(validate, always, fast tier\) \.\.\. \d+ cycles", out.stderr, re.M
+        r"^ran bias_add \(validate, always, fast tier\): \d+ cycles in", out.stderr, re.M
     )
     assert out.stdout.rstrip().endswith("verdict   OK")
 

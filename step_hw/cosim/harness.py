@@ -187,9 +187,11 @@ def sink_nodes(graph: Graph) -> list[str]:
     return [n.name for n in graph.nodes.values() if isinstance(n, Sink)]
 
 
-def _say(quiet: bool, text: str, end: str = "\n") -> None:
+def _say(quiet: bool, text: str) -> None:
+    """One whole line of progress on stderr: processes that build and run at once (``make
+    validate``'s workers) interleave lines, never parts of them, so each names its design."""
     if not quiet:
-        print(text, end=end, file=sys.stderr, flush=True)
+        print(text, file=sys.stderr, flush=True)
 
 
 def _tail(path: Path, lines: int = 30) -> str:
@@ -339,7 +341,7 @@ def design(
             sources, top = [verilator.WAIVERS, tmp / f"{TOP}.v", tmp / f"{FAST_TOP}.v"], FAST_TOP
         mb = len(text.encode()) / 1e6
         what = f"{graph.name} ({mb:.1f} MB Verilog, {tier} tier{', waves' if waves else ''})"
-        _say(quiet, f"building {what} ...", end=" ")
+        _say(quiet, f"building {what} ...")
         runner = verilator.runner()
         log = tmp / "build.log"
         try:
@@ -365,7 +367,7 @@ def design(
                     # under this one's runs.
                     _put_in_place(tmp, folder, digest, time.perf_counter() - t0)
         except (RuntimeError, SystemExit) as exc:
-            _say(quiet, "failed")
+            _say(quiet, f"building {graph.name}: failed")
             raise CosimError(
                 f"Verilator build of '{graph.name}' failed ({exc}); log: {log}\n{_tail(log)}",
                 log=log,
@@ -373,10 +375,10 @@ def design(
         if built_elsewhere:
             shutil.rmtree(tmp, ignore_errors=True)
             build_s = 0.0
-            _say(quiet, f"built by another process: {folder}")
+            _say(quiet, f"{graph.name} built by another process: {folder}")
         else:
             build_s = time.perf_counter() - t0
-            _say(quiet, f"done in {build_s:.0f} s, log: {folder / 'build.log'}")
+            _say(quiet, f"built {graph.name} in {build_s:.0f} s, log: {folder / 'build.log'}")
     else:
         build_s = 0.0
     write_atomically(folder / "desc.json", json.dumps(desc))
@@ -534,7 +536,8 @@ def run(
                 env["GRAPH_TRACE"] = str(trace_file)
             module, top = "step_hw.cosim.bench", TOP
         fast = ", fast tier" if tier == "fast" else ""
-        _say(quiet, f"running {graph.name} ({tag}, {pattern}{fast}) ...", end=" ")
+        run_name = f"{graph.name} ({tag}, {pattern}{fast})"
+        _say(quiet, f"running {run_name} ...")
         t0 = time.perf_counter()
         runner = verilator.runner()
         log = runs / "sim.log"
@@ -558,7 +561,7 @@ def run(
             xml = None
         run_s = time.perf_counter() - t0
         if xml is None or get_results(xml) != (1, 0) or not result.is_file():
-            _say(quiet, f"failed after {run_s:.1f} s, log: {log}")
+            _say(quiet, f"ran {run_name}: failed after {run_s:.1f} s, log: {log}")
             report = (
                 _describe(graph, json.loads(report_file.read_text()))
                 if report_file.is_file()
@@ -590,7 +593,7 @@ def run(
         cycles = int(got["cycles"])
         sim_s = float(got["sim_s"])
         rate = f", {cycles / sim_s:,.0f} cycles/s simulated" if sim_s > 0 else ""
-        _say(quiet, f"{cycles} cycles in {run_s:.1f} s{rate}")
+        _say(quiet, f"ran {run_name}: {cycles} cycles in {run_s:.1f} s{rate}")
         return CosimResult(
             outputs=outs,
             cycles=cycles,
