@@ -49,6 +49,7 @@ def _case(example: str, schedule: str, report: Any, wall: float, profile: str) -
         "cycles_default": report.cycles_default,
         "deadlock_free": report.deadlock_free,
         "images": report.images,
+        "simulations": report.simulations,
         "queues": len(report.depths),
         "wall_s": round(wall, 2),
     }

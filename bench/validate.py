@@ -696,6 +696,7 @@ def sized_depths(group: list[Point], memory: MemoryModel) -> dict[str, int]:
             "depths": report.depths, "wall_s": time.perf_counter() - t0,
             "images": len(group[:SIZING_IMAGES]), "cycles_deep": report.cycles_deep,
             "cycles_sized": report.cycles_sized, "cycles_default": report.cycles_default,
+            "simulations": report.simulations,
         }))  # fmt: skip
     return report.depths
 

@@ -257,6 +257,8 @@ def test_each_run_is_simulated_once_and_the_uniform_search_is_optional(n, monkey
     g = centred(n)
     full = plan_queue_sizes(g, inputs={"x": parse(tokens(n))})
     assert len(runs) == len(set(runs))  # no depths simulated twice (one image)
+    assert full.simulations == len(runs)
+    assert f"simulator runs    {len(runs)} over 1 image(s)" in full.summary()
     searched = len(runs)
     runs.clear()
     lean = plan_queue_sizes(g, inputs={"x": parse(tokens(n))}, uniform=False)
@@ -265,6 +267,7 @@ def test_each_run_is_simulated_once_and_the_uniform_search_is_optional(n, monkey
     assert lean.depths == full.depths and lean.cycles_sized == full.cycles_sized
     assert lean.cycles_default == full.cycles_default is None
     assert lean.uniform_depth is lean.cycles_uniform is lean.bits_uniform is None
+    assert lean.simulations == len(runs) == lean.to_json()["simulations"]
     assert full.uniform_depth == n and len(runs) < searched
     assert "uniform" not in lean.summary() and "uniform" in full.summary()
     assert lean.to_json()["uniform_depth"] is None
