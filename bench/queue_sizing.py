@@ -7,8 +7,9 @@ Writes ``build/bench/queue_sizing.json``:
 Every example and schedule of ``stepcli.sizing.SCHEDULES`` is sized in the simulator
 (:func:`sim.sizing.plan_queue_sizes`, stop tokens taking queue slots as in hardware) over
 ``IMAGES`` memory images; ``bits_uniform`` is the storage of the smallest uniform depth that also
-runs every image without deadlock and within the same tolerance of the depth-1024 run
-(``cycles_deep``), so the two storages compare at equal performance. The hardware-size examples
+runs every image without deadlock and within the same tolerance of the reference (per image
+the faster of the depth-1024 run, ``cycles_deep``, and the graph's own depths), so the two
+storages compare at equal performance. The hardware-size examples
 (``stepcli.sizing.HARDWARE``) follow with the simulator's ``rtl`` profile and hardware token
 widths (``"profile": "rtl"``).
 

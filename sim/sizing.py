@@ -21,8 +21,11 @@ given a deep run's high-water marks — the depth that suffices.
    Feedback (loop back) edges take no constraint.
 3. **Simulator refinement.** The LP sees first tokens and average rates only; data-dependent
    graphs (routing, ragged dims) and bursty consumers need more. Each memory image is simulated
-   with the depths: a deadlock doubles the queues its diagnosis names; a run slower than the deep
-   one by more than ``tolerance`` doubles the queues whose producers waited longest for room.
+   with the depths: a deadlock doubles the queues its diagnosis names; a run slower than the
+   reference by more than ``tolerance`` doubles the queues whose producers waited longest for
+   room. An image's reference is the faster of its deep run and its run at the graph's own
+   depths: deeper queues can be slower (a load that runs ahead takes a shared port from a load
+   its consumers wait for), and sizing never returns depths slower than the graph's.
    The LP's estimates are upper bounds, so the grown queues are then given back what the runs show
    they do not need (all at once, else the ``shrink_budget`` widest by halving). Graphs with
    data-dependent rates then get ``margin`` (× depth, default 1.25) for traces not seen, and the
@@ -30,7 +33,7 @@ given a deep run's high-water marks — the depth that suffices.
 
 :func:`size_queues` applies a plan to the graph (``Graph.queue_depths``, which both the simulator
 and the hardware elaborator read). The report also finds the smallest *uniform* depth that runs
-every image without deadlock and within ``tolerance`` of the deep run, so sized and uniform
+every image without deadlock and within ``tolerance`` of the reference, so sized and uniform
 storage compare at equal performance.
 """
 
@@ -198,8 +201,10 @@ class SizingReport:
     base: int  # the smallest depth any queue gets
     cycles_deep: int  # every queue `deep`
     cycles_sized: int
-    uniform_depth: int | None  # the smallest uniform depth within tolerance of the deep run
-    cycles_uniform: int | None  # (both None: not searched, ``plan_queue_sizes(uniform=False)``)
+    uniform_depth: int | None  # the smallest uniform depth within tolerance of the reference
+    # (both None: not searched, ``plan_queue_sizes(uniform=False)``, or no uniform depth up to
+    # the deep one is within tolerance of the graph's own depths)
+    cycles_uniform: int | None
     default_depths: dict[str, int]  # the graph's depths before sizing
     cycles_default: int | None  # None: the graph deadlocked as built
     data_dependent: bool
@@ -343,13 +348,14 @@ def plan_queue_sizes(
         hw_config: size for the hardware: the simulator's ``rtl`` profile of this
             :class:`~step_hw.config.HwConfig` and the hardware's token widths.
         profile: the timing model otherwise (default :class:`~sim.PaperProfile`).
-        tolerance: how much slower than the deep run a sized run may be.
+        tolerance: how much slower than the reference (the faster of the deep run and the
+            graph's own depths, per image) a sized run may be.
         margin: extra depth factor for graphs whose rates depend on data.
         dims: values of dynamic tile dims for token widths (not needed with ``hw_config``).
         min_depth: the smallest depth a queue may get (shrinking goes down to it, so queues that
             need no more than one slot get one).
         shrink_budget: at most this many checks (one run per image each) while shrinking.
-        uniform: also find the smallest uniform depth that matches the deep run (a search of
+        uniform: also find the smallest uniform depth that matches the reference (a search of
             several runs per image, for comparing storage); ``False`` leaves
             ``uniform_depth`` and ``cycles_uniform`` ``None``.
 
@@ -394,6 +400,18 @@ def plan_queue_sizes(
 
     deep_runs = [run(dict.fromkeys(streams, deep), m) for m in images]
     cycles_deep = [r.cycles for r in deep_runs]
+    # What a sized run is held to on each image: the faster of the deep run and the graph's own
+    # depths (deeper queues can be slower: loads that run ahead take a shared port from the
+    # loads their consumers wait for), so sizing never returns depths slower than the graph's.
+    cycles_default_each: list[int | None] = []
+    for m in images:
+        try:
+            cycles_default_each.append(run(default_depths, m).cycles)
+        except SimDeadlock:
+            cycles_default_each.append(None)
+    reference = [
+        d if c is None else min(d, c) for d, c in zip(cycles_deep, cycles_default_each, strict=True)
+    ]
     # The most a queue can usefully get: the deep run's peak, and at least the profile's default
     # depth (a queue that never holds more than one token may still need slots for throughput).
     hwm = {
@@ -449,7 +467,7 @@ def plan_queue_sizes(
                 return r.cycles
         return run(depths, image).cycles
 
-    for image, ref in zip(images, cycles_deep, strict=True):
+    for image, ref in zip(images, reference, strict=True):
         refine(image, ref)
 
     # The image that failed the last check is tried first: a trial that fails usually fails on
@@ -460,7 +478,7 @@ def plan_queue_sizes(
     def passes(trial: Mapping[str, int]) -> bool:
         for i in order:
             try:
-                ok = within(run(trial, images[i]).cycles, cycles_deep[i])
+                ok = within(run(trial, images[i]).cycles, reference[i])
             except SimDeadlock:
                 ok = False
             if not ok:
@@ -519,7 +537,7 @@ def plan_queue_sizes(
 
     def uniform_ok(d: int) -> int | None:
         worst = 0
-        for image, ref in zip(images, cycles_deep, strict=True):
+        for image, ref in zip(images, reference, strict=True):
             try:
                 c = run(dict.fromkeys(streams, d), image).cycles
             except SimDeadlock:
@@ -529,14 +547,14 @@ def plan_queue_sizes(
             worst = max(worst, c)
         return worst
 
-    def smallest_uniform() -> tuple[int, int]:
+    def smallest_uniform() -> tuple[int | None, int | None]:
         lo, hi = base - 1, base
         found = uniform_ok(hi)
         while found is None and hi < deep:
             lo, hi = hi, min(deep, hi * 2)
             found = uniform_ok(hi)
-        if found is None:  # pragma: no cover - deep itself is the reference
-            raise RuntimeError("no uniform depth up to the deep one reproduces the deep run")
+        if found is None:  # the graph's own depths are faster than every uniform depth tried
+            return None, None
         while hi - lo > 1:
             mid = (lo + hi) // 2
             c = uniform_ok(mid)
@@ -548,10 +566,7 @@ def plan_queue_sizes(
 
     uniform_depth, cycles_uniform = smallest_uniform() if uniform else (None, None)
 
-    try:
-        cycles_default = max(run(default_depths, m).cycles for m in images)
-    except SimDeadlock:
-        cycles_default = None
+    cycles_default = None if None in cycles_default_each else max(cycles_default_each)
     return SizingReport(
         depths=depths,
         analytic=analytic,
