@@ -24,8 +24,8 @@ given a deep run's high-water marks — the depth that suffices.
    with the depths: a deadlock doubles the queues its diagnosis names; a run slower than the
    reference by more than ``tolerance`` doubles the queues whose producers waited longest for
    room. An image's reference is the faster of its deep run and its run at the graph's own
-   depths: deeper queues can be slower (a load that runs ahead takes a shared port from a load
-   its consumers wait for), and sizing never returns depths slower than the graph's.
+   depths: deeper queues can be slower (loads that run ahead on a shared port), and sizing never
+   returns depths slower than the graph's.
    The LP's estimates are upper bounds, so the grown queues are then given back what the runs show
    they do not need (all at once, else the ``shrink_budget`` widest by halving). Graphs with
    data-dependent rates then get ``margin`` (× depth, default 1.25) for traces not seen, and the
@@ -401,8 +401,8 @@ def plan_queue_sizes(
     deep_runs = [run(dict.fromkeys(streams, deep), m) for m in images]
     cycles_deep = [r.cycles for r in deep_runs]
     # What a sized run is held to on each image: the faster of the deep run and the graph's own
-    # depths (deeper queues can be slower: loads that run ahead take a shared port from the
-    # loads their consumers wait for), so sizing never returns depths slower than the graph's.
+    # depths (deeper queues can be slower: loads that run ahead on a shared port), so sizing
+    # never returns depths slower than the graph's.
     cycles_default_each: list[int | None] = []
     for m in images:
         try:

@@ -274,11 +274,11 @@ def test_each_run_is_simulated_once_and_the_uniform_search_is_optional(n, monkey
 
 
 def test_sizing_never_returns_depths_slower_than_the_graphs_own():
-    """Deeper queues can be slower: on two shared read ports the hardware-size SwiGLU's weight
-    loads run ahead of the input load its matmuls wait for (620 cycles at the default depth 3,
-    644 with every queue 1024 deep). Sizing holds each image to the faster of the two runs, so
-    the sized and the uniform depths are within the tolerance of the graph's own depths, not
-    of the slower deep run."""
+    """Deeper queues can be slower: on two shared read ports the hardware-size SwiGLU with 4 x 2
+    tiles runs 620 cycles at the default depth 3 and 644 with every queue 1024 deep (it was
+    sized to 644). Sizing holds each image to the faster of the two runs, so the sized and the
+    uniform depths are within the tolerance of the graph's own depths, not of the slower deep
+    run."""
     from examples import swiglu
 
     size = swiglu.SwiGLUConfig(batch=16, hidden=4, intermediate=32, dtype="int16")
