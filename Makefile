@@ -25,7 +25,7 @@ rtl: $(STAMP)
 
 # pytest runs tests/ and rtl_tests/ (pyproject testpaths); generated RTL and
 # Verilator builds go to build/. `make test` leaves out the tests marked `slow`
-# (extra Verilator builds of large designs); `make test-all` runs them too.
+# (extra Verilator builds of large designs, long simulator runs); `make test-all` runs them too.
 # Tests run in PYTEST_WORKERS pytest-xdist processes (one per core; whole files per worker, so a
 # file's designs are built once); PYTEST_WORKERS=0 runs them in this process.
 PYTEST_WORKERS ?= 2

@@ -24,12 +24,16 @@ given a deep run's high-water marks — the depth that suffices.
    with the depths: a deadlock doubles the queues its diagnosis names; a run slower than the
    reference by more than ``tolerance`` doubles the queues whose producers waited longest for
    room. An image's reference is the faster of its deep run and its run at the graph's own
-   depths: deeper queues can be slower (loads that run ahead on a shared port), and sizing never
-   returns depths slower than the graph's.
+   depths: deeper queues can be slower (loads that run ahead on a shared port), so growing can
+   miss the reference; where it does and the graph's own depths are within it, the next phase
+   starts from the graph's own depths instead.
    The LP's estimates are upper bounds, so the grown queues are then given back what the runs show
    they do not need (all at once, else the ``shrink_budget`` widest by halving). Graphs with
    data-dependent rates then get ``margin`` (× depth, default 1.25) for traces not seen, and the
-   result is checked once more on every image.
+   result is checked once more on every image: if it is slower than the graph's own depths by
+   more than ``tolerance`` on an image (growing missed a reference the graph's own depths miss
+   too, or the margin slowed a run), the graph's own depths are returned instead. So sizing
+   never returns depths slower than the graph's (with ``min_depth`` applied to them).
 
 :func:`size_queues` applies a plan to the graph (``Graph.queue_depths``, which both the simulator
 and the hardware elaborator read). The report also finds the smallest *uniform* depth that runs
@@ -200,7 +204,7 @@ class SizingReport:
     bits: dict[str, int]  # token bits per queue slot
     base: int  # the smallest depth any queue gets
     cycles_deep: int  # every queue `deep`
-    cycles_sized: int
+    cycles_sized: int  # -1: a sized run deadlocked (``deadlock_free`` False)
     uniform_depth: int | None  # the smallest uniform depth within tolerance of the reference
     # (both None: not searched, ``plan_queue_sizes(uniform=False)``, or no uniform depth up to
     # the deep one is within tolerance of the graph's own depths)
@@ -232,10 +236,11 @@ class SizingReport:
     def summary(self) -> str:
         """A human-readable report: storage and cycles before and after."""
         before = "deadlock" if self.cycles_default is None else str(self.cycles_default)
+        sized = str(self.cycles_sized) if self.deadlock_free else "deadlock"
         lines = [
             f"queues            {len(self.depths)}",
             f"bits as built     {self.bits_default}   cycles {before}",
-            f"bits sized        {self.bits_sized}   cycles {self.cycles_sized}",
+            f"bits sized        {self.bits_sized}   cycles {sized}",
             f"cycles, depth {DEEP} {self.cycles_deep}",
             f"simulator runs    {self.simulations} over {self.images} image(s)",
         ]
@@ -398,17 +403,19 @@ def plan_queue_sizes(
             raise runs[key]
         return runs[key]
 
+    def cycles(depths: Mapping[str, int], image) -> int | None:
+        """The run's cycles, ``None`` if it deadlocks."""
+        try:
+            return run(depths, image).cycles
+        except SimDeadlock:
+            return None
+
     deep_runs = [run(dict.fromkeys(streams, deep), m) for m in images]
     cycles_deep = [r.cycles for r in deep_runs]
     # What a sized run is held to on each image: the faster of the deep run and the graph's own
-    # depths (deeper queues can be slower: loads that run ahead on a shared port), so sizing
-    # never returns depths slower than the graph's.
-    cycles_default_each: list[int | None] = []
-    for m in images:
-        try:
-            cycles_default_each.append(run(default_depths, m).cycles)
-        except SimDeadlock:
-            cycles_default_each.append(None)
+    # depths (deeper queues can be slower: loads that run ahead on a shared port), so a sized
+    # run is held to the graph's own depths where those beat the deep run.
+    cycles_default_each = [cycles(default_depths, m) for m in images]
     reference = [
         d if c is None else min(d, c) for d, c in zip(cycles_deep, cycles_default_each, strict=True)
     ]
@@ -438,7 +445,7 @@ def plan_queue_sizes(
     def grow(names, why: str) -> bool:
         grown = []
         for n in names:
-            if depths[n] < hwm[n]:
+            if n in depths and depths[n] < hwm[n]:  # not a queue sizing sees: nothing to grow
                 depths[n] = min(hwm[n], max(2 * depths[n], depths[n] + 1))
                 grown.append(f"{n}->{depths[n]}")
         if grown:
@@ -459,7 +466,11 @@ def plan_queue_sizes(
                 raise
             if within(r.cycles, ref):
                 return r.cycles
-            stalls = {q: c for q, c in r.queue_full_cycles.items() if c > 0 and depths[q] < hwm[q]}
+            stalls = {
+                q: c
+                for q, c in r.queue_full_cycles.items()
+                if c > 0 and q in depths and depths[q] < hwm[q]
+            }
             if not stalls:
                 return r.cycles
             top = max(stalls.values())
@@ -477,15 +488,21 @@ def plan_queue_sizes(
 
     def passes(trial: Mapping[str, int]) -> bool:
         for i in order:
-            try:
-                ok = within(run(trial, images[i]).cycles, reference[i])
-            except SimDeadlock:
-                ok = False
-            if not ok:
+            c = cycles(trial, images[i])
+            if c is None or not within(c, reference[i]):
                 order.remove(i)
                 order.insert(0, i)
                 return False
         return True
+
+    # Refinement grows the queues that stall, and deeper queues can be slower: where it ends
+    # outside the tolerance on an image and the graph's own depths are within it on every one,
+    # shrinking starts from the graph's own depths instead.
+    own = {n: max(base, d) for n, d in default_depths.items()}
+    if own != depths and not passes(depths) and passes(own):
+        depths.clear()
+        depths.update(own)
+        steps.append("refinement missed the reference: shrinking from the graph's own depths")
 
     checks = [shrink_budget]
 
@@ -526,23 +543,23 @@ def plan_queue_sizes(
     dependent = _data_dependent(graph) or len(images) > 1
     if dependent and margin > 1:
         depths = {n: math.ceil(d * margin) if d > start else d for n, d in depths.items()}
-    sized = []
-    deadlock_free = True
-    for image in images:
-        try:
-            sized.append(run(depths, image).cycles)
-        except SimDeadlock:
-            deadlock_free = False
-            sized.append(-1)
+    sized = [cycles(depths, image) for image in images]
+    # Whatever the phases above found, never slower than the graph's own depths beyond the
+    # tolerance on an image: growing can miss the reference where the graph's own depths miss
+    # it too, and the margin can slow a run.
+    own_cycles = [cycles(own, image) for image in images]
+    if None not in own_cycles and any(
+        c is None or not within(c, o) for c, o in zip(sized, own_cycles, strict=True)
+    ):
+        depths, sized = dict(own), own_cycles
+        steps.append("sized slower than the graph's own depths: keeping the graph's own")
+    deadlock_free = None not in sized
 
     def uniform_ok(d: int) -> int | None:
         worst = 0
         for image, ref in zip(images, reference, strict=True):
-            try:
-                c = run(dict.fromkeys(streams, d), image).cycles
-            except SimDeadlock:
-                return None
-            if not within(c, ref):
+            c = cycles(dict.fromkeys(streams, d), image)
+            if c is None or not within(c, ref):
                 return None
             worst = max(worst, c)
         return worst
@@ -573,7 +590,7 @@ def plan_queue_sizes(
         bits=bits,
         base=base,
         cycles_deep=max(cycles_deep),
-        cycles_sized=max(sized),
+        cycles_sized=-1 if None in sized else max(sized),
         uniform_depth=uniform_depth,
         cycles_uniform=cycles_uniform,
         default_depths=default_depths,
