@@ -24,15 +24,13 @@ given a deep run's high-water marks — the depth that suffices.
    with the depths: a deadlock doubles the queues its diagnosis names; a run slower than the
    reference by more than ``tolerance`` doubles the queues whose producers waited longest for
    room. An image's reference is the faster of its deep run and its run at the graph's own
-   depths: deeper queues can be slower (loads that run ahead on a shared port), so growing can
-   miss the reference; where it does and the graph's own depths are within it, the next phase
-   starts from the graph's own depths instead.
+   depths: deeper queues can be slower (loads that run ahead on a shared port).
    The LP's estimates are upper bounds, so the grown queues are then given back what the runs show
    they do not need (all at once, else the ``shrink_budget`` widest by halving). Graphs with
    data-dependent rates then get ``margin`` (× depth, default 1.25) for traces not seen, and the
    result is checked once more on every image: if it is slower than the graph's own depths by
-   more than ``tolerance`` on an image (growing missed a reference the graph's own depths miss
-   too, or the margin slowed a run), the graph's own depths are returned instead. So sizing
+   more than ``tolerance`` on an image (growing can end in slower depths, and the margin can slow
+   a run), the graph's own depths are returned instead. So sizing
    never returns depths slower than the graph's (with ``min_depth`` applied to them).
 
 :func:`size_queues` applies a plan to the graph (``Graph.queue_depths``, which both the simulator
@@ -495,15 +493,6 @@ def plan_queue_sizes(
                 return False
         return True
 
-    # Refinement grows the queues that stall, and deeper queues can be slower: where it ends
-    # outside the tolerance on an image and the graph's own depths are within it on every one,
-    # shrinking starts from the graph's own depths instead.
-    own = {n: max(base, d) for n, d in default_depths.items()}
-    if own != depths and not passes(depths) and passes(own):
-        depths.clear()
-        depths.update(own)
-        steps.append("refinement missed the reference: shrinking from the graph's own depths")
-
     checks = [shrink_budget]
 
     def lower(names: list[str], to: int) -> None:
@@ -545,8 +534,9 @@ def plan_queue_sizes(
         depths = {n: math.ceil(d * margin) if d > start else d for n, d in depths.items()}
     sized = [cycles(depths, image) for image in images]
     # Whatever the phases above found, never slower than the graph's own depths beyond the
-    # tolerance on an image: growing can miss the reference where the graph's own depths miss
-    # it too, and the margin can slow a run.
+    # tolerance on an image: growing can end slower (deeper queues can be slower), and the
+    # margin can slow a run.
+    own = {n: max(base, d) for n, d in default_depths.items()}
     own_cycles = [cycles(own, image) for image in images]
     if None not in own_cycles and any(
         c is None or not within(c, o) for c, o in zip(sized, own_cycles, strict=True)

@@ -273,40 +273,42 @@ def test_each_run_is_simulated_once_and_the_uniform_search_is_optional(n, monkey
     assert lean.to_json()["uniform_depth"] is None
 
 
+def _swiglu_on_two_ports():
+    """The hardware-size SwiGLU with 4 x 2 tiles on two shared read ports, its hardware and its
+    memory image (deeper queues are slower there)."""
+    from examples import swiglu
+
+    size = swiglu.SwiGLUConfig(batch=16, hidden=4, intermediate=32, dtype="int16")
+    hw = HwConfig(tile_rows=16, tile_cols=4, axi_ports=2)
+    return swiglu.hardware(4, 2, hw=hw, size=size), hw, [swiglu.inputs(size, seed=1)]
+
+
 def test_sizing_never_returns_depths_slower_than_the_graphs_own():
     """Deeper queues can be slower: on two shared read ports the hardware-size SwiGLU with 4 x 2
     tiles runs 620 cycles at the default depth 3 and 644 with every queue 1024 deep (it was
     sized to 644). Sizing holds each image to the faster of the two runs, so the sized and the
     uniform depths are within the tolerance of the graph's own depths, not of the slower deep
     run."""
-    from examples import swiglu
-
-    size = swiglu.SwiGLUConfig(batch=16, hidden=4, intermediate=32, dtype="int16")
-    hw = HwConfig(tile_rows=16, tile_cols=4, axi_ports=2)
-    g = swiglu.hardware(4, 2, hw=hw, size=size)
-    r = plan_queue_sizes(g, [swiglu.inputs(size, seed=1)], hw_config=hw)
+    g, hw, image = _swiglu_on_two_ports()
+    r = plan_queue_sizes(g, image, hw_config=hw)
     assert r.cycles_deep > r.cycles_default * 1.01  # the premise: deep is slower
     assert r.deadlock_free and r.cycles_sized <= r.cycles_default * 1.01
     assert r.cycles_uniform is not None and r.cycles_uniform <= r.cycles_default * 1.01
 
 
-def test_sizing_falls_back_to_the_graphs_own_depths_when_refinement_misses():
+def test_sizing_keeps_the_graphs_own_depths_when_growing_ends_slower():
     """Refinement grows the queues that stall, which can make a run slower. The hardware-size
     SwiGLU 4 x 2 with its own depths set to the sized ones (615 cycles) and no tolerance: growing
-    from the profile's default depth ends at 644 (what it returned before the fallback); now
-    shrinking starts from the graph's own depths and returns 615. No uniform depth matches
-    them (the smallest within 1% was depth 2 at 619), so the uniform search reports none."""
-    from examples import swiglu
-
-    size = swiglu.SwiGLUConfig(batch=16, hidden=4, intermediate=32, dtype="int16")
-    hw = HwConfig(tile_rows=16, tile_cols=4, axi_ports=2)
-    g = swiglu.hardware(4, 2, hw=hw, size=size)
-    image = [swiglu.inputs(size, seed=1)]
+    from the profile's default depth ends at 644, which sizing returned before; now it keeps
+    the graph's own depths, 615. No uniform depth matches them (the smallest within 1% was
+    depth 2 at 619), so the uniform search reports none."""
+    g, hw, image = _swiglu_on_two_ports()
     g.queue_depths.update(plan_queue_sizes(g, image, hw_config=hw).depths)
     r = plan_queue_sizes(g, image, hw_config=hw, tolerance=0.0)
     assert r.cycles_default < r.cycles_deep  # the premise: the graph's own depths are faster
     assert r.deadlock_free and r.cycles_sized <= r.cycles_default
-    assert any("graph's own depths" in s for s in r.steps)
+    assert r.depths == r.default_depths
+    assert any("keeping the graph's own" in s for s in r.steps)
     assert r.uniform_depth is None and r.cycles_uniform is None
 
 
