@@ -23,8 +23,11 @@ given a deep run's high-water marks — the depth that suffices.
    graphs (routing, ragged dims) and bursty consumers need more. Each memory image is simulated
    with the depths: a deadlock doubles the queues its diagnosis names; a run slower than the
    reference by more than ``tolerance`` doubles the queues whose producers waited longest for
-   room. An image's reference is the faster of its deep run and its run at the graph's own
-   depths: deeper queues can be slower (loads that run ahead on a shared port).
+   room. Where growing ends short of the reference (a deadlock no queue can grow out of, no
+   queue waiting for room, or ``max_rounds`` spent), every queue goes to the most it can usefully
+   get (the deep run's peak, at least the default depth), which runs as the deep run does. An
+   image's reference is the faster of its deep run and its run at the graph's own depths:
+   deeper queues can be slower (loads that run ahead on a shared port).
    The LP's estimates are upper bounds, so the grown queues are then given back what the runs show
    they do not need (all at once, else the ``shrink_budget`` widest by halving). Graphs with
    data-dependent rates then get ``margin`` (× depth, default 1.25) for traces not seen, and the
@@ -355,6 +358,8 @@ def plan_queue_sizes(
             graph's own depths, per image) a sized run may be.
         margin: extra depth factor for graphs whose rates depend on data.
         dims: values of dynamic tile dims for token widths (not needed with ``hw_config``).
+        max_rounds: at most this many rounds of growing by stalls per image; then, if the run
+            still misses the reference, every queue goes to the deep run's peak.
         min_depth: the smallest depth a queue may get (shrinking goes down to it, so queues that
             need no more than one slot get one).
         shrink_budget: at most this many checks (one run per image each) while shrinking.
@@ -450,7 +455,9 @@ def plan_queue_sizes(
             steps.append(f"{why}: " + ", ".join(grown))
         return bool(grown)
 
-    def refine(image, ref: int) -> int:
+    def grow_by_stalls(image, ref: int) -> int | None:
+        """Grow until the run is within the tolerance or nothing more helps; its cycles, ``None``
+        for a deadlock no queue can grow out of."""
         for _ in range(max_rounds):
             try:
                 r = run(depths, image)
@@ -461,7 +468,7 @@ def plan_queue_sizes(
                     continue
                 if grow(list(streams), "deadlock (no queue named)"):
                     continue
-                raise
+                return None
             if within(r.cycles, ref):
                 return r.cycles
             stalls = {
@@ -474,7 +481,21 @@ def plan_queue_sizes(
             top = max(stalls.values())
             if not grow([q for q, c in stalls.items() if c >= top / 2], f"{r.cycles} cycles"):
                 return r.cycles
-        return run(depths, image).cycles
+        return cycles(depths, image)
+
+    def refine(image, ref: int) -> None:
+        """Grow by stalls; where that misses the reference, every queue goes to the most it can
+        usefully get (``hwm``: the deep run's peak, at least the default depth), which runs as
+        the deep run does, and shrinking takes back what is not needed."""
+        got = grow_by_stalls(image, ref)
+        if got is not None and within(got, ref):
+            return
+        short = [n for n in depths if depths[n] < hwm[n]]
+        depths.update({n: hwm[n] for n in short})
+        if short:
+            missed = "a deadlock" if got is None else f"{got} cycles"
+            steps.append(f"growing by stalls ends at {missed}: "
+                         f"{len(short)} queue(s) to the deep run's peak")  # fmt: skip
 
     for image, ref in zip(images, reference, strict=True):
         refine(image, ref)

@@ -119,6 +119,19 @@ def test_refinement_fixes_what_the_lp_misses(monkeypatch):
     assert r.cycles_sized == r.cycles_deep
 
 
+def test_where_growing_stops_short_every_queue_goes_to_the_deep_runs_peak(monkeypatch):
+    """With no LP and no round of growing, the first run deadlocks; every queue then goes to
+    what the deep run held, and shrinking alone finds the depths growing finds (8 and 7)."""
+    import sim.sizing as sizing
+
+    g = centred(8)
+    monkeypatch.setattr(sizing, "_lp_depths", lambda *a, **k: {})
+    r = plan_queue_sizes(g, inputs={"x": parse(TOKENS)}, max_rounds=0)
+    assert r.steps[0] == "growing by stalls ends at a deadlock: 4 queue(s) to the deep run's peak"
+    assert r.depths["x_out_bc.out1"] == 8 and r.depths["x_out_bc.out2"] == 7
+    assert r.cycles_sized == r.cycles_deep and r.deadlock_free
+
+
 def test_data_dependent_graphs_get_the_margin_over_every_trace():
     cfg = moe.SMALL
     sched = moe.MoESchedule("static", tile_n=4, tile_f=cfg.intermediate)
@@ -336,12 +349,13 @@ def test_hardware_sizing_skips_full_buffer_references():
 
 
 @pytest.mark.slow
-def test_sizing_keeps_the_graphs_own_depths_where_it_cannot_match_them():
+def test_sizing_reaches_the_deep_run_where_growing_by_stalls_does_not():
     """The 16-expert dynamically tiled MoE of ``make validate`` (``moe_scale``), sized on its
     first three recorded routings: its own depths run 38,259 cycles at worst, every queue deep
-    36,728. Growing misses the deep run on two images (39,097 and 37,808 cycles, where the
-    graph's own depths give 38,259 and 37,207, missing it too), and with the margin sizing
-    returned depths 1.3% slower than the graph's own (38,758). Now it keeps the graph's own."""
+    36,728. Growing the queues that wait for room ends at 39,097 cycles on the first image, and
+    sizing kept the graph's own depths (before: it returned depths 1.3% slower than those,
+    38,758). Now every queue goes to the deep run's peak, shrinking takes back what the runs do
+    not need, and the sized depths run 36,834 cycles, within 1% of the deep run."""
     from bench.validate import SIZING_IMAGES, SWEEPS, timing_image
     from sim.profiles.rtl import RtlProfile
     from step_hw.memory_model import MemoryModel
@@ -354,5 +368,6 @@ def test_sizing_keeps_the_graphs_own_depths_where_it_cannot_match_them():
         p.make(), images, hw_config=p.config, profile=profile, functional=False, uniform=False
     )
     assert r.cycles_deep * 1.01 < r.cycles_default  # the premise: its own depths miss the deep run
-    assert r.deadlock_free and r.cycles_sized <= r.cycles_default * 1.01
-    assert any("keeping the graph's own" in s for s in r.steps)
+    assert r.deadlock_free and r.cycles_sized <= r.cycles_deep * 1.01
+    assert any("to the deep run's peak" in s for s in r.steps)
+    assert not any("keeping the graph's own" in s for s in r.steps)
