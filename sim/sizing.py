@@ -25,7 +25,8 @@ given a deep run's high-water marks — the depth that suffices.
    reference by more than ``tolerance`` doubles the queues whose producers waited longest for
    room. Where growing ends short of the reference (a deadlock no queue can grow out of, no
    queue waiting for room, or ``max_rounds`` spent), every queue goes to the most it can usefully
-   get (the deep run's peak, at least the default depth), which runs as the deep run does. An
+   get (the deep run's peak, at least the default depth), which ran as the deep run on every
+   design measured (``docs/simulator.md``), and shrinking takes back what is not needed. An
    image's reference is the faster of its deep run and its run at the graph's own depths:
    deeper queues can be slower (loads that run ahead on a shared port).
    The LP's estimates are upper bounds, so the grown queues are then given back what the runs show
@@ -485,8 +486,8 @@ def plan_queue_sizes(
 
     def refine(image, ref: int) -> None:
         """Grow by stalls; where that misses the reference, every queue goes to the most it can
-        usefully get (``hwm``: the deep run's peak, at least the default depth), which runs as
-        the deep run does, and shrinking takes back what is not needed."""
+        usefully get (``hwm``: the deep run's peak, at least the default depth), which ran as
+        the deep run on every design measured, and shrinking takes back what is not needed."""
         got = grow_by_stalls(image, ref)
         if got is not None and within(got, ref):
             return
