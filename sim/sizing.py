@@ -21,12 +21,13 @@ given a deep run's high-water marks — the depth that suffices.
    Feedback (loop back) edges take no constraint.
 3. **Simulator refinement.** The LP sees first tokens and average rates only; data-dependent
    graphs (routing, ragged dims) and bursty consumers need more. Each memory image is simulated
-   with the depths: a deadlock doubles the queues its diagnosis names; a run slower than the
-   reference by more than ``tolerance`` doubles the queues whose producers waited longest for
-   room. Where growing ends short of the reference (a deadlock no queue can grow out of, no
-   queue waiting for room, or ``max_rounds`` spent), every queue goes to the most it can usefully
-   get (the deep run's peak, at least the default depth), which ran as the deep run on every
-   design measured (``docs/simulator.md``), and shrinking takes back what is not needed. An
+   with the depths: a deadlock doubles the queues its diagnosis names (else the full ones); a run
+   slower than the reference by more than ``tolerance`` doubles the queues whose producers
+   waited longest for room. Where growing ends short of the reference (a deadlock whose named
+   and full queues cannot grow, no queue waiting for room, or ``max_rounds`` spent), every queue
+   goes to the most it can usefully get (the deep run's peak, at least the default depth), which
+   ran as the deep run on every design measured (``docs/simulator.md``), and shrinking takes
+   back what is not needed. An
    image's reference is the faster of its deep run and its run at the graph's own depths:
    deeper queues can be slower (loads that run ahead on a shared port).
    The LP's estimates are upper bounds, so the grown queues are then given back what the runs show
@@ -458,7 +459,7 @@ def plan_queue_sizes(
 
     def grow_by_stalls(image, ref: int) -> int | None:
         """Grow until the run is within the tolerance or nothing more helps; its cycles, ``None``
-        for a deadlock no queue can grow out of."""
+        for a deadlock whose named and full queues cannot grow (the peak then takes over)."""
         for _ in range(max_rounds):
             try:
                 r = run(depths, image)
@@ -466,8 +467,6 @@ def plan_queue_sizes(
                 named = [c.queue for c in getattr(err, "causes", [])]
                 full = [q for q, n in err.queues.items() if n and n >= err.capacity.get(q, n + 1)]
                 if grow(named, "deadlock") or grow(full, "deadlock (full queues)"):
-                    continue
-                if grow(list(streams), "deadlock (no queue named)"):
                     continue
                 return None
             if within(r.cycles, ref):
