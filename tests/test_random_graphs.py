@@ -5,6 +5,12 @@ a Map per branch, Reassemble by the same selectors) and a chain of shape, memory
 higher-order operators, each drawn among those that fit the current stream. Every stream of the
 graph must carry the same tokens in ``interpret`` and in ``simulate`` under both timing profiles
 (``paper`` and ``rtl``): timing may differ, values, stops and their order may not.
+
+:func:`memory_graphs` draws graphs around off-chip memory instead: a linear load (row-major,
+column-major, or re-reading the tensor or each tile) or a random load from a stream of tile
+addresses, an optional second load added to it, an optional route, a chain of the same stages,
+and a linear store, a random store (distinct or repeated addresses) or a Sink, with the graph's
+own queue depths (1 to 4 tokens) on half of them. Their off-chip tensors must also be equal.
 """
 
 from __future__ import annotations
@@ -23,9 +29,13 @@ from step_lang import (
     Bufferize,
     Flatten,
     Graph,
+    LinearOffChipLoad,
+    LinearOffChipStore,
     Map,
     Partition,
     Promote,
+    RandomOffChipLoad,
+    RandomOffChipStore,
     Reassemble,
     RepeatStatic,
     Reshape,
@@ -110,7 +120,7 @@ def _unary_stage(draw, x, k: int, empty: bool, fns: Any = F):
         lo = 0 if empty else draw(st.integers(0, r - 1))
         return Flatten(x, lo, draw(st.integers(lo + 1, r)), name=name).out
     if op == "reshape":
-        pad = np.full((1, 2), -1, x.elem.dtype.numpy)
+        pad = np.full((x.elem.rows, x.elem.cols), -1, x.elem.dtype.numpy)
         return Reshape(x, draw(st.integers(1, 3)), pad=pad, name=name).out
     # Bufferize the innermost dims and replay each buffer 1-2 times.
     bz = Bufferize(x, draw(st.integers(1, r)), name=f"bz{k}").out
@@ -150,6 +160,103 @@ def graphs(draw, elem: Tile = ELEM, fns: Any = F):
     return g, inputs
 
 
+ADDRESS = Tile("int32", 1, 1)
+# Tile shapes of memory graphs: all fit the hardware's default 4 x 4 (``HwConfig()``).
+MEMORY_TILES = ((1, 2), (2, 2), (4, 4), (1, 4), (4, 1), (2, 4))
+
+
+def _nested(dims: tuple[int, ...], leaf) -> Any:
+    """Source tokens of shape ``dims``: nested lists, ``leaf()`` at the bottom."""
+    if not dims:
+        return leaf()
+    return [_nested(dims[1:], leaf) for _ in range(dims[0])]
+
+
+def _walk(draw, rows: int, cols: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(out_shape, stride)`` of a linear load over a ``rows`` x ``cols`` grid of tiles."""
+    kind = draw(st.sampled_from(["rows", "cols", "again", "each"]))
+    if kind == "rows":
+        return (rows, cols), (cols, 1)
+    if kind == "cols":
+        return (cols, rows), (1, cols)
+    k = draw(st.integers(2, 3))
+    if kind == "again":  # the whole tensor k times (stride 0 outermost)
+        return (k, rows, cols), (0, cols, 1)
+    return (rows, cols, k), (cols, 1, 0)  # each tile k times
+
+
+@st.composite
+def memory_graphs(draw, dtype: str = "int16", fns: Any = F):
+    """``(graph, memory, inputs)``: a random graph around off-chip memory (module docstring);
+    ``fns`` as for :func:`_unary_stage`."""
+    g = Graph("memrand")
+    th, tw = draw(st.sampled_from(MEMORY_TILES))
+    rows, cols = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    shape = (th * rows, tw * cols)
+    values = lambda: np.array(  # noqa: E731
+        draw(st.lists(st.integers(-50, 50), min_size=shape[0] * shape[1],
+                      max_size=shape[0] * shape[1])), dtype).reshape(shape)  # fmt: skip
+    memory: dict[str, np.ndarray] = {"a": values()}
+    inputs: dict[str, Any] = {}
+    a = g.tensor("a", shape, dtype)
+    if draw(st.booleans()):
+        out_shape, stride = _walk(draw, rows, cols)
+        x = LinearOffChipLoad(a, tile=(th, tw), out_shape=out_shape, stride=stride, name="ld").out
+        if draw(st.booleans()):
+            memory["b"] = values()
+            b = g.tensor("b", shape, dtype)
+            y = LinearOffChipLoad(b, tile=(th, tw), out_shape=out_shape, stride=stride, name="ldb")
+            x = Map(x, y.out, fn=fns.add, name="sum").out
+    else:
+        n = draw(st.integers(1, 6))
+        src = Source(g, StreamType(ADDRESS, (n,)), name="raddr").out
+        tiles = st.integers(0, rows * cols - 1)
+        inputs["raddr"] = [np.full((1, 1), draw(tiles), np.int32) for _ in range(n)]
+        x = RandomOffChipLoad(src, a, tile=(th, tw), name="rld").out
+    if draw(st.booleans()):  # single tiles or innermost vectors to one or both branches and back
+        rank = draw(st.integers(0, min(1, x.rank)))
+        outer = tuple(int(d) for d in x.shape[: len(x.shape) - rank])
+        sel = Source(g, StreamType(Selector(2), outer), name="sel").out
+        choice = st.sampled_from([(1, 0), (0, 1), (1, 1)])
+        inputs["sel"] = _nested(outer, lambda: np.array(draw(choice), bool))
+        part = Partition(x, sel, rank=rank, name="part")
+        branches = [
+            Map(part.outputs[0], part.outputs[0], fn=fns.add, name="twice").out,
+            Map(part.outputs[1], part.outputs[1], fn=fns.sub, name="zero").out,
+        ]
+        x = Reassemble(branches, sel, name="gather").out
+    for k in range(draw(st.integers(0, 3))):
+        x = _unary_stage(draw, x, k, empty=False, fns=fns)
+    tiles_out = x.type.cardinality
+    storable = (
+        isinstance(tiles_out, int)
+        and tiles_out >= 1
+        and (x.elem.rows, x.elem.cols) == (th, tw)
+        and all(isinstance(d, int) for d in x.shape)
+    )
+    end = draw(st.sampled_from(["sink", "store", "random store"]))
+    if storable and end == "store":
+        LinearOffChipStore(x, g.tensor("c", (th * tiles_out, tw), dtype), name="st")
+    elif storable and end == "random store":
+        slots = draw(st.integers(tiles_out, tiles_out + 2))
+        order = draw(st.lists(st.integers(0, slots - 1), min_size=tiles_out,
+                              max_size=tiles_out, unique=draw(st.booleans())))  # fmt: skip
+        addresses = iter(order)
+        dims = tuple(int(d) for d in x.shape)
+        waddr = Source(g, StreamType(ADDRESS, dims), name="waddr").out
+        inputs["waddr"] = _nested(dims, lambda: np.full((1, 1), next(addresses), np.int32))
+        c = g.tensor("c", (th * slots, tw), dtype)
+        memory["c"] = np.zeros((th * slots, tw), dtype)
+        Sink(RandomOffChipStore(waddr, x, c, name="rst").out, name="acks")
+    else:
+        Sink(x, name="sink")
+    if draw(st.booleans()):
+        for node in list(g.nodes.values()):
+            for stream in node.outputs:
+                g.set_queue_depth(stream, draw(st.integers(1, 4)))
+    return g, memory, inputs
+
+
 @settings(
     max_examples=500,
     deadline=None,
@@ -168,3 +275,22 @@ def test_interpreter_and_simulator_agree_token_for_token(case):
                 f"  simulate  {tokens}\n  interpret {want.tokens(name)}"
             )
         assert got.streams, "the simulator recorded no streams"
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(memory_graphs())
+def test_interpreter_and_simulator_agree_on_graphs_with_memory(case):
+    g, memory, inputs = case
+    want = interpret(g, memory, inputs=inputs)
+    for profile in (None, RtlProfile()):
+        got = simulate(g, memory, inputs=inputs, profile=profile)
+        label = type(profile).__name__ if profile else "paper"
+        for name, tokens in got.streams.items():
+            assert same_tokens(tokens, want.tokens(name)), f"{label}: stream {name} differs"
+        assert set(got.memory) == set(want.memory)
+        for tensor, value in want.memory.items():
+            assert np.array_equal(got.memory[tensor], value), f"{label}: tensor {tensor} differs"

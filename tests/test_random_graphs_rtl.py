@@ -1,12 +1,17 @@
 """Random multi-operator graphs on the RTL: the interpreter, both timing profiles and a Verilator
-co-simulation agree on every token (``step_hw.cosim.validate``).
+co-simulation agree on every token (``step_hw.cosim.validate``), and the rtl profile's cycle
+count is the RTL's to the cycle.
 
-The graphs are those of ``tests/test_random_graphs.py`` (a Source of 1x2 tiles, an optional
-Partition/Reassemble route, a chain of shape, buffer and higher-order operators, a Sink) drawn
-with the hardware's int16 arithmetic (``numerics.functions(HwConfig())``) and kept when they
-elaborate and hold at least two operators besides Sources and Sinks. Each graph is one Verilator
-build (about 20 s, cached by Verilog hash under ``build/cosim/``): 3 fixed graphs in
-``make test``, 20 under ``make test-all`` (``derandomize``: the same graphs every run).
+The graphs are those of ``tests/test_random_graphs.py`` drawn with the hardware's int16
+arithmetic (``numerics.functions(HwConfig())``): ``graphs`` (a Source of 1x2 tiles, an optional
+Partition/Reassemble route, a chain of shape, buffer and higher-order operators, a Sink), kept
+when they elaborate and hold at least two operators besides Sources and Sinks; and
+``memory_graphs`` (linear and random loads and stores around the same stages, the graph's own
+queue depths on half of them), kept by the same rule, on the cocotbext-axi tier and on the
+fast tier with the HBM-like memory (``MemoryModel.hbm()``, 64 cycles of latency). Each graph is
+one Verilator build (3 to 20 s, cached by Verilog hash under ``build/cosim/``): 3 fixed graphs
+of each kind and tier in ``make test``, 20 under ``make test-all`` (``derandomize``: the same
+graphs every run).
 """
 
 from __future__ import annotations
@@ -18,22 +23,20 @@ from hypothesis import HealthCheck, given, settings
 
 from step_hw.config import HwConfig
 from step_hw.cosim import validate
+from step_hw.memory_model import MemoryModel
 from step_lang import Sink, Source, Tile, numerics
 from step_lang.errors import StepTypeError
-from tests.test_random_graphs import graphs
+from tests.test_random_graphs import graphs, memory_graphs
 
 CONFIG = HwConfig()
 HW_ELEM = Tile(CONFIG.elem_dtype, 1, 2)
 
 
-def _fits_hardware(case) -> bool:
+def _elaborates(g) -> bool:
     from amaranth._unused import MustUse
 
     from step_hw.elaborate import ElaboratedGraph
 
-    g, _ = case
-    if sum(not isinstance(n, (Source, Sink)) for n in g.nodes.values()) < 2:
-        return False
     # Blocks built only to see whether the graph elaborates are never elaborated; silence
     # Amaranth's UnusedElaboratable for them (an error under pytest's filterwarnings) while they
     # are collected, as tests/test_hw_arbiter.py does per block.
@@ -50,7 +53,14 @@ def _fits_hardware(case) -> bool:
     return fits
 
 
+def _fits_hardware(case) -> bool:
+    """At least two operators besides Sources and Sinks, and the graph elaborates."""
+    g = case[0]
+    return sum(not isinstance(n, (Source, Sink)) for n in g.nodes.values()) >= 2 and _elaborates(g)
+
+
 HARDWARE_GRAPHS = graphs(elem=HW_ELEM, fns=numerics.functions(CONFIG)).filter(_fits_hardware)
+MEMORY_GRAPHS = memory_graphs(CONFIG.elem_dtype, numerics.functions(CONFIG)).filter(_fits_hardware)
 _SETTINGS = {
     "deadline": None,
     "derandomize": True,
@@ -59,23 +69,52 @@ _SETTINGS = {
 }
 
 
-def _check(case) -> None:
-    g, inputs = case
-    report = validate(g, inputs=inputs, config=CONFIG, tag="random", quiet=True)
+def _check(g, memory=None, inputs=None, **tier) -> None:
+    report = validate(g, memory, inputs=inputs, config=CONFIG, tag="random", quiet=True, **tier)
     kinds = sorted(n.kind for n in g.nodes.values())
     assert report.rtl_error is None, f"{kinds}\n{report}"
     assert report.mismatch is None, f"{kinds}\n{report}"
     assert report.ok and report.rtl_cycles > 0, f"{kinds}\n{report}"
+    assert report.rtl_profile_cycles == report.rtl_cycles, f"{kinds}\n{report}"
+
+
+FAST_HBM = {"tier": "fast", "memory_model": MemoryModel.hbm()}
 
 
 @settings(max_examples=3, **_SETTINGS)
 @given(HARDWARE_GRAPHS)
 def test_random_graphs_agree_on_the_rtl(case):
-    _check(case)
+    _check(case[0], inputs=case[1])
 
 
 @pytest.mark.slow
 @settings(max_examples=20, **_SETTINGS)
 @given(HARDWARE_GRAPHS)
 def test_more_random_graphs_agree_on_the_rtl(case):
-    _check(case)
+    _check(case[0], inputs=case[1])
+
+
+@settings(max_examples=3, **_SETTINGS)
+@given(MEMORY_GRAPHS)
+def test_random_graphs_with_memory_agree_on_the_rtl(case):
+    _check(*case)
+
+
+@settings(max_examples=3, **_SETTINGS)
+@given(MEMORY_GRAPHS)
+def test_random_graphs_with_memory_agree_on_the_fast_tier_with_hbm(case):
+    _check(*case, **FAST_HBM)
+
+
+@pytest.mark.slow
+@settings(max_examples=20, **_SETTINGS)
+@given(MEMORY_GRAPHS)
+def test_more_random_graphs_with_memory_agree_on_the_rtl(case):
+    _check(*case)
+
+
+@pytest.mark.slow
+@settings(max_examples=20, **_SETTINGS)
+@given(MEMORY_GRAPHS)
+def test_more_random_graphs_with_memory_agree_on_the_fast_tier_with_hbm(case):
+    _check(*case, **FAST_HBM)
