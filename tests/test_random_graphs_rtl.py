@@ -7,8 +7,9 @@ arithmetic (``numerics.functions(HwConfig())``): ``graphs`` (a Source of 1x2 til
 Partition/Reassemble route, a chain of shape, buffer and higher-order operators, a Sink), kept
 when they elaborate and hold at least two operators besides Sources and Sinks; and
 ``memory_graphs`` (linear and random loads and stores around the same stages, the graph's own
-queue depths on half of them), kept by the same rule, on the cocotbext-axi tier and on the
-fast tier with the HBM-like memory (``MemoryModel.hbm()``, 64 cycles of latency). Each graph is
+queue depths on half of them), kept by the same rule, on the cocotbext-axi tier, on the
+fast tier with the HBM-like memory (``MemoryModel.hbm()``, 64 cycles of latency), and on the
+fast tier with the paper's memory and every memory operator on one AXI port. Each graph is
 one Verilator build (3 to 20 s, cached by Verilog hash under ``build/cosim/``): 3 fixed graphs
 of each kind and tier in ``make test``, 20 under ``make test-all`` (``derandomize``: the same
 graphs every run).
@@ -69,8 +70,8 @@ _SETTINGS = {
 }
 
 
-def _check(g, memory=None, inputs=None, **tier) -> None:
-    report = validate(g, memory, inputs=inputs, config=CONFIG, tag="random", quiet=True, **tier)
+def _check(g, memory=None, inputs=None, config=CONFIG, **tier) -> None:
+    report = validate(g, memory, inputs=inputs, config=config, tag="random", quiet=True, **tier)
     kinds = sorted(n.kind for n in g.nodes.values())
     assert report.rtl_error is None, f"{kinds}\n{report}"
     assert report.mismatch is None, f"{kinds}\n{report}"
@@ -79,6 +80,13 @@ def _check(g, memory=None, inputs=None, **tier) -> None:
 
 
 FAST_HBM = {"tier": "fast", "memory_model": MemoryModel.hbm()}
+# The paper's memory (a beat every other cycle, 14 cycles of start-up) puts every port on the
+# rtl profile's cycle-by-cycle port model; every memory operator on one AXI port.
+FAST_PAPER_ONE_PORT = {
+    "tier": "fast",
+    "memory_model": MemoryModel.paper(),
+    "config": HwConfig(axi_ports=1),
+}
 
 
 @settings(max_examples=3, **_SETTINGS)
@@ -106,6 +114,12 @@ def test_random_graphs_with_memory_agree_on_the_fast_tier_with_hbm(case):
     _check(*case, **FAST_HBM)
 
 
+@settings(max_examples=3, **_SETTINGS)
+@given(MEMORY_GRAPHS)
+def test_random_graphs_with_memory_agree_on_one_port_with_the_papers_memory(case):
+    _check(*case, **FAST_PAPER_ONE_PORT)
+
+
 @pytest.mark.slow
 @settings(max_examples=20, **_SETTINGS)
 @given(MEMORY_GRAPHS)
@@ -118,3 +132,10 @@ def test_more_random_graphs_with_memory_agree_on_the_rtl(case):
 @given(MEMORY_GRAPHS)
 def test_more_random_graphs_with_memory_agree_on_the_fast_tier_with_hbm(case):
     _check(*case, **FAST_HBM)
+
+
+@pytest.mark.slow
+@settings(max_examples=20, **_SETTINGS)
+@given(MEMORY_GRAPHS)
+def test_more_random_graphs_with_memory_agree_on_one_port_with_the_papers_memory(case):
+    _check(*case, **FAST_PAPER_ONE_PORT)

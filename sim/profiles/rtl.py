@@ -2106,8 +2106,10 @@ class _RandomStore(_Store):
     def __init__(self, profile: RtlProfile, node: Node):
         super().__init__(profile, node)
         self.addr = 0
-        self.virt = -math.inf  # when the RTL's last output token so far leaves
-        self.after = 0  # stops taken since the last tile (their tokens follow its ack)
+        # Per ack-stream token, the earliest cycle the hardware offers it: (None, cycle), or
+        # (tile, offset) for an ack that waits for the last B response of this store's
+        # ``tile``-th tile on a shared port (known once the port has simulated it).
+        self.marks: list[tuple[int | None, float]] = []
 
     def before_recv(self, port: int) -> int | WaitFor:
         if port == 0 and not self.io.has(1):
@@ -2123,14 +2125,22 @@ class _RandomStore(_Store):
             return 0
         self.last_take = now
         if is_data(token):
+            tile = self.k
             b = self._write(self.addr)
-            ack = -math.inf if b is None else b + contract.ACK_AFTER_B
-            self.virt = max(self.virt + self.spacing[0], ack)
-            self.after = 0
+            self.marks.append((tile, 0) if b is None else (None, b))
         else:
-            self.virt = max(self.virt + self.spacing[0], now + 2)
-            self.after += token is not DONE
+            self.marks.append((None, now + 2 - contract.ACK_AFTER_B))
         return 0
+
+    def _last_offer(self, spacing: int) -> float:
+        """The cycle the hardware offers its last ack-stream token so far: each token
+        ``ACK_AFTER_B`` after its mark at the earliest and ``spacing`` after the one before."""
+        t = -math.inf
+        for tile, at in self.marks:
+            if tile is not None:
+                at += self.tile_b[tile]
+            t = max(t + spacing, at + contract.ACK_AFTER_B)
+        return t
 
     def on_send(self, port: int, token: Any) -> int:
         # The RTL takes the next tile while earlier ones are written (an order queue keeps the
@@ -2139,11 +2149,7 @@ class _RandomStore(_Store):
         # for acks that go to a sink (as in the examples), early for acks another block reads.
         t = self.last_push[port] + self.spacing[port]
         if token is DONE:
-            t = max(t, self.virt)
-            if self.port is not None and self.tile_b:
-                # the last ack, the stops after it, then done
-                last = max(self.tile_b) + contract.ACK_AFTER_B
-                t = max(t, last + (self.after + 1) * self.spacing[port])
+            t = max(t, self._last_offer(self.spacing[port]))
         return max(0, math.ceil(t - self.now)) if t > self.now else 0
 
     data_port = 1
@@ -2415,7 +2421,7 @@ class _BlockStore(_RandomStore):
     with ``wdata``'s. The acks leave at once (as :class:`_RandomStore`), but the done token
     leaves when the hardware's would: each ack-stream token is offered ``ACK_AFTER_B`` cycles
     after its block's last B response (a false ack or a stop: ``queue_latency`` after its
-    take, through the order queue), one per cycle, in order.
+    take, through the order queue), at most one per ``spacing``, in order.
     """
 
     def __init__(self, profile: RtlProfile, node: Node):
@@ -2425,8 +2431,6 @@ class _BlockStore(_RandomStore):
         self.k_in = 0  # tiles of the current block taken
         self.merged = 0  # the closing stop stood for waddr's S_merged (0: none)
         self.pair: float | None = None  # the cycle a waddr stop or done was taken (with wdata's)
-        self.ready: deque[float] = deque()  # per ack-stream token: its earliest cycle
-        self.virt = -math.inf  # the hardware's last ack-stream beat
         depth = contract.order_queue_depth(profile.config.max_outstanding)
         self.order_latency = contract.queue_latency(depth)
 
@@ -2452,34 +2456,31 @@ class _BlockStore(_RandomStore):
             elif self.merged:
                 self.last_take = now
                 self.merged = 0
-                self.ready.append(now + self.order_latency)
+                self._through_order_queue(now)
             else:
                 self.pair = now
             return 0
         self.last_take = now
         if self.pair is not None:
             self.pair = None
-            self.ready.append(now + self.order_latency)
+            self._through_order_queue(now)
         elif is_data(token):
             b = None
             if self.first is not None:
                 b = self._write(self.first + self.k_in)
             self.k_in += 1
             if self.k_in == self.n:
-                ack = now + self.order_latency if b is None else b + contract.ACK_AFTER_B
-                self.ready.append(ack)
+                if self.first is None:  # a false ack, through the order queue
+                    self._through_order_queue(now)
+                else:  # after the block's last B (on a shared port: once the port knows it)
+                    self.marks.append((self.k - 1, 0) if b is None else (None, b))
         elif isinstance(token, Stop) and token.level >= 2:
             self.merged = token.level - 2
         return 0
 
-    def on_send(self, port: int, token: Any) -> int:
-        self.virt = max(self.ready.popleft(), self.virt + self.spacing[port])
-        t = self.last_push[port] + self.spacing[port]
-        if token is DONE:
-            t = max(t, self.virt)
-            if self.port is not None and self.tile_b:
-                t = max(t, max(self.tile_b) + 1)
-        return max(0, math.ceil(t - self.now)) if t > self.now else 0
+    def _through_order_queue(self, now: float) -> None:
+        """An ack-stream token that waits for no write: offered ``queue_latency`` after ``now``."""
+        self.marks.append((None, now + self.order_latency - contract.ACK_AFTER_B))
 
 
 # -- on-chip buffers (``step_hw/memory/buffer.py``, ``sequence.py``) -----------------------------
