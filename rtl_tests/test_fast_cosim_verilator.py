@@ -4,7 +4,7 @@ the ``rtl`` profile.
 
 Builds: the hardware-size SwiGLU (alone on its ports, on one shared read port, and with 8 bursts
 in flight per controller) and decode attention's dynamic schedule, each once for the fast tier;
-a small reconvergent graph that deadlocks, for both tiers; a RandomStore whose acks are paced; the other axi-tier runs reuse the
+a small reconvergent graph that deadlocks, for both tiers; a RandomStore whose acks are paced, and one of fetch blocks for both tiers; the other axi-tier runs reuse the
 builds of ``test_graph_verilator.py`` and ``test_validate_verilator.py``.
 """
 
@@ -302,6 +302,40 @@ def test_random_store_done_follows_its_paced_acks(memory_model):
     )  # fmt: skip
     assert report.ok, str(report)
     assert report.rtl_profile_cycles == report.rtl_cycles, str(report)
+
+
+def _block_scatter(shape: tuple[int, ...]) -> Graph:
+    """Two 2 x 2 blocks of 4 x 4 tiles to blocks 1 and 0 of an int16 tensor of ``shape``."""
+    g = Graph("block_scatter")
+    t = g.tensor("t", shape, "int16")
+    addr = Source(g, StreamType(Tile("int32", 1, 1), (2,)), name="addr").out
+    data = Source(g, StreamType(Tile("int16", 4, 4), (2, 2, 2)), name="data").out
+    Sink(RandomOffChipStore(addr, data, t, fetch=(2, 2), name="rs").out, name="acks")
+    return g
+
+
+@pytest.mark.parametrize("tier", ["fast", "axi"])
+def test_a_shared_build_reads_back_each_graphs_tensor_shape(tier):
+    """A [16, 8] and a [2, 8, 8] tensor give the same Verilog, so one build; each run reads its
+    tensor back in its own graph's shape (the second came back as [16, 8], the first graph's,
+    found by the random memory graphs)."""
+    inputs = {
+        "addr": [np.full((1, 1), k, np.int32) for k in (1, 0)],
+        "data": [
+            [[np.full((4, 4), 10 * b + 2 * i + j, np.int16) for j in range(2)] for i in range(2)]
+            for b in range(2)
+        ],
+    }
+    folders = set()
+    for shape in ((16, 8), (2, 8, 8)):
+        report = cosim.validate(
+            _block_scatter(shape), {"t": np.zeros(shape, np.int16)}, inputs=inputs, tier=tier,
+            quiet=True, tag="shapes",
+        )  # fmt: skip
+        assert report.ok, str(report)
+        assert report.cosim.outputs["t"].shape == shape
+        folders.add(report.cosim.folder.parent.parent)
+    assert len(folders) == 1  # one build served both
 
 
 def _up_at_depth_1() -> Graph:

@@ -484,8 +484,9 @@ def run(
         payloads = _source_payloads(graph, d.desc, inputs)
         for stale in (result, sinks_file, report_file, runs / "mem_out.hex", runs / "trace.txt"):
             stale.unlink(missing_ok=True)
-        # the design's description with this graph's queue depths (run-time ones included)
-        run_desc = run_description(graph, config, d.desc)
+        # the design's description with this graph's tensor shapes and queue depths (run-time
+        # ones included)
+        run_desc = run_description(graph, config, _with_tensor_shapes(d.desc, graph))
         (runs / "desc.json").write_text(json.dumps(run_desc))
         env = {
             "GRAPH_DESC": str(runs / "desc.json"),
@@ -506,7 +507,7 @@ def run(
             from .fast_io import write_memory, write_sources
             from .fast_top import memory_plusargs
 
-            write_memory(runs / "mem_in.hex", d.desc, memory or {})
+            write_memory(runs / "mem_in.hex", run_desc, memory or {})
             plusargs = [
                 f"+MEM_IN={runs / 'mem_in.hex'}",
                 f"+MEM_OUT={runs / 'mem_out.hex'}",
@@ -581,7 +582,7 @@ def run(
         if tier == "fast":
             from .fast_io import read_memory, read_sinks, read_trace
 
-            raw = read_memory(runs / "mem_out.hex", d.desc, outputs)
+            raw = read_memory(runs / "mem_out.hex", run_desc, outputs)
             sinks_file.write_text(json.dumps(read_sinks(runs, json.loads(str(got["sinks"])))))
             if trace:
                 trace_data = read_trace(runs / "trace.txt", d.desc["trace_names"], run_desc)
@@ -630,6 +631,22 @@ def _raw(array: np.ndarray) -> np.ndarray:
     if array.dtype.kind == "f" or array.dtype.name == "bfloat16":
         return array.view(f"uint{array.dtype.itemsize * 8}")
     return array
+
+
+def _with_tensor_shapes(desc: dict, graph: Graph) -> dict:
+    """``desc`` with ``graph``'s tensor shapes in its memory map. A build serves every graph
+    with its Verilog, and a tensor's shape is not in the Verilog: a [16, 8] and a [2, 8, 8]
+    int16 tensor get the same memory map entry, so the description a build was made with may
+    carry another graph's shapes."""
+    layout = desc.get("memory_map", {})
+    shapes = {name: [int(n) for n in t.shape] for name, t in graph.tensors.items()}
+    return {
+        **desc,
+        "memory_map": {
+            name: {**info, "shape": shapes.get(name, info["shape"])}
+            for name, info in layout.items()
+        },
+    }
 
 
 def _sink_tokens(desc: dict, path: Path) -> dict[str, list[Any]]:
