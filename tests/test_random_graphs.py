@@ -6,9 +6,9 @@ higher-order operators, each drawn among those that fit the current stream. Ever
 graph must carry the same tokens in ``interpret`` and in ``simulate`` under both timing profiles
 (``paper`` and ``rtl``): timing may differ, values, stops and their order may not.
 
-:func:`memory_graphs` draws graphs around off-chip memory instead: a linear load (row-major,
-column-major, or re-reading the tensor or each tile) or a random load from a stream of tile
-addresses, an optional second load added to it, an optional route, a chain of the same stages,
+:func:`memory_graphs` draws graphs around off-chip memory instead (a matrix, or a 3-D tensor of
+one or two matrices): a linear load (row-major, column-major, or re-reading the tensor or each
+tile) or a random load from a stream of tile or block (``fetch``) addresses, an optional second load added to it, an optional route, a chain of the same stages,
 and a linear store, a random store (distinct or repeated addresses) or a Sink, with the graph's
 own queue depths (1 to 4 tokens) on half of them. Their off-chip tensors must also be equal.
 """
@@ -192,15 +192,21 @@ def memory_graphs(draw, dtype: str = "int16", fns: Any = F):
     g = Graph("memrand")
     th, tw = draw(st.sampled_from(MEMORY_TILES))
     rows, cols = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    shape = (th * rows, tw * cols)
+    batch = draw(st.sampled_from([None, 1, 2]))  # a 3-D tensor of `batch` matrices
+    shape = (th * rows, tw * cols) if batch is None else (batch, th * rows, tw * cols)
+    size = int(np.prod(shape))
     values = lambda: np.array(  # noqa: E731
-        draw(st.lists(st.integers(-50, 50), min_size=shape[0] * shape[1],
-                      max_size=shape[0] * shape[1])), dtype).reshape(shape)  # fmt: skip
+        draw(st.lists(st.integers(-50, 50), min_size=size, max_size=size)), dtype
+    ).reshape(shape)
     memory: dict[str, np.ndarray] = {"a": values()}
     inputs: dict[str, Any] = {}
     a = g.tensor("a", shape, dtype)
     if draw(st.booleans()):
-        out_shape, stride = _walk(draw, rows, cols)
+        if batch is None:
+            out_shape, stride = _walk(draw, rows, cols)
+        else:  # the tiles in order, once or twice
+            k = draw(st.integers(1, 2))
+            out_shape, stride = (k, batch, rows, cols), (0, rows * cols, cols, 1)
         x = LinearOffChipLoad(a, tile=(th, tw), out_shape=out_shape, stride=stride, name="ld").out
         if draw(st.booleans()):
             memory["b"] = values()
@@ -208,11 +214,17 @@ def memory_graphs(draw, dtype: str = "int16", fns: Any = F):
             y = LinearOffChipLoad(b, tile=(th, tw), out_shape=out_shape, stride=stride, name="ldb")
             x = Map(x, y.out, fn=fns.add, name="sum").out
     else:
+        # single tiles, or blocks of fr x fc tiles (``fetch``)
+        fr = draw(st.sampled_from([d for d in (1, 2, 3) if rows % d == 0]))
+        fc = draw(st.sampled_from([d for d in (1, 2, 3) if cols % d == 0]))
+        fetch = None if (fr, fc) == (1, 1) and draw(st.booleans()) else (fr, fc)
         n = draw(st.integers(1, 6))
         src = Source(g, StreamType(ADDRESS, (n,)), name="raddr").out
-        tiles = st.integers(0, rows * cols - 1)
-        inputs["raddr"] = [np.full((1, 1), draw(tiles), np.int32) for _ in range(n)]
-        x = RandomOffChipLoad(src, a, tile=(th, tw), name="rld").out
+        units = (batch or 1) * (rows // fr) * (cols // fc)
+        inputs["raddr"] = [
+            np.full((1, 1), draw(st.integers(0, units - 1)), np.int32) for _ in range(n)
+        ]
+        x = RandomOffChipLoad(src, a, tile=(th, tw), fetch=fetch, name="rld").out
     if draw(st.booleans()):  # single tiles or innermost vectors to one or both branches and back
         rank = draw(st.integers(0, min(1, x.rank)))
         outer = tuple(int(d) for d in x.shape[: len(x.shape) - rank])
@@ -257,40 +269,39 @@ def memory_graphs(draw, dtype: str = "int16", fns: Any = F):
     return g, memory, inputs
 
 
-@settings(
-    max_examples=500,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+_SIM_SETTINGS = {
+    "deadline": None,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
+}
+
+
+@settings(max_examples=500, **_SIM_SETTINGS)
 @given(graphs())
 def test_interpreter_and_simulator_agree_token_for_token(case):
     g, inputs = case
-    want = interpret(g, inputs=inputs)
-    for profile in (None, RtlProfile()):
-        got = simulate(g, inputs=inputs, profile=profile)
-        assert set(got.streams) <= {k for k in want.streams if isinstance(k, str)}
-        for name, tokens in got.streams.items():
-            assert same_tokens(tokens, want.tokens(name)), (
-                f"{type(profile).__name__ if profile else 'paper'}: stream {name} differs:\n"
-                f"  simulate  {tokens}\n  interpret {want.tokens(name)}"
-            )
-        assert got.streams, "the simulator recorded no streams"
+    _agree(g, {}, inputs)
 
 
-@settings(
-    max_examples=300,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(memory_graphs())
-def test_interpreter_and_simulator_agree_on_graphs_with_memory(case):
-    g, memory, inputs = case
+def _agree(g: Graph, memory: dict[str, np.ndarray], inputs: dict[str, Any]) -> None:
+    """Every stream the simulator records, under both profiles, carries the interpreter's
+    tokens, and every off-chip tensor ends equal."""
     want = interpret(g, memory, inputs=inputs)
     for profile in (None, RtlProfile()):
         got = simulate(g, memory, inputs=inputs, profile=profile)
         label = type(profile).__name__ if profile else "paper"
+        assert set(got.streams) <= {k for k in want.streams if isinstance(k, str)}
         for name, tokens in got.streams.items():
-            assert same_tokens(tokens, want.tokens(name)), f"{label}: stream {name} differs"
+            assert same_tokens(tokens, want.tokens(name)), (
+                f"{label}: stream {name} differs:\n"
+                f"  simulate  {tokens}\n  interpret {want.tokens(name)}"
+            )
+        assert got.streams, "the simulator recorded no streams"
         assert set(got.memory) == set(want.memory)
         for tensor, value in want.memory.items():
             assert np.array_equal(got.memory[tensor], value), f"{label}: tensor {tensor} differs"
+
+
+@settings(max_examples=300, **_SIM_SETTINGS)
+@given(memory_graphs())
+def test_interpreter_and_simulator_agree_on_graphs_with_memory(case):
+    _agree(*case)

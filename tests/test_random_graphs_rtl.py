@@ -79,13 +79,18 @@ def _check(g, memory=None, inputs=None, config=CONFIG, **tier) -> None:
     assert report.rtl_profile_cycles == report.rtl_cycles, f"{kinds}\n{report}"
 
 
-FAST_HBM = {"tier": "fast", "memory_model": MemoryModel.hbm()}
-# The paper's memory (a beat every other cycle, 14 cycles of start-up) puts every port on the
-# rtl profile's cycle-by-cycle port model; every memory operator on one AXI port.
-FAST_PAPER_ONE_PORT = {
-    "tier": "fast",
-    "memory_model": MemoryModel.paper(),
-    "config": HwConfig(axi_ports=1),
+# Where the memory graphs run: the cocotbext-axi tier; the fast tier with the HBM-like memory;
+# the fast tier with the paper's memory (a beat every other cycle, 14 cycles of start-up, which
+# puts every port on the rtl profile's cycle-by-cycle port model) and every memory operator on
+# one AXI port.
+MEMORY_SETTINGS = {
+    "axi": {},
+    "fast_hbm": {"tier": "fast", "memory_model": MemoryModel.hbm()},
+    "fast_paper_one_port": {
+        "tier": "fast",
+        "memory_model": MemoryModel.paper(),
+        "config": HwConfig(axi_ports=1),
+    },
 }
 
 
@@ -102,40 +107,16 @@ def test_more_random_graphs_agree_on_the_rtl(case):
     _check(case[0], inputs=case[1])
 
 
+@pytest.mark.parametrize("setting", MEMORY_SETTINGS)
 @settings(max_examples=3, **_SETTINGS)
-@given(MEMORY_GRAPHS)
-def test_random_graphs_with_memory_agree_on_the_rtl(case):
-    _check(*case)
-
-
-@settings(max_examples=3, **_SETTINGS)
-@given(MEMORY_GRAPHS)
-def test_random_graphs_with_memory_agree_on_the_fast_tier_with_hbm(case):
-    _check(*case, **FAST_HBM)
-
-
-@settings(max_examples=3, **_SETTINGS)
-@given(MEMORY_GRAPHS)
-def test_random_graphs_with_memory_agree_on_one_port_with_the_papers_memory(case):
-    _check(*case, **FAST_PAPER_ONE_PORT)
+@given(case=MEMORY_GRAPHS)
+def test_random_graphs_with_memory_agree_on_the_rtl(setting, case):
+    _check(*case, **MEMORY_SETTINGS[setting])
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("setting", MEMORY_SETTINGS)
 @settings(max_examples=20, **_SETTINGS)
-@given(MEMORY_GRAPHS)
-def test_more_random_graphs_with_memory_agree_on_the_rtl(case):
-    _check(*case)
-
-
-@pytest.mark.slow
-@settings(max_examples=20, **_SETTINGS)
-@given(MEMORY_GRAPHS)
-def test_more_random_graphs_with_memory_agree_on_the_fast_tier_with_hbm(case):
-    _check(*case, **FAST_HBM)
-
-
-@pytest.mark.slow
-@settings(max_examples=20, **_SETTINGS)
-@given(MEMORY_GRAPHS)
-def test_more_random_graphs_with_memory_agree_on_one_port_with_the_papers_memory(case):
-    _check(*case, **FAST_PAPER_ONE_PORT)
+@given(case=MEMORY_GRAPHS)
+def test_more_random_graphs_with_memory_agree_on_the_rtl(setting, case):
+    _check(*case, **MEMORY_SETTINGS[setting])
