@@ -83,6 +83,13 @@ def zip_leaves(a: Any, b: Any, rank: int, fn: Callable[[Any, Any], Any]) -> Any:
     return go(a, b, rank + 1)
 
 
+def nest_leaves(dims: Sequence[int], leaf: Callable[[], Any]) -> Any:
+    """Nested lists of shape ``dims`` (a static stream's data), ``leaf()`` at each leaf in order."""
+    if not dims:
+        return leaf()
+    return [nest_leaves(dims[1:], leaf) for _ in range(dims[0])]
+
+
 def nest_array(array: np.ndarray, depth: int) -> Any:
     """Split the leading ``depth`` axes of ``array`` into nested lists."""
     if depth == 0:

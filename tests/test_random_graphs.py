@@ -52,6 +52,7 @@ from step_lang import (
 from step_lang import functions as F
 from step_lang.dims import ragged
 from step_lang.ops import BufferValue
+from tests.oracle import nest_leaves
 
 ELEM = Tile("int32", 1, 2)
 
@@ -165,13 +166,6 @@ ADDRESS = Tile("int32", 1, 1)
 MEMORY_TILES = ((1, 2), (2, 2), (4, 4), (1, 4), (4, 1), (2, 4))
 
 
-def _nested(dims: tuple[int, ...], leaf) -> Any:
-    """Source tokens of shape ``dims``: nested lists, ``leaf()`` at the bottom."""
-    if not dims:
-        return leaf()
-    return [_nested(dims[1:], leaf) for _ in range(dims[0])]
-
-
 def _walk(draw, rows: int, cols: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """``(out_shape, stride)`` of a linear load over a ``rows`` x ``cols`` grid of tiles."""
     kind = draw(st.sampled_from(["rows", "cols", "again", "each"]))
@@ -230,7 +224,7 @@ def memory_graphs(draw, dtype: str = "int16", fns: Any = F):
         outer = tuple(int(d) for d in x.shape[: len(x.shape) - rank])
         sel = Source(g, StreamType(Selector(2), outer), name="sel").out
         choice = st.sampled_from([(1, 0), (0, 1), (1, 1)])
-        inputs["sel"] = _nested(outer, lambda: np.array(draw(choice), bool))
+        inputs["sel"] = nest_leaves(outer, lambda: np.array(draw(choice), bool))
         part = Partition(x, sel, rank=rank, name="part")
         branches = [
             Map(part.outputs[0], part.outputs[0], fn=fns.add, name="twice").out,
@@ -256,7 +250,7 @@ def memory_graphs(draw, dtype: str = "int16", fns: Any = F):
         addresses = iter(order)
         dims = tuple(int(d) for d in x.shape)
         waddr = Source(g, StreamType(ADDRESS, dims), name="waddr").out
-        inputs["waddr"] = _nested(dims, lambda: np.full((1, 1), next(addresses), np.int32))
+        inputs["waddr"] = nest_leaves(dims, lambda: np.full((1, 1), next(addresses), np.int32))
         c = g.tensor("c", (th * slots, tw), dtype)
         memory["c"] = np.zeros((th * slots, tw), dtype)
         Sink(RandomOffChipStore(waddr, x, c, name="rst").out, name="acks")

@@ -47,6 +47,7 @@ from step_lang import interpret as interpret_graph
 from step_lang.dims import ragged
 from step_lang.errors import SimDeadlock
 from step_lang.types import DTYPES
+from tests.oracle import nest_leaves
 
 INT16 = DTYPES["int16"]
 INT32 = DTYPES["int32"]
@@ -460,10 +461,7 @@ def buffered(shape, rank, *, consumer_lanes=None, ref=None, **read) -> tuple[Gra
     src = Source(g, StreamType(Tile(INT16, 4, 4), shape), name="src").out
     count = iter(range(1, 1 << 15))
 
-    def nest(dims, leaf):
-        return leaf() if not dims else [nest(dims[1:], leaf) for _ in range(dims[0])]
-
-    inputs = {"src": nest(shape, lambda: np.full((4, 4), next(count), np.int16))}
+    inputs = {"src": nest_leaves(shape, lambda: np.full((4, 4), next(count), np.int16))}
     if ref is not None:
         ref_data, ref_shape = ref
         read["ref"] = Source(g, StreamType(Tile(DTYPES["int32"], 1, 1), ref_shape), name="r").out
@@ -472,7 +470,7 @@ def buffered(shape, rank, *, consumer_lanes=None, ref=None, **read) -> tuple[Gra
     y = Streamify(Bufferize(src, rank, name="bz").out, name="sf", **read).out
     if consumer_lanes is not None:
         w = Source(g, StreamType(Tile(INT16, 4, 4), y.type.shape), name="w").out
-        inputs["w"] = nest(tuple(y.type.shape), lambda: np.ones((4, 4), np.int16))
+        inputs["w"] = nest_leaves(tuple(y.type.shape), lambda: np.ones((4, 4), np.int16))
         y = Map(y, w, fn=FX.matmul_out("int16"), name="mm").out
     Sink(y, name="sink")
     return g, inputs

@@ -2107,9 +2107,9 @@ class _RandomStore(_Store):
         super().__init__(profile, node)
         self.addr = 0
         # Per ack-stream token, the earliest cycle the hardware offers it: (None, cycle), or
-        # (tile, offset) for an ack that waits for the last B response of this store's
+        # (tile, None) for an ack ``ACK_AFTER_B`` after the last B response of this store's
         # ``tile``-th tile on a shared port (known once the port has simulated it).
-        self.marks: list[tuple[int | None, float]] = []
+        self.marks: list[tuple[int | None, float | None]] = []
 
     def before_recv(self, port: int) -> int | WaitFor:
         if port == 0 and not self.io.has(1):
@@ -2127,19 +2127,19 @@ class _RandomStore(_Store):
         if is_data(token):
             tile = self.k
             b = self._write(self.addr)
-            self.marks.append((tile, 0) if b is None else (None, b))
+            self.marks.append((tile, None) if b is None else (None, b + contract.ACK_AFTER_B))
         else:
-            self.marks.append((None, now + 2 - contract.ACK_AFTER_B))
+            self.marks.append((None, now + 2))
         return 0
 
     def _last_offer(self, spacing: int) -> float:
-        """The cycle the hardware offers its last ack-stream token so far: each token
-        ``ACK_AFTER_B`` after its mark at the earliest and ``spacing`` after the one before."""
+        """The cycle the hardware offers its last ack-stream token so far: each token at its
+        mark at the earliest and ``spacing`` after the one before."""
         t = -math.inf
         for tile, at in self.marks:
             if tile is not None:
-                at += self.tile_b[tile]
-            t = max(t + spacing, at + contract.ACK_AFTER_B)
+                at = self.tile_b[tile] + contract.ACK_AFTER_B
+            t = max(t + spacing, at)
         return t
 
     def on_send(self, port: int, token: Any) -> int:
@@ -2473,14 +2473,16 @@ class _BlockStore(_RandomStore):
                 if self.first is None:  # a false ack, through the order queue
                     self._through_order_queue(now)
                 else:  # after the block's last B (on a shared port: once the port knows it)
-                    self.marks.append((self.k - 1, 0) if b is None else (None, b))
+                    self.marks.append(
+                        (self.k - 1, None) if b is None else (None, b + contract.ACK_AFTER_B)
+                    )
         elif isinstance(token, Stop) and token.level >= 2:
             self.merged = token.level - 2
         return 0
 
     def _through_order_queue(self, now: float) -> None:
         """An ack-stream token that waits for no write: offered ``queue_latency`` after ``now``."""
-        self.marks.append((None, now + self.order_latency - contract.ACK_AFTER_B))
+        self.marks.append((None, now + self.order_latency))
 
 
 # -- on-chip buffers (``step_hw/memory/buffer.py``, ``sequence.py``) -----------------------------
