@@ -28,6 +28,7 @@ from step_lang import (
     Map,
     Promote,
     RandomOffChipStore,
+    RepeatStatic,
     Scan,
     Sink,
     Source,
@@ -268,17 +269,22 @@ def test_fast_attention_matches_interpreter(pattern, seed):
         assert abs(sim.cycles - r.cycles) / r.cycles <= 0.05, (sim.cycles, r.cycles)
 
 
-def _scatter_with_paced_acks() -> tuple[Graph, dict, dict]:
+def _scatter_with_paced_acks(ack_depth: int = 2, reader: bool = False) -> tuple[Graph, dict, dict]:
     """A load's column walk, a Scan, and a RandomStore to tiles 0, 3 and 0 whose acks go to a
-    Sink through a queue of depth 2 (a token every other cycle)."""
+    Sink through a queue of ``ack_depth`` (2: a token every other cycle); with ``reader``
+    through a RepeatStatic first, whose output queue has depth 1."""
     g = Graph("scatter_paced_acks")
     a = g.tensor("a", (2, 12), "int16")
     tiles = LinearOffChipLoad(a, tile=(2, 4), out_shape=(3, 1), stride=(1, 3), name="ld").out
     sums = Scan(tiles, fn=functions(HwConfig()).accum_add, rank=2, name="scan").out
     waddr = Source(g, StreamType(Tile("int32", 1, 1), (1, 3, 1)), name="waddr").out
     store = RandomOffChipStore(waddr, sums, g.tensor("c", (10, 4), "int16"), name="rst")
-    g.set_queue_depth(store.out, 2)
-    Sink(store.out, name="acks")
+    g.set_queue_depth(store.out, ack_depth)
+    acks = store.out
+    if reader:
+        acks = RepeatStatic(acks, 2, name="twice").out
+        g.set_queue_depth(acks, 1)
+    Sink(acks, name="acks")
     memory = {"a": np.arange(24, dtype=np.int16).reshape(2, 12), "c": np.zeros((10, 4), np.int16)}
     inputs = {"waddr": [[[np.full((1, 1), k, np.int32)] for k in (0, 3, 0)]]}
     return g, memory, inputs
@@ -300,6 +306,24 @@ def test_random_store_done_follows_its_paced_acks(memory_model):
         g, memory, inputs=inputs, tier="fast", memory_model=memory_model, quiet=True,
         tag="paced_acks",
     )  # fmt: skip
+    assert report.ok, str(report)
+    assert report.rtl_profile_cycles == report.rtl_cycles, str(report)
+
+
+@pytest.mark.parametrize(
+    ("memory_model", "ack_depth"),
+    [(None, 3), (MemoryModel.hbm(), 1), (MemoryModel.hbm(), 3), (MemoryModel.paper(), 1)],
+    ids=["axi-3", "hbm-1", "hbm-3", "paper-1"],
+)
+def test_a_block_reads_the_acks_when_the_hardware_offers_them(memory_model, ack_depth):
+    """A block that reads a RandomStore's acks (here a RepeatStatic) gets each when the RTL
+    offers it, after its write's B response, while the store takes the next tiles meanwhile.
+    The profile used to send each ack at once and time only the done token (on the AXI tier at
+    depth 3: 39 cycles against the RTL's 48; with the HBM-like memory 287 and 286 against 289
+    and 290; with the paper's memory 71 against 77)."""
+    g, memory, inputs = _scatter_with_paced_acks(ack_depth, reader=True)
+    tier = dict(tier="fast", memory_model=memory_model) if memory_model else dict(tier="axi")
+    report = cosim.validate(g, memory, inputs=inputs, quiet=True, tag="read_acks", **tier)
     assert report.ok, str(report)
     assert report.rtl_profile_cycles == report.rtl_cycles, str(report)
 

@@ -161,6 +161,21 @@ def graphs(draw, elem: Tile = ELEM, fns: Any = F):
     return g, inputs
 
 
+def _ack_stage(draw, acks, k: int):
+    """A shape operator on a stream of acknowledgements (``[1,1]`` bool tiles), which the
+    hardware moves as any tile: Promote, Flatten or RepeatStatic."""
+    r = acks.rank
+    options = (["promote"] if r < 3 else []) + ["repeat"] + (["flatten"] if r >= 1 else [])
+    op = draw(st.sampled_from(options))
+    name = f"ack_{op}{k}"
+    if op == "promote":
+        return Promote(acks, draw(st.integers(0, r)), name=name).out
+    if op == "flatten":
+        lo = draw(st.integers(0, r - 1))
+        return Flatten(acks, lo, draw(st.integers(lo + 1, r)), name=name).out
+    return RepeatStatic(acks, draw(st.integers(1, 2)), name=name).out
+
+
 ADDRESS = Tile("int32", 1, 1)
 # Tile shapes of memory graphs: all fit the hardware's default 4 x 4 (``HwConfig()``).
 MEMORY_TILES = ((1, 2), (2, 2), (4, 4), (1, 4), (4, 1), (2, 4))
@@ -253,7 +268,10 @@ def memory_graphs(draw, dtype: str = "int16", fns: Any = F):
         inputs["waddr"] = nest_leaves(dims, lambda: np.full((1, 1), next(addresses), np.int32))
         c = g.tensor("c", (th * slots, tw), dtype)
         memory["c"] = np.zeros((th * slots, tw), dtype)
-        Sink(RandomOffChipStore(waddr, x, c, name="rst").out, name="acks")
+        acks = RandomOffChipStore(waddr, x, c, name="rst").out
+        for k in range(draw(st.integers(0, 2))):  # blocks that read the acks as they come
+            acks = _ack_stage(draw, acks, k)
+        Sink(acks, name="acks")
     else:
         Sink(x, name="sink")
     if draw(st.booleans()):

@@ -60,8 +60,10 @@ of every hardware block (their docstrings; ``docs/hardware.md``), it predicts th
 * **Stores** (``memory/store.py``). A tile's AW leaves ``store_issue`` cycles after the take, its
   W beats ``aw_to_w`` cycles after AW, one per cycle; B follows the last beat after
   ``write_response`` cycles; ``done`` rises ``done_latency`` cycles after the last B. A
-  RandomStore with ``fetch`` blocks takes a block's address, tiles and stops one per cycle and
-  acknowledges the block after its last B (:class:`_BlockStore`).
+  RandomStore takes its next tiles while earlier acks wait in its order queue (``max_outstanding
+  + 8`` entries); an ack leaves ``ACK_AFTER_B`` cycles after its write's last B, in order
+  (:class:`_RandomStore`). With ``fetch`` blocks it takes a block's address, tiles and stops one
+  per cycle and acknowledges the block after its last B (:class:`_BlockStore`).
 * **Shared AXI ports** (``HwConfig.axi_ports``). The memory operators share ports as the
   elaborator assigns them (``step_hw.elaborate.axi_managers``); a port with several is an
   ``AxiReadArbiter`` / ``AxiWriteArbiter`` (``step_hw/memory/arbiter.py``) in front of one
@@ -532,8 +534,9 @@ class _Block(_Clocked):
     def _fold_while_full(self, io: Any) -> None:
         """An Accum's last token of a group waits in its output register (``step_hw.compute.
         _unit``: ``free``) while the unit folds the next group's data and drops the stops inside
-        a group: a plain Accum's result (unless a stop is held after it), an Accum with held
-        accumulators' final stop after its bank. A plain Accum's stop that closes a group, and
+        a group: a plain Accum's result (unless a stop is held after it), the stop held after a
+        result (written in the cycle the result left: the unit folds from the next), an Accum
+        with held accumulators' final stop after its bank. A plain Accum's stop that closes a group, and
         done, wait for the register; with held accumulators the closing stop is taken and the
         bank's emission waits for it. The interpreter's Accum takes nothing before that token has
         left, so the node's send of it takes those inputs meanwhile (its later ``recv`` returns
@@ -561,8 +564,10 @@ class _Block(_Clocked):
 
         def waits(token: Any) -> bool:
             """Whether sending ``token`` frees the unit to fold on while it waits for room."""
-            if any(early) or self.pending:
+            if any(early):
                 return False
+            if self.pending:  # the stop held after the result: written as the result left
+                return isinstance(token, Stop)
             if held:  # the final stop after the bank
                 return isinstance(token, Stop) and token.level >= self.node.held
             return is_data(token)
@@ -573,6 +578,8 @@ class _Block(_Clocked):
             # the register takes it (and a held unit is done with its bank) the cycle before it
             # can leave, its queue's pace aside
             free_from = max(self.ready_at, self.last_push[j] + 1) if held else -math.inf
+            if self.pending:  # the unit is free the cycle after the result left
+                free_from = self.steps_from = self.last_push[j] + 1
             t = self.now + self.on_send(j, token)
             ch = io.outputs[j]
             take_at, closed = None, False
@@ -694,7 +701,11 @@ class _Block(_Clocked):
             and token.level >= self.held_group
         ):
             lat += contract.HELD_EMIT_DELAY
-        if self.pending_after is not None and isinstance(token, Stop):
+        if (
+            self.pending_after is not None
+            and isinstance(token, Stop)
+            and token.level >= self.pending_after
+        ):  # a group's closing stop (one inside a group may be folded while a stop is held)
             self.pending = token.level > self.pending_after
         self.ready_at = now + lat
         if self.chunk is not None:
@@ -1957,6 +1968,118 @@ class _Load(_Clocked):
             self.tiles_sent += 1
 
 
+class _TakesEarly(_Clocked):
+    """A block that takes input tokens while earlier results wait to leave, unlike its node.
+
+    The interpreter's Bufferize sends a buffer reference (and the stop after it) before it takes
+    the next element; the hardware's output register holds them while its input goes on. The
+    interpreter's Streamify takes a driving token only once it has sent the block before; the
+    hardware's sequencer takes it as soon as its walk is done (the output queue holds the rest).
+    The node's ``send`` is wrapped (``attach``) to take input tokens at the hardware's cycles
+    while it waits to send (for its cycle, or for room), and its ``recv`` returns those first:
+    the input queues' slots free when they do in hardware. A subclass says when the hardware
+    takes the next input token (``_next_take``) and sends the next token (``_beat_time``).
+
+    While it waits, the block looks again every cycle, unless ``_next_take`` depends only on
+    its input queues (``input_driven``): then it sleeps until the next cycle something it knows
+    of happens (its beat's cycle, a known take, a slot of its output queue freeing) or an input
+    token arrives or its consumer takes a token, whichever is first.
+    """
+
+    #: Whether the next take depends only on the tokens sent to the block so far (not on
+    #: another node's state, as a Bufferize's on its reader's releases).
+    input_driven = False
+
+    def _next_take(self) -> tuple[int, int | None]:
+        """The port and cycle of the next input token the hardware takes before the node asks
+        for it (None: not known now)."""
+        raise NotImplementedError
+
+    def _more_inputs(self) -> bool:
+        """Whether the hardware may still take an input token before the node asks for it."""
+        raise NotImplementedError
+
+    def _beat_time(self, port: int, token: Any) -> float | None:
+        """The first cycle ``token`` can leave on output ``port``, room permitting (None: not
+        known yet, as a write's B response on a shared port before the port simulated it)."""
+        raise NotImplementedError
+
+    def attach(self, io: Any) -> None:
+        super().attach(io)
+        recv, send = io.recv, io.send
+        self.early: list[deque] = [deque() for _ in self.node.inputs]
+
+        def recv_early(i: int) -> Any:
+            if self.early[i]:
+                return self.early[i].popleft()
+            return (yield from recv(i))
+
+        def send_taking(j: int, token: Any) -> Any:
+            t = self._beat_time(j, token)
+            polled = self.now
+            while True:
+                now = self.now
+                if t is None:  # not known yet: looked for again every cycle
+                    t = self._beat_time(j, token)
+                port, c = self._next_take()
+                if c is not None and c <= (now if t is None else max(now, t - 1)):
+                    if c > now:
+                        yield ("sleep", c - now)
+                    self.early[port].append((yield from recv(port)))
+                    continue
+                more = c is None and self._more_inputs()  # a take may become known
+                if t is None:
+                    yield ("sleep", 1)
+                    continue
+                if t > now:
+                    if more and self.input_driven:
+                        self._wake_on_inputs()
+                        more = False
+                    yield ("sleep", 1 if more else t - now)
+                    continue
+                if self._room(j) or (not more and c is None):
+                    break
+                if self.input_driven:
+                    yield from self._wait_for_room(j, c, more)
+                    continue
+                if self._stuck(polled):
+                    break
+                yield ("sleep", 1)  # no room yet: the hardware may take an input meanwhile
+            self.p._buffer_waiting.discard(self.io.proc.idx)
+            yield from send(j, token)
+
+        io.recv, io.send = recv_early, send_taking
+
+    def _wake_on_inputs(self) -> None:
+        """Have a token sent to any input wake the node from the command it yields next."""
+        proc = self.io.proc
+        for ch in self.io.inputs:
+            ch.recv_waiter = (proc, proc.epoch + 1)
+
+    def _wait_for_room(self, j: int, c: int | None, more: bool) -> Any:
+        """Sleep until output ``j`` may have room (a slot frees, or the consumer takes a token)
+        or an input may be taken (at ``c``; with ``more``, once a token arrives)."""
+        io, now = self.io, self.now
+        ch = io.outputs[j]
+        ch.send_waiter = (io.proc, io.proc.epoch + 1)
+        if more:
+            self._wake_on_inputs()
+        times = _frees_after(ch, now)
+        if c is not None:
+            times.append(c)
+        if times:
+            yield ("sleep", min(times) - now)
+        else:
+            yield ("park", f"room on {ch.name}", ("room", ch.name))
+
+    def _stuck(self, since: float) -> bool:
+        """Whether only waiting nodes are left (for ``settle`` cycles, no shared port moving): then
+        the node waits for room as the engine does, which reports the deadlock."""
+        waiting = self.p._buffer_waiting
+        waiting.add(self.io.proc.idx)
+        return self.p.quiet_since(since, self.now) and self.io.engine.only_waiting(waiting)
+
+
 class _Store(_Clocked):
     """LinearStore: AW, W and B of every tile in absolute time (module docstring)."""
 
@@ -2097,19 +2220,44 @@ class _Store(_Clocked):
             self.tile_b.append(b)
 
 
-class _RandomStore(_Store):
-    """RandomStore: LinearStore's write path for the tile at each address. Its output tokens
-    leave in order, one per cycle (every other cycle into a queue of depth 1 or 2): an ack
-    ``ACK_AFTER_B`` cycles after its tile's last B response at the earliest, the address stream's
-    stops and done two cycles after their take (the order queue)."""
+class _RandomStore(_TakesEarly, _Store):
+    """RandomStore: LinearStore's write path for the tile at each address, and its ack stream.
+
+    The hardware takes an address with its tile (or stop, or done) in one cycle, at most one
+    take per cycle, while earlier writes are still under way. Every take is an entry of the
+    writer's order queue (``contract.order_queue_depth`` entries): a take waits for the slot of
+    the entry that many takes back, free the cycle after that entry's token left. The entries
+    leave in order as the ack stream, one per cycle (every other cycle into a queue of depth 1
+    or 2), room permitting: an ack ``ACK_AFTER_B`` cycles after its tile's last B response at
+    the earliest, a stop or done ``queue_latency`` of the order queue after its take. The node
+    sends each ack before it takes the next tile, so it takes the hardware's tiles while it
+    waits to send (:class:`_TakesEarly`): whoever reads the acks sees them when the
+    hardware's reader would.
+    """
+
+    # The next take depends on the input queues only, except for the tile queue's room on a
+    # shared port, which the port knows once it has simulated the writes (``share``).
+    input_driven = True
 
     def __init__(self, profile: RtlProfile, node: Node):
         super().__init__(profile, node)
         self.addr = 0
-        # Per ack-stream token, the earliest cycle the hardware offers it: (None, cycle), or
-        # (tile, None) for an ack ``ACK_AFTER_B`` after the last B response of this store's
-        # ``tile``-th tile on a shared port (known once the port has simulated it).
+        self.order_depth = contract.order_queue_depth(profile.config.max_outstanding)
+        self.order_latency = contract.queue_latency(self.order_depth)
+        # Per order entry (ack-stream token), the earliest cycle the hardware offers it:
+        # (None, cycle), or (tile, None) for an ack ``ACK_AFTER_B`` after the last B response of
+        # this store's ``tile``-th tile on a shared port (known once the port has simulated it).
         self.marks: list[tuple[int | None, float | None]] = []
+        self.pops: list[float] = []  # per entry that left: the cycle its token did
+        self.half = False  # an address was taken; its wdata token goes in the same cycle
+        self.ended = False  # done was taken
+        self.waits_on = ""  # why the next take is not known ("inputs", "port", "order")
+
+    def share(self, port: Port | None) -> None:
+        super().share(port)
+        self.input_driven = port is None
+
+    # -- the takes -------------------------------------------------------------------------------
 
     def before_recv(self, port: int) -> int | WaitFor:
         if port == 0 and not self.io.has(1):
@@ -2119,52 +2267,98 @@ class _RandomStore(_Store):
     def on_recv(self, port: int, token: Any) -> int:
         now = self.now
         if port == 0:
+            self.half = True
             if is_data(token):
                 k = int(token.reshape(-1)[0])
                 self.addr = k if 0 <= k < len(self.bursts) else 0
             return 0
+        self.half = False
         self.last_take = now
         if is_data(token):
             tile = self.k
             b = self._write(self.addr)
-            self.marks.append((tile, None) if b is None else (None, b + contract.ACK_AFTER_B))
+            self._enter(now, tile, b)
         else:
-            self.marks.append((None, now + 2))
+            self.ended = token is DONE
+            self._enter(now)
         return 0
 
-    def _last_offer(self, spacing: int) -> float:
-        """The cycle the hardware offers its last ack-stream token so far: each token at its
-        mark at the earliest and ``spacing`` after the one before."""
-        t = -math.inf
-        for tile, at in self.marks:
-            if tile is not None:
-                at = self.tile_b[tile] + contract.ACK_AFTER_B
-            t = max(t + spacing, at)
-        return t
+    def _enter(self, now: float, tile: int | None = None, b: float | None = None) -> None:
+        """An order entry taken ``now``: a write's ack (its ``tile`` and last B response, None
+        while a shared port has not simulated it), or without ``tile`` a token that waits for
+        no write."""
+        if tile is None:
+            self.marks.append((None, now + self.order_latency))
+        else:
+            self.marks.append((tile, None) if b is None else (None, b + contract.ACK_AFTER_B))
 
-    def on_send(self, port: int, token: Any) -> int:
-        # The RTL takes the next tile while earlier ones are written (an order queue keeps the
-        # acks in order); the interpreter sends each ack before taking the next tile. So acks
-        # leave at once, and the done token carries the wait for the tokens before it: exact
-        # for acks that go to a sink (as in the examples), early for acks another block reads.
-        t = self.last_push[port] + self.spacing[port]
-        if token is DONE:
-            t = max(t, self._last_offer(self.spacing[port]))
-        return max(0, math.ceil(t - self.now)) if t > self.now else 0
+    def _order_room(self) -> float | None:
+        """The first cycle the next order entry finds a slot (None: its slot's token has not
+        left yet)."""
+        i = len(self.marks) - self.order_depth
+        if i < 0:
+            return -math.inf
+        return self.pops[i] + contract.QUEUE_SLOT_RELEASE if i < len(self.pops) else None
+
+    def _tile_room(self, token: Any) -> float | None:
+        """The first cycle the tile queue takes ``token`` (None: a write before it that the shared
+        port has not simulated yet frees the slot)."""
+        if not is_data(token) or self.k < _TILE_QUEUE:
+            return -math.inf
+        i = self.k - _TILE_QUEUE
+        if i >= len(self.w_last) and self.port is not None:
+            self.port.advance(self.now)
+        return self.w_last[i] + 1 if i < len(self.w_last) else None
+
+    def _written(self, token: Any) -> bool:
+        return self._tile_room(token) is not None
+
+    def _next_take(self) -> tuple[int, int | None]:
+        if self.half:
+            return 1, math.ceil(self.now)
+        self.waits_on = ""
+        if self.ended:
+            return 0, None
+        q0, q1 = (ch.q for ch in self.io.inputs)
+        if not q0 or not q1:
+            self.waits_on = "inputs"
+            return 0, None
+        _, t = self._take_cycle(
+            0, (self._order_room(), "order"), (self._tile_room(q1[0][1]), "port")
+        )
+        return 0, None if t is None else math.ceil(max(t, q0[0][0], q1[0][0]))
+
+    def _take_cycle(self, port: int, *after: tuple[float | None, str]) -> tuple[int, float | None]:
+        """``port`` and the first cycle after the last take and every cycle of ``after``, pairs
+        of a cycle and what ``waits_on`` says while that cycle is not known (None)."""
+        t = self.last_take + 1
+        for at, why in after:
+            if at is None:
+                self.waits_on = why
+                return port, None
+            t = max(t, at)
+        return port, t
+
+    def _more_inputs(self) -> bool:
+        return self.waits_on in ("inputs", "port")
+
+    # -- the acks --------------------------------------------------------------------------------
+
+    def _beat_time(self, port: int, token: Any) -> float | None:
+        tile, at = self.marks[len(self.pops)]
+        if tile is not None:
+            if tile >= len(self.tile_b):
+                self.port.advance(self.now)
+            if tile >= len(self.tile_b):
+                return None
+            at = self.tile_b[tile] + contract.ACK_AFTER_B
+        return max(at, self.last_push[port] + self.spacing[port])
+
+    def sent(self, port: int, token: Any) -> None:
+        super().sent(port, token)
+        self.pops.append(self.now)
 
     data_port = 1
-
-    def attach(self, io: Any) -> None:
-        super().attach(io)
-        if self.port is not None:
-            send = io.send
-
-            def send_when_written(j: int, token: Any) -> Any:
-                if token is DONE:
-                    yield from self._wait(lambda: self._written(DONE), "its writes")
-                yield from send(j, token)
-
-            io.send = send_when_written
 
 
 class _BlockLoad(_Clocked):
@@ -2418,32 +2612,63 @@ class _BlockStore(_RandomStore):
     """RandomStore with ``fetch`` blocks: the address alone, then the block's tokens from
     ``wdata``, one take per cycle (stores as :class:`_Store`; an out-of-range block writes
     nothing); ``waddr``'s stop announced by the block's closing stop is taken alone, another
-    with ``wdata``'s. The acks leave at once (as :class:`_RandomStore`), but the done token
-    leaves when the hardware's would: each ack-stream token is offered ``ACK_AFTER_B`` cycles
-    after its block's last B response (a false ack or a stop: ``queue_latency`` after its
-    take, through the order queue), at most one per ``spacing``, in order.
+    with ``wdata``'s. The order entries and acks are :class:`_RandomStore`'s, one per block (at
+    the take of its last tile: after the block's last B response, or a false ack through the
+    order queue) and one per ``waddr`` stop and done; the block's other tiles and stops take
+    no entry.
     """
 
     def __init__(self, profile: RtlProfile, node: Node):
         super().__init__(profile, node)
+        self.nr = node.fetch[0]
         self.n = node.fetch[0] * node.fetch[1]
         self.first: int | None = None  # the current block's first tile (None: out of range)
         self.k_in = 0  # tiles of the current block taken
+        self.left = 0  # wdata tokens of the current block not taken yet (tiles, S1s, its close)
         self.merged = 0  # the closing stop stood for waddr's S_merged (0: none)
         self.pair: float | None = None  # the cycle a waddr stop or done was taken (with wdata's)
-        depth = contract.order_queue_depth(profile.config.max_outstanding)
-        self.order_latency = contract.queue_latency(depth)
+
+    def _take_at(self, port: int, token: Any) -> tuple[int, int | None]:
+        """The first cycle the hardware takes ``token``, the head of ``port`` (visibility
+        aside), as ``_take_cycle``."""
+        if port == 0:
+            if is_data(token):
+                return self._take_cycle(0)
+            return self._take_cycle(0, (self._order_room(), "order"))  # a stop's entry
+        if self.pair is not None:
+            return 1, self.pair  # with waddr's stop or done
+        after = []
+        if is_data(token):
+            if self.first is not None:
+                after.append((self._tile_room(token), "port"))
+            if self.k_in == self.n - 1:  # the block's last tile: its ack's entry
+                after.append((self._order_room(), "order"))
+        return self._take_cycle(1, *after)
 
     def before_recv(self, port: int) -> int | WaitFor:
-        t = self.last_take + 1
-        if port == 0:
-            if not is_data(self.io.head(0)) and not self.merged and not self.io.has(1):
-                return WaitFor(1)  # taken with wdata's stop or done
-        elif self.pair is not None:
-            t = self.pair
-        elif is_data(self.io.head(1)) and self.first is not None and self.k >= _TILE_QUEUE:
-            t = max(t, self.w_last[self.k - _TILE_QUEUE] + 1)  # the tile queue has room
+        head = self.io.head(port)
+        if port == 0 and not is_data(head) and not self.merged and not self.io.has(1):
+            return WaitFor(1)  # taken with wdata's stop or done
+        _, t = self._take_at(port, head)
+        if t is None:  # the node takes a token only once what it waits for is known
+            raise RuntimeError(f"rtl profile: '{self.node.name}' takes before {self.waits_on}")
         return max(0, math.ceil(t - self.now)) if t > self.now else 0
+
+    def _next_take(self) -> tuple[int, int | None]:
+        self.waits_on = ""
+        if self.ended:
+            return 0, None
+        port = 1 if self.left or self.pair is not None else 0
+        q = self.io.inputs[port].q
+        visible = q[0][0] if q else None
+        if q and port == 0 and not is_data(q[0][1]) and not self.merged:
+            q1 = self.io.inputs[1].q
+            visible = max(visible, q1[0][0]) if q1 else None
+        if visible is None:
+            self.waits_on = "inputs"
+            return port, None
+        port, t = self._take_at(port, q[0][1])
+        return port, None if t is None else math.ceil(max(t, visible))
 
     def on_recv(self, port: int, token: Any) -> int:
         now = self.now
@@ -2453,17 +2678,21 @@ class _BlockStore(_RandomStore):
                 a = int(token.reshape(-1)[0])
                 self.first = a * self.n if 0 <= a < self.node.n_addresses else None
                 self.k_in = 0
+                self.left = self.n + self.nr  # the tiles, the S1s between rows, the close
             elif self.merged:
                 self.last_take = now
                 self.merged = 0
-                self._through_order_queue(now)
+                self._enter(now)
             else:
                 self.pair = now
             return 0
         self.last_take = now
+        if self.left:
+            self.left -= 1
         if self.pair is not None:
             self.pair = None
-            self._through_order_queue(now)
+            self.ended = token is DONE
+            self._enter(now)
         elif is_data(token):
             b = None
             if self.first is not None:
@@ -2471,18 +2700,17 @@ class _BlockStore(_RandomStore):
             self.k_in += 1
             if self.k_in == self.n:
                 if self.first is None:  # a false ack, through the order queue
-                    self._through_order_queue(now)
+                    self._enter(now)
                 else:  # after the block's last B (on a shared port: once the port knows it)
-                    self.marks.append(
-                        (self.k - 1, None) if b is None else (None, b + contract.ACK_AFTER_B)
-                    )
+                    self._enter(now, self.k - 1, b)
         elif isinstance(token, Stop) and token.level >= 2:
             self.merged = token.level - 2
         return 0
 
-    def _through_order_queue(self, now: float) -> None:
-        """An ack-stream token that waits for no write: offered ``queue_latency`` after ``now``."""
-        self.marks.append((None, now + self.order_latency))
+    def _tile_room(self, token: Any) -> float | None:
+        if self.first is None:
+            return -math.inf  # an out-of-range block writes nothing
+        return super()._tile_room(token)
 
 
 # -- on-chip buffers (``step_hw/memory/buffer.py``, ``sequence.py``) -----------------------------
@@ -2506,112 +2734,6 @@ def _buffer_words(profile: RtlProfile, node: Node) -> int:
     elem = node.inputs[0].elem if isinstance(node, ops.Bufferize) else node.inputs[0].elem.tile
     fmt = contract.TokenFormat.for_elem(elem, profile.config)
     return contract.buffer_words(fmt, profile.config.mem_port_elems)
-
-
-class _TakesEarly(_Clocked):
-    """A block that takes input tokens while earlier results wait to leave, unlike its node.
-
-    The interpreter's Bufferize sends a buffer reference (and the stop after it) before it takes
-    the next element; the hardware's output register holds them while its input goes on. The
-    interpreter's Streamify takes a driving token only once it has sent the block before; the
-    hardware's sequencer takes it as soon as its walk is done (the output queue holds the rest).
-    The node's ``send`` is wrapped (``attach``) to take input tokens at the hardware's cycles
-    while it waits to send (for its cycle, or for room), and its ``recv`` returns those first:
-    the input queues' slots free when they do in hardware. A subclass says when the hardware
-    takes the next input token (``_next_take``) and sends the next token (``_beat_time``).
-
-    While it waits, the block looks again every cycle, unless ``_next_take`` depends only on
-    its input queues (``input_driven``): then it sleeps until the next cycle something it knows
-    of happens (its beat's cycle, a known take, a slot of its output queue freeing) or an input
-    token arrives or its consumer takes a token, whichever is first.
-    """
-
-    #: Whether the next take depends only on the tokens sent to the block so far (not on
-    #: another node's state, as a Bufferize's on its reader's releases).
-    input_driven = False
-
-    def _next_take(self) -> tuple[int, int | None]:
-        """The port and cycle of the next input token the hardware takes before the node asks
-        for it (None: not known now)."""
-        raise NotImplementedError
-
-    def _more_inputs(self) -> bool:
-        """Whether the hardware may still take an input token before the node asks for it."""
-        raise NotImplementedError
-
-    def _beat_time(self, port: int, token: Any) -> float:
-        """The first cycle ``token`` can leave on output ``port``, room permitting."""
-        raise NotImplementedError
-
-    def attach(self, io: Any) -> None:
-        super().attach(io)
-        recv, send = io.recv, io.send
-        self.early: list[deque] = [deque() for _ in self.node.inputs]
-
-        def recv_early(i: int) -> Any:
-            if self.early[i]:
-                return self.early[i].popleft()
-            return (yield from recv(i))
-
-        def send_taking(j: int, token: Any) -> Any:
-            t = self._beat_time(j, token)
-            polled = self.now
-            while True:
-                now = self.now
-                port, c = self._next_take()
-                if c is not None and c <= max(now, t - 1):
-                    if c > now:
-                        yield ("sleep", c - now)
-                    self.early[port].append((yield from recv(port)))
-                    continue
-                more = c is None and self._more_inputs()  # a take may become known
-                if t > now:
-                    if more and self.input_driven:
-                        self._wake_on_inputs()
-                        more = False
-                    yield ("sleep", 1 if more else t - now)
-                    continue
-                if self._room(j) or (not more and c is None):
-                    break
-                if self.input_driven:
-                    yield from self._wait_for_room(j, c, more)
-                    continue
-                if self._stuck(polled):
-                    break
-                yield ("sleep", 1)  # no room yet: the hardware may take an input meanwhile
-            self.p._buffer_waiting.discard(self.io.proc.idx)
-            yield from send(j, token)
-
-        io.recv, io.send = recv_early, send_taking
-
-    def _wake_on_inputs(self) -> None:
-        """Have a token sent to any input wake the node from the command it yields next."""
-        proc = self.io.proc
-        for ch in self.io.inputs:
-            ch.recv_waiter = (proc, proc.epoch + 1)
-
-    def _wait_for_room(self, j: int, c: int | None, more: bool) -> Any:
-        """Sleep until output ``j`` may have room (a slot frees, or the consumer takes a token)
-        or an input may be taken (at ``c``; with ``more``, once a token arrives)."""
-        io, now = self.io, self.now
-        ch = io.outputs[j]
-        ch.send_waiter = (io.proc, io.proc.epoch + 1)
-        if more:
-            self._wake_on_inputs()
-        times = _frees_after(ch, now)
-        if c is not None:
-            times.append(c)
-        if times:
-            yield ("sleep", min(times) - now)
-        else:
-            yield ("park", f"room on {ch.name}", ("room", ch.name))
-
-    def _stuck(self, since: float) -> bool:
-        """Whether only waiting nodes are left (for ``settle`` cycles, no shared port moving): then
-        the node waits for room as the engine does, which reports the deadlock."""
-        waiting = self.p._buffer_waiting
-        waiting.add(self.io.proc.idx)
-        return self.p.quiet_since(since, self.now) and self.io.engine.only_waiting(waiting)
 
 
 class _Streamify(_TakesEarly):
