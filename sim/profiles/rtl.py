@@ -2094,10 +2094,18 @@ class _Store(_Clocked):
         self.last_b = -math.inf
 
     def before_recv(self, port: int) -> int:
-        t = self.last_take + 1
-        if is_data(self.io.head(port)) and self.k >= _TILE_QUEUE:
-            t = max(t, self.w_last[self.k - _TILE_QUEUE] + 1)  # the tile queue has room
+        t = max(self.last_take + 1, self._tile_room(self.io.head(port)))
         return max(0, math.ceil(t - self.now)) if t > self.now else 0
+
+    def _tile_room(self, token: Any) -> float | None:
+        """The first cycle the tile queue takes ``token`` (None: a write before it that the shared
+        port has not simulated yet frees the slot)."""
+        if not is_data(token) or self.k < _TILE_QUEUE:
+            return -math.inf
+        i = self.k - _TILE_QUEUE
+        if i >= len(self.w_last) and self.port is not None:
+            self.port.advance(self.now)
+        return self.w_last[i] + 1 if i < len(self.w_last) else None
 
     def on_recv(self, port: int, token: Any) -> int:
         now = self.now
@@ -2170,17 +2178,13 @@ class _Store(_Clocked):
             io.recv = recv_when_written
 
     def _written(self, token: Any) -> bool:
-        """Whether the port has simulated the writes that taking ``token`` depends on."""
-
-        def known() -> bool:
-            if is_data(token):
-                return self.k < _TILE_QUEUE or self.k - _TILE_QUEUE < len(self.w_last)
-            return token is not DONE or len(self.aw) == len(self.burst_of)
-
-        if known():
-            return True
-        self.port.advance(self.now)
-        return known()
+        """Whether the port has simulated the writes that taking ``token`` depends on: the one
+        that frees its tile-queue slot, and for done all of them."""
+        if token is not DONE:
+            return self._tile_room(token) is not None
+        if len(self.aw) < len(self.burst_of):
+            self.port.advance(self.now)
+        return len(self.aw) == len(self.burst_of)
 
     def aw_valid(self, c: int) -> bool:
         """Whether the store offers its next burst in cycle ``c``."""
@@ -2300,18 +2304,8 @@ class _RandomStore(_TakesEarly, _Store):
             return -math.inf
         return self.pops[i] + contract.QUEUE_SLOT_RELEASE if i < len(self.pops) else None
 
-    def _tile_room(self, token: Any) -> float | None:
-        """The first cycle the tile queue takes ``token`` (None: a write before it that the shared
-        port has not simulated yet frees the slot)."""
-        if not is_data(token) or self.k < _TILE_QUEUE:
-            return -math.inf
-        i = self.k - _TILE_QUEUE
-        if i >= len(self.w_last) and self.port is not None:
-            self.port.advance(self.now)
-        return self.w_last[i] + 1 if i < len(self.w_last) else None
-
     def _written(self, token: Any) -> bool:
-        return self._tile_room(token) is not None
+        return self._tile_room(token) is not None  # done waits for no write
 
     def _next_take(self) -> tuple[int, int | None]:
         if self.half:
@@ -2628,7 +2622,7 @@ class _BlockStore(_RandomStore):
         self.merged = 0  # the closing stop stood for waddr's S_merged (0: none)
         self.pair: float | None = None  # the cycle a waddr stop or done was taken (with wdata's)
 
-    def _take_at(self, port: int, token: Any) -> tuple[int, int | None]:
+    def _take_at(self, port: int, token: Any) -> tuple[int, float | None]:
         """The first cycle the hardware takes ``token``, the head of ``port`` (visibility
         aside), as ``_take_cycle``."""
         if port == 0:
@@ -2639,8 +2633,7 @@ class _BlockStore(_RandomStore):
             return 1, self.pair  # with waddr's stop or done
         after = []
         if is_data(token):
-            if self.first is not None:
-                after.append((self._tile_room(token), "port"))
+            after.append((self._tile_room(token), "port"))
             if self.k_in == self.n - 1:  # the block's last tile: its ack's entry
                 after.append((self._order_room(), "order"))
         return self._take_cycle(1, *after)
