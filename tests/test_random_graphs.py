@@ -8,7 +8,7 @@ graph must carry the same tokens in ``interpret`` and in ``simulate`` under both
 
 :func:`memory_graphs` draws graphs around off-chip memory instead (a matrix, or a 3-D tensor of
 one or two matrices): a linear load (row-major, column-major, or re-reading the tensor or each
-tile) or a random load from a stream of tile or block (``fetch``) addresses, an optional second load added to it, an optional route, a chain of the same stages,
+tile; once, or once per element of a reference stream of rank 0 to 2) or a random load from a stream of tile or block (``fetch``) addresses, an optional second load added to it, an optional route, a chain of the same stages,
 and a linear store, a random store (distinct or repeated addresses) or a Sink, with the graph's
 own queue depths (1 to 4 tokens) on half of them. Their off-chip tensors must also be equal.
 """
@@ -216,12 +216,19 @@ def memory_graphs(draw, dtype: str = "int16", fns: Any = F):
         else:  # the tiles in order, once or twice
             k = draw(st.integers(1, 2))
             out_shape, stride = (k, batch, rows, cols), (0, rows * cols, cols, 1)
-        x = LinearOffChipLoad(a, tile=(th, tw), out_shape=out_shape, stride=stride, name="ld").out
+        ref = None
+        if draw(st.booleans()):  # the walk once per element of a reference stream
+            ref_shape = draw(st.sampled_from([(1,), (2,), (3,), (1, 2), (2, 2), (1, 2, 2)]))
+            ref = Source(g, StreamType(ADDRESS, ref_shape), name="ref").out
+            inputs["ref"] = nest_leaves(ref_shape, lambda: np.zeros((1, 1), np.int32))
+            if len(out_shape) + len(ref_shape) > 5:  # within the hardware's stop levels
+                out_shape, stride = out_shape[-2:], stride[-2:]
+        walk = {"tile": (th, tw), "out_shape": out_shape, "stride": stride, "ref": ref}
+        x = LinearOffChipLoad(a, **walk, name="ld").out
         if draw(st.booleans()):
             memory["b"] = values()
             b = g.tensor("b", shape, dtype)
-            y = LinearOffChipLoad(b, tile=(th, tw), out_shape=out_shape, stride=stride, name="ldb")
-            x = Map(x, y.out, fn=fns.add, name="sum").out
+            x = Map(x, LinearOffChipLoad(b, **walk, name="ldb").out, fn=fns.add, name="sum").out
     else:
         # single tiles, or blocks of fr x fc tiles (``fetch``)
         fr = draw(st.sampled_from([d for d in (1, 2, 3) if rows % d == 0]))

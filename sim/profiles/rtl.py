@@ -55,8 +55,12 @@ of every hardware block (their docstrings; ``docs/hardware.md``), it predicts th
   the tile three before it has left the tile queue (the cycle after), so R never waits for the
   load. A tile's entry waits for room in the address queue (3), which frees as the burst
   generator takes a tile (``_Load._issue``). A RandomLoad takes each address from its queue in
-  the cycle of its entry, while earlier tiles wait to leave (``_take_ahead``). A RandomLoad with ``fetch`` blocks replays
-  its sequencer cycle by cycle (:class:`_BlockLoad`).
+  the cycle of its entry, while earlier tiles wait to leave (``_take_ahead``). A RandomLoad with
+  ``fetch`` blocks and a LinearLoad with a reference replay their sequencer cycle by cycle
+  (:class:`_BlockLoad`; on a shared port ``_Load._more`` plans the same entries): a data token
+  taken the cycle after the entry before, then its block's entries (a tile and a stop inside
+  the block one entry of two beats), a stop or done taken with its entry, all while earlier
+  tiles wait to leave.
 * **Stores** (``memory/store.py``). A tile's AW leaves ``store_issue`` cycles after the take, its
   W beats ``aw_to_w`` cycles after AW, one per cycle; B follows the last beat after
   ``write_response`` cycles; ``done`` rises ``done_latency`` cycles after the last B. A
@@ -100,6 +104,7 @@ not share bandwidth; the operators on one shared port do.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -113,7 +118,7 @@ from step_hw.memory_model import REQUEST_QUEUE, MemoryModel
 from step_lang import ops
 from step_lang.graph import Node
 from step_lang.registry import NodeRegistry
-from step_lang.stoprules import grid_tokens
+from step_lang.stoprules import grid_stop, grid_tokens
 from step_lang.tokens import DONE, Stop, is_data, to_tokens
 
 from ..memory import MemoryConfig
@@ -1442,6 +1447,44 @@ def _geometry(node: Node, config: HwConfig) -> tuple[list[list[int]], int]:
     return out, n_tiles
 
 
+class _Blocks:
+    """The block a load's sequencer (``memory/sequence.py``) walks per data token of its input:
+    a RandomLoad's ``fetch`` block of each address, or a LinearLoad's walk per reference
+    element. ``stops[i]``: the level of the stop that the entry of the block's tile ``i`` writes
+    after the tile (0: none, the entry is one beat): a stop inside the block, or the closing
+    ``S_k`` of a block driven by a rank-0 stream, which the sequencer writes at once
+    (``eager``); otherwise the closing ``S_k`` is held (``holds``) until the next input token:
+    an input stop merges with it, a data token or done releases it as an entry of its own."""
+
+    def __init__(self, node: Node):
+        if isinstance(node, ops.RandomOffChipLoad):
+            self.shape: tuple[int, ...] = tuple(node.fetch)
+            self.linear: list[int] | None = None
+            self.n_addresses = node.n_addresses
+        else:  # a LinearLoad's walk: its tensor tiles in order
+            self.shape = tuple(node.out_shape)
+            self.linear = [
+                node.base + sum(i * s for i, s in zip(m, node.stride, strict=True))
+                for m in itertools.product(*(range(n) for n in self.shape))
+            ]
+        walk = itertools.product(*(range(n) for n in self.shape))
+        k = len(self.shape)
+        self.eager = node.inputs[0].rank == 0
+        self.stops = [grid_stop(m, self.shape) for m in walk]
+        if not self.eager:
+            self.stops[-1] = 0
+        self.holds = not self.eager and k > 0
+
+    def tiles(self, token: Any) -> list[int | None]:
+        """The tensor tiles the block of data token ``token`` reads, in order (None: a zero
+        tile, for an address out of range)."""
+        if self.linear is not None:
+            return self.linear
+        n = len(self.stops)
+        a = int(token.reshape(-1)[0])
+        return [a * n + i if 0 <= a < self.n_addresses else None for i in range(n)]
+
+
 class _Axi:
     """One AXI port's outstanding-burst slots and its serial data channel."""
 
@@ -1452,7 +1495,11 @@ class _Axi:
 
 
 class _Load(_Clocked):
-    """LinearLoad / RandomLoad: the TileReader pipeline in absolute time (module docstring)."""
+    """LinearLoad / RandomLoad: the TileReader pipeline in absolute time (module docstring).
+
+    On a port of its own: a LinearLoad without a reference, or a RandomLoad without ``fetch``
+    blocks (the others are :class:`_BlockLoad`). On a shared port: every load, its entries
+    planned from its walk or input tokens (``_more``)."""
 
     def __init__(self, profile: RtlProfile, node: Node, random: bool = False):
         super().__init__(profile, node)
@@ -1501,10 +1548,10 @@ class _Load(_Clocked):
             return 0
         if self.taking_ahead:  # its node asks for it later (``_take_ahead``)
             return 0
-        # A reference token starts the sequencer one cycle after it is seen; an address is a
-        # command of the tile reader at once.
-        self.walk_start = self.io.visible + (0 if self.random else 1)
-        if self.random and is_data(token):
+        # On a port of its own only a RandomLoad without fetch blocks has an input here (the
+        # others are ``_BlockLoad``s): an address is a command of the tile reader at once.
+        self.walk_start = self.io.visible
+        if is_data(token):
             k = int(token.reshape(-1)[0])
             self.rand_k = k if 0 <= k < len(self.bursts) else 0
         return 0
@@ -1599,8 +1646,8 @@ class _Load(_Clocked):
             if w is not None:
                 self.offchip_read += self.tile_bytes
                 ready = self.tile_r[w] + 2  # known: ``attach`` waited for it
-            else:
-                ready = self._entry(self.cmd_entry[i]) + (2 if self.random else 1)
+            else:  # a stop or done (of a walk without input: with its tile's entry)
+                ready = self._entry(self.cmd_entry[i]) + (2 if self.node.inputs else 1)
             t = max(ready, self.last_push[port] + self.spacing[port])
             return max(0, math.ceil(t - now)) if t > now else 0
         if is_data(token):
@@ -1638,8 +1685,14 @@ class _Load(_Clocked):
         self.used = 0  # input tokens turned into commands
         self.cmd_tile: list[int | None] = []  # per output token: its tile (number), if any
         self.cmd_entry: list[int] = []  # per output token: the last sequencer entry so far
-        self.entry_start: list[float] = []  # per entry: its walk's (or command's) start
+        self.cmd_last: list[bool] = []  # per output token: the last beat of its entry
+        self.entry_start: list[float] = []  # per entry: the cycle its input token allows
+        self.entry_gap: list[int] = []  # per entry: cycles at least after the entry before
         self.entry_at: list[float] = []  # per entry: its cycle (a prefix: ``_entry``)
+        self.entry_pops: list[float] = []  # per entry: the cycle its last beat left
+        # Per input token: when the sequencer takes it (``_take_cycle``): ``(entry, None)`` in
+        # the cycle of that entry, ``(entry, visible)`` the cycle after it, once visible.
+        self.in_take: list[tuple[int, float | None]] = []
         self.tile_k: list[int] = []  # per tile: the tensor tile it reads
         self.tile_entry: list[int] = []  # per tile: its entry
         self.entry_tile: dict[int, int] = {}  # per entry of a tile read: the tile
@@ -1649,17 +1702,9 @@ class _Load(_Clocked):
         self.ar_from = (-1, 0)  # (burst, the cycle it is offered from), once that is known
         self.r_last: list[int] = []  # per burst: last R beat
         self.tile_r: list[int] = []  # per tile: last R beat
-        self._out: list[Any] = []
         if self.node.inputs and (not self.random or self.node.fetch is not None):
-            from step_lang.stoprules import BlockWriter
-
-            def put(token: Any) -> Any:
-                self._out.append(token)
-                return iter(())
-
-            rank = self.node.inputs[0].rank
-            levels = 2 if self.random else len(self.node.out_shape)  # a fetch block's, a walk's
-            self.writer = BlockWriter(put, levels, input_rank=rank)
+            self.blocks = _Blocks(self.node)
+            self.held = False  # a block's closing S_k is held
 
     def attach(self, io: Any) -> None:
         super().attach(io)
@@ -1730,14 +1775,14 @@ class _Load(_Clocked):
         RandomLoad's takes its next addresses meanwhile, each in the cycle of its entry
         (``_entry``), as ``_take_ahead`` does for a load of a port of its own."""
         recv, send = io.recv, io.send
-        ahead = self.random and self.node.fetch is None
+        ahead = bool(self.node.inputs)
         taken: deque = deque()  # taken ahead of the node's recv (``on_recv`` has seen them)
 
         def due() -> bool | None:
-            """Whether the next address's entry has come (None: not known yet)."""
+            """Whether the next input token's take has come (None: not known yet)."""
             if not ahead or not io.inputs[0].q:
                 return None
-            e = self._entry(len(self.refs))
+            e = self._take_cycle(len(self.refs))
             return None if e is None else e <= self.now
 
         def take_due() -> Any:
@@ -1749,16 +1794,19 @@ class _Load(_Clocked):
                 return taken.popleft()
             return (yield from recv(i))
 
+        def next_take() -> float:
+            """When to look again for the next input token's take."""
+            if not ahead:
+                return math.inf
+            if not io.inputs[0].q:  # a token that arrives meanwhile wakes the node
+                io.inputs[0].recv_waiter = (io.proc, io.proc.epoch + 1)
+                return math.inf
+            e = self._take_cycle(len(self.refs))  # None: it may become known any cycle
+            return self.now + 1 if e is None else max(e, self.now + 1)
+
         def next_look() -> float:
-            """When to look again for the tile or the next address's entry."""
-            t = self._tile_due()
-            if ahead:
-                if io.inputs[0].q:
-                    e = self._entry(len(self.refs))  # None: it may become known any cycle
-                    t = min(t, self.now + 1 if e is None else e)
-                else:  # an address that arrives meanwhile wakes the node
-                    io.inputs[0].recv_waiter = (io.proc, io.proc.epoch + 1)
-            return t
+            """When to look again for the tile or the next input token's take."""
+            return min(self._tile_due(), next_take())
 
         def send_when_read(j: int, token: Any) -> Any:
             while True:
@@ -1766,10 +1814,28 @@ class _Load(_Clocked):
                 yield from self._wait(lambda: due() or self._tile_read(token), "a tile", next_look)
                 if not due():
                     break
-            while not self._room(j) and due() is not None:  # no room: take addresses meanwhile
-                yield ("sleep", 1)
+            t, self.paid = self.now + self.on_send(j, token), True
+            while self.now < t:  # until the token is offered: take inputs meanwhile
                 yield from take_due()
+                yield ("sleep", math.ceil(min(t, next_take()) - self.now))
+            yield from take_due()
+            yield from wait_for_room(j)
             yield from send(j, token)
+
+        def wait_for_room(j: int) -> Any:
+            """Until output ``j`` has room, take input tokens at their cycles (a token that
+            arrives meanwhile, a slot that frees or the consumer's take wakes the node)."""
+            out, ch = io.outputs[j], io.inputs[0] if ahead else None
+            while not self._room(j):
+                if ch is None or (not ch.q and self.refs and self.refs[-1][1] is DONE):
+                    return  # nothing more to take: SimIO.send waits for room
+                out.send_waiter = (io.proc, io.proc.epoch + 1)
+                wake = [*_frees_after(out, self.now), next_take()]
+                if min(wake) < math.inf:
+                    yield ("sleep", math.ceil(min(wake) - self.now))
+                else:
+                    yield ("park", f"room on {out.name}", ("room", out.name), "stalled_out")
+                yield from take_due()
 
         io.recv, io.send = recv_ahead, send_when_read
 
@@ -1800,26 +1866,25 @@ class _Load(_Clocked):
             n, beats = len(bo), sum(self.bursts[self.tile_k[w]])
         return self.port.earliest_last_beat(self.port.managers.index(self), n, beats)
 
-    def _walk(self, token: Any = None) -> list[Any]:
-        """The tokens of one walk, tiles as their tensor tile numbers (a RandomLoad's fetch
-        block: that of address ``token``, an out-of-range one read as block 0)."""
-        from step_lang.stoprules import grid_tokens
-
+    def _walk(self) -> list[Any]:
+        """The tokens of a LinearLoad's one walk (without a reference), tiles as their tensor
+        tile numbers."""
         n = self.node
-        if self.random:
-            nr, nc = n.fetch
-            a = int(token.reshape(-1)[0])
-            first = a * nr * nc if 0 <= a < n.n_addresses else 0
-            return grid_tokens(n.fetch, lambda m: [first + m[0] * nc + m[1]])
         return grid_tokens(
             n.out_shape, lambda m: [n.base + sum(i * s for i, s in zip(m, n.stride, strict=True))]
         )
 
-    def _command(self, token: Any, start: float, entry: bool) -> None:
+    def _command(self, token: Any, start: float, entry: bool, gap: int = 1) -> None:
+        """Output token ``token``: a sequencer entry of its own, earliest at ``start`` and
+        ``gap`` cycles after the entry before, or (not ``entry``) the second beat of the last."""
         if entry:
             self.entry_start.append(start)
+            self.entry_gap.append(gap)
+        else:
+            self.cmd_last[-1] = False
         e = len(self.entry_start) - 1
         self.cmd_entry.append(e)
+        self.cmd_last.append(True)
         if is_data(token):
             self.cmd_tile.append(len(self.tile_k))
             self.entry_tile[e] = len(self.tile_k)
@@ -1852,21 +1917,48 @@ class _Load(_Clocked):
             if is_data(token):
                 k = int(token.reshape(-1)[0])
                 token = k if 0 <= k < len(self.bursts) else 0
+            self.in_take.append((len(self.entry_start), None))
             self._command(token, visible, True)
             return True
-        out, w = self._out, self.writer  # LinearOffChipLoad.execute's BlockWriter
-        out.clear()
-        if token is DONE:
-            steps = w.done()
-        elif isinstance(token, Stop):
-            steps = w.outer_stop(token.level)
-        else:
-            steps = w.block(self._walk(token))
-        for _ in steps:
-            pass
-        for t in out:  # a reference's tokens are entries of their own, stops included
-            self._command(t, visible + 1, True)
+        # The sequencer (``_BlockLoad._plan``): a held S_k that a data token or done releases is
+        # an entry; a data token is taken the cycle after the entry before (a cycle of its own),
+        # its block's entries follow; a stop (merging the held S_k) or done is an entry, the
+        # token taken with it.
+        blocks, k = self.blocks, len(self.blocks.shape)
+        if self.held and not isinstance(token, Stop):
+            self._command(Stop(k), visible, True)
+        self.held = False
+        if not is_data(token):
+            self.in_take.append((len(self.entry_start), None))
+            self._command(token if token is DONE else Stop(token.level + k), visible, True)
+            return True
+        self.in_take.append((len(self.entry_start) - 1, visible))
+        gap = 1 + contract.SEQUENCER_TAKE
+        for t, level in zip(blocks.tiles(token), blocks.stops, strict=True):
+            self._command(0 if t is None else t, visible + contract.SEQUENCER_TAKE, True, gap)
+            gap = 1
+            if level:
+                self._command(Stop(level), visible, False)
+        self.held = blocks.holds
         return True
+
+    def _take_cycle(self, i: int) -> float | None:
+        """The cycle the sequencer takes input token ``i`` from its queue (None: not known
+        yet; the port is simulated up to the engine's clock first, for the AR handshakes its
+        entries may wait for)."""
+        while i >= len(self.in_take):
+            if not self._more():
+                return None
+        e, visible = self.in_take[i]
+        if e < 0:
+            return visible
+        at = self._entry(e)
+        if at is None:
+            self.port.advance(self.now)
+            at = self._entry(e)
+        if at is None or visible is None:
+            return at
+        return max(at + 1, visible)
 
     def _entry(self, e: int) -> float | None:
         """Cycle of sequencer entry ``e`` (as ``_entry_time``), or None while the token whose
@@ -1879,12 +1971,12 @@ class _Load(_Clocked):
             while x >= len(self.entry_start):
                 if not self._more():
                     return None
-            t = max(at[-1] + 1 if at else self.p.load_start, self.entry_start[x])
+            t = max(at[-1] + self.entry_gap[x] if at else self.p.load_start, self.entry_start[x])
             j = x - self.order_depth
             if j >= 0:
-                if j >= len(self.out_pops):
+                if j >= len(self.entry_pops):
                     return None
-                t = max(t, self.out_pops[j] + 1)
+                t = max(t, self.entry_pops[j] + contract.QUEUE_SLOT_RELEASE)
             w = self.entry_tile.get(x, -1) - contract.ADDR_QUEUE_DEPTH
             if w >= 0:
                 g = self._generator_took(w)
@@ -1962,6 +2054,8 @@ class _Load(_Clocked):
     def sent(self, port: int, token: Any) -> None:
         now = self.now
         self.last_push[port] = now
+        if self.port is not None and self.cmd_last[len(self.out_pops)]:
+            self.entry_pops.append(now)
         self.out_pops.append(now)
         if is_data(token):
             self.tile_pops.append(now)
@@ -2356,24 +2450,27 @@ class _RandomStore(_TakesEarly, _Store):
 
 
 class _BlockLoad(_Clocked):
-    """RandomLoad with ``fetch`` blocks on a port of its own: its sequencer, TileReader and
-    output stage in absolute time.
+    """A load whose sequencer walks a block per input token, on a port of its own: a
+    RandomLoad with ``fetch`` blocks (the block of each address) or a LinearLoad with a
+    reference (its walk per reference element). Its sequencer, TileReader and output stage in
+    absolute time.
 
-    The sequencer (``memory/sequence.py``) acts at most once a cycle: the take of an address
+    The sequencer (``memory/sequence.py``) acts at most once a cycle: the take of a data token
     that starts a block (a cycle of its own, :data:`~step_hw.contract.SEQUENCER_TAKE`), then
-    one ``ELEM`` entry per tile of the block; a ``STOP`` entry for an address stop (merging
-    the held ``S2``), for a held ``S2`` that a data token or done releases, and a ``DONE``
-    entry. An entry waits for room in the order queue (``contract.order_queue_depth``; a slot
+    one ``ELEM`` entry per tile of the block; a ``STOP`` entry for an input stop (merging
+    the held closing ``S_k``), for a held ``S_k`` that a data token or done releases, and a
+    ``DONE`` entry. An entry waits for room in the order queue (``contract.order_queue_depth``; a slot
     frees the cycle after its entry's last beat left) and, for a read, in the address queue
     (``contract.ADDR_QUEUE_DEPTH``; a slot frees the cycle after the burst generator took it).
     The burst generator takes a tile ``LOAD_ISSUE - 1`` cycles after its entry, or in the cycle
     of the previous tile's last AR; bursts, R beats and the tile queue as :class:`_Load`. An
     entry's tile (a zero tile: no read) or stop is offered when the order queue offers it
     (``queue_latency``) or its tile was assembled; the stop after a tile in the same entry (a
-    block's ``S1``, a rank-0 block's ``S2``) the cycle after the tile.
+    stop inside the block, the closing ``S_k`` of a block driven by a rank-0 stream) the cycle
+    after the tile.
 
-    The sequencer runs ahead of the outputs: it takes the next address (or stop) from its queue
-    in the cycle it gets to it, while the block before still leaves. So the input tokens are
+    The sequencer runs ahead of the outputs: it takes the next input token from its queue in
+    the cycle it gets to it, while the block before still leaves. So the input tokens are
     planned as they become visible (``_plan``), the entries worked out as far as the beats
     already sent allow (``_advance``), and each token taken from its queue in its cycle, also
     while the node still sends the block before (``attach``: the node's ``recv`` then returns
@@ -2389,9 +2486,8 @@ class _BlockLoad(_Clocked):
         self.order_depth = contract.order_queue_depth(mo)
         self.order_latency = contract.queue_latency(self.order_depth)
         self.tile_latency = contract.queue_latency(_TILE_QUEUE)
-        self.nr, self.nc = node.fetch
-        self.eager = node.inputs[0].rank == 0  # the block's S2 leaves with its last tile
-        self.held = False  # a block's closing S2 is held
+        self.blocks = _Blocks(node)
+        self.held = False  # a block's closing S_k is held
         self.seq_t = 0.0  # the first cycle the sequencer may act
         self.plan: deque[tuple] = deque()  # per output beat (and take): what the hardware does
         self.beats: deque[tuple] = deque()  # per output beat worked out: (ready, pops, read)
@@ -2415,24 +2511,21 @@ class _BlockLoad(_Clocked):
     def _plan(self, token: Any, v: float) -> None:
         """The sequencer's steps for input token ``token``, visible from cycle ``v``; the step
         that takes it from its queue is marked."""
-        plan, n = self.plan, self.nr * self.nc
+        plan = self.plan
         if self.held and not isinstance(token, Stop):
-            plan.append(("entry", v, False, None, False, False))  # the held S2, released
+            plan.append(("entry", v, False, None, False, False))  # the held S_k, released
         self.held = False
         self.takes.append(None)
         if not is_data(token):
             plan.append(("entry", v, False, None, False, True))
             return
-        a = int(token.reshape(-1)[0])
-        first = a * n if 0 <= a < self.node.n_addresses else None
         plan.append(("take", v))
-        for i in range(n):
-            r, c = divmod(i, self.nc)
-            two = (c == self.nc - 1 and r < self.nr - 1) or (i == n - 1 and self.eager)
-            plan.append(("entry", v, True, None if first is None else first + i, two, False))
-            if two:
+        blocks = self.blocks
+        for k, level in zip(blocks.tiles(token), blocks.stops, strict=True):
+            plan.append(("entry", v, True, k, level > 0, False))
+            if level:
                 plan.append(("beat2",))
-        self.held = not self.eager
+        self.held = blocks.holds
 
     def _took(self, t: float) -> None:
         self.takes[self.takes.index(None)] = t
@@ -3218,9 +3311,10 @@ def _buffer_pair(kind: type) -> Any:
 
 
 def _load(profile: RtlProfile, node: Node) -> NodeTiming:
-    load = _Load(profile, node, random=isinstance(node, ops.RandomOffChipLoad))
+    random = isinstance(node, ops.RandomOffChipLoad)
+    load = _Load(profile, node, random=random)
     port = profile._shared_port(node, load)
-    if port is None and node.fetch is not None and isinstance(node, ops.RandomOffChipLoad):
+    if port is None and (node.fetch is not None if random else bool(node.inputs)):
         return _BlockLoad(profile, node)
     load.share(port)
     return load
