@@ -221,7 +221,7 @@ def memory_graphs(draw, dtype: str = "int16", fns: Any = F):
             ref_shape = draw(st.sampled_from([(1,), (2,), (3,), (1, 2), (2, 2), (1, 2, 2)]))
             ref = Source(g, StreamType(ADDRESS, ref_shape), name="ref").out
             inputs["ref"] = nest_leaves(ref_shape, lambda: np.zeros((1, 1), np.int32))
-            if len(out_shape) + len(ref_shape) > 5:  # within the hardware's stop levels
+            if len(out_shape) + len(ref_shape) > 5:  # rank <= 4, room for the stages' levels
                 out_shape, stride = out_shape[-2:], stride[-2:]
         walk = {"tile": (th, tw), "out_shape": out_shape, "stride": stride, "ref": ref}
         x = LinearOffChipLoad(a, **walk, name="ld").out

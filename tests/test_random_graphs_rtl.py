@@ -6,7 +6,8 @@ The graphs are those of ``tests/test_random_graphs.py`` drawn with the hardware'
 arithmetic (``numerics.functions(HwConfig())``): ``graphs`` (a Source of 1x2 tiles, an optional
 Partition/Reassemble route, a chain of shape, buffer and higher-order operators, a Sink), kept
 when they elaborate and hold at least two operators besides Sources and Sinks; and
-``memory_graphs`` (linear and random loads and stores around the same stages, the graph's own
+``memory_graphs`` (linear loads, once or per element of a reference stream, random loads and
+stores around the same stages, the graph's own
 queue depths on half of them), kept by the same rule, on the cocotbext-axi tier, on the
 fast tier with the HBM-like memory (``MemoryModel.hbm()``, 64 cycles of latency), and on the
 fast tier with the paper's memory and every memory operator on one AXI port. Each graph is

@@ -1771,9 +1771,10 @@ class _Load(_Clocked):
         io.recv, io.send = recv_ahead, send_taking
 
     def _port_take_ahead(self, io: Any) -> None:
-        """On a shared port: the node's ``send`` waits for the tile's last beat (``_wait``), and a
-        RandomLoad's takes its next addresses meanwhile, each in the cycle of its entry
-        (``_entry``), as ``_take_ahead`` does for a load of a port of its own."""
+        """On a shared port: the node's ``send`` waits for the tile's last beat (``_wait``), then
+        for the cycle its token is offered and for room; a load with an input takes its next
+        input tokens meanwhile, each in the cycle its sequencer takes it (``_take_cycle``), as
+        ``_take_ahead`` and ``_BlockLoad`` do for a load on a port of its own."""
         recv, send = io.recv, io.send
         ahead = bool(self.node.inputs)
         taken: deque = deque()  # taken ahead of the node's recv (``on_recv`` has seen them)
@@ -1935,6 +1936,7 @@ class _Load(_Clocked):
         self.in_take.append((len(self.entry_start) - 1, visible))
         gap = 1 + contract.SEQUENCER_TAKE
         for t, level in zip(blocks.tiles(token), blocks.stops, strict=True):
+            # (an address out of range, a zero tile in hardware, fails in the node first)
             self._command(0 if t is None else t, visible + contract.SEQUENCER_TAKE, True, gap)
             gap = 1
             if level:
