@@ -901,3 +901,29 @@ def test_a_block_load_takes_its_addresses_at_the_hardwares_cycles(port_model, mo
     r = simulate(g, memory, inputs=inputs, profile=RtlProfile(HwConfig()), trace=True)
     got = ({s: [int(t) for t in ts] for s, ts in r.sends.items()}, r.cycles)
     assert got == amaranth_pushes(g, inputs, HwConfig(), tensors=memory)
+
+
+@pytest.mark.parametrize(
+    ("elements", "copies", "ref_depth", "out_depth"), [(1, 1, 3, 2), (2, 2, 1, 3), (3, 2, 2, 1)]
+)
+def test_an_expand_walks_the_reference_while_it_drops_the_elements_stop(
+    elements, copies, ref_depth, out_depth
+):
+    """Expand loads an element, walks the reference from the next cycle while it drops the
+    element's closing stop, and loads the next element in the walk's last cycle. The profile
+    timed it as a registered block that took the closing stop, then each reference token, one
+    take a cycle, and the next element after the walk's last token had left: 14 cycles against
+    the hardware's 13, 23 against 21 and 29 against 26."""
+    g = Graph("expand")
+    x = Source(g, StreamType(Tile(INT16, 1, 2), (elements, 1)), name="x").out
+    ref = Source(g, StreamType(Tile(INT16, 1, 2), (elements, copies)), name="ref").out
+    g.set_queue_depth(ref, ref_depth)
+    y = Expand(x, ref, 1, name="ex").out
+    g.set_queue_depth(y, out_depth)
+    Sink(y, name="sink")
+    count = iter(range(1, 100))
+    inputs = {
+        "x": nest_leaves((elements, 1), lambda: np.full((1, 2), next(count), np.int16)),
+        "ref": nest_leaves((elements, copies), lambda: np.zeros((1, 2), np.int16)),
+    }
+    assert sends(g, inputs, HwConfig()) == amaranth_pushes(g, inputs, HwConfig())
