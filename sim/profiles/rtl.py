@@ -2148,6 +2148,11 @@ class _TakesEarly(_Clocked):
 
         io.recv, io.send = recv_early, send_taking
 
+    def _beat_cost(self, port: int, token: Any) -> int:
+        """Cycles from now to ``token``'s beat time (0 once there): the subclasses' ``on_send``."""
+        t = self._beat_time(port, token)
+        return max(0, math.ceil(t - self.now)) if t > self.now else 0
+
     def _wake_on_inputs(self) -> None:
         """Have a token sent to any input wake the node from the command it yields next."""
         proc = self.io.proc
@@ -2897,8 +2902,7 @@ class _Expand(_TakesEarly):
         return 0
 
     def on_send(self, port: int, token: Any) -> int:
-        t = self._beat_time(port, token)
-        return max(0, math.ceil(t - self.now)) if t > self.now else 0
+        return self._beat_cost(port, token)
 
     def sent(self, port: int, token: Any) -> None:
         super().sent(port, token)
@@ -3219,8 +3223,7 @@ class _Streamify(_TakesEarly):
         return 0
 
     def on_send(self, port: int, token: Any) -> int:
-        t = self._beat_time(port, token)
-        return max(0, math.ceil(t - self.now)) if t > self.now else 0
+        return self._beat_cost(port, token)
 
     def sent(self, port: int, token: Any) -> None:
         super().sent(port, token)
@@ -3377,8 +3380,7 @@ class _Bufferize(_TakesEarly):
         return t
 
     def on_send(self, port: int, token: Any) -> int:
-        t = self._beat_time(port, token)
-        return max(0, math.ceil(t - self.now)) if t > self.now else 0
+        return self._beat_cost(port, token)
 
 
 def _buffer_pair(kind: type) -> Any:
