@@ -1449,6 +1449,14 @@ def _geometry(node: Node, config: HwConfig) -> tuple[list[list[int]], int]:
     return out, n_tiles
 
 
+def _walk_tiles(node: Node) -> list[int]:
+    """A LinearLoad's walk: the tensor tile of each element of ``out_shape``, row-major."""
+    return [
+        node.base + sum(i * s for i, s in zip(m, node.stride, strict=True))
+        for m in itertools.product(*(range(n) for n in node.out_shape))
+    ]
+
+
 class _Blocks:
     """The block a load's sequencer (``memory/sequence.py``) walks per data token of its input:
     a RandomLoad's ``fetch`` block of each address, or a LinearLoad's walk per reference
@@ -1463,16 +1471,12 @@ class _Blocks:
             self.shape: tuple[int, ...] = tuple(node.fetch)
             self.linear: list[int] | None = None
             self.n_addresses = node.n_addresses
-        else:  # a LinearLoad's walk: its tensor tiles in order
+        else:  # a LinearLoad's walk
             self.shape = tuple(node.out_shape)
-            self.linear = [
-                node.base + sum(i * s for i, s in zip(m, node.stride, strict=True))
-                for m in itertools.product(*(range(n) for n in self.shape))
-            ]
-        walk = itertools.product(*(range(n) for n in self.shape))
+            self.linear = _walk_tiles(node)
         k = len(self.shape)
         self.eager = node.inputs[0].rank == 0
-        self.stops = [grid_stop(m, self.shape) for m in walk]
+        self.stops = [grid_stop(m, self.shape) for m in itertools.product(*map(range, self.shape))]
         if not self.eager:
             self.stops[-1] = 0
         self.holds = not self.eager and k > 0
@@ -1517,7 +1521,7 @@ class _Load(_Clocked):
         self.tiles_sent = 0
         self.entries = 0
         self.walk_start = None if node.inputs else profile.load_start
-        self.idx = self._indices()
+        self.idx = None if random else _walk_tiles(node)
         self.rand_k = 0
         self.ahead_entries: deque = deque()  # entries of addresses taken ahead (_take_ahead)
         self.taking_ahead = False
@@ -1529,20 +1533,6 @@ class _Load(_Clocked):
         self.read_ready: list[float] = []
         self.bursts_issued = 0  # of the tile being issued
         self.last_beat = 0.0  # of the last burst issued
-
-    def _indices(self):
-        n = self.node
-        if self.random:
-            return None
-        out_shape, stride, base = n.out_shape, n.stride, n.base
-        idx = []
-        for flat in range(math.prod(out_shape)):
-            k, rem = base, flat
-            for d in range(len(out_shape) - 1, -1, -1):
-                rem, m = divmod(rem, out_shape[d])
-                k += m * stride[d]
-            idx.append(k)
-        return idx
 
     def on_recv(self, port: int, token: Any) -> int:
         if self.port is not None:
@@ -1872,10 +1862,8 @@ class _Load(_Clocked):
     def _walk(self) -> list[Any]:
         """The tokens of a LinearLoad's one walk (without a reference), tiles as their tensor
         tile numbers."""
-        n = self.node
-        return grid_tokens(
-            n.out_shape, lambda m: [n.base + sum(i * s for i, s in zip(m, n.stride, strict=True))]
-        )
+        tiles = iter(self.idx)
+        return grid_tokens(self.node.out_shape, lambda m: [next(tiles)])
 
     def _command(self, token: Any, start: float, entry: bool, gap: int = 1) -> None:
         """Output token ``token``: a sequencer entry of its own, earliest at ``start`` and
