@@ -2092,13 +2092,17 @@ class _TakesEarly(_Clocked):
 
     def attach(self, io: Any) -> None:
         super().attach(io)
-        recv, send = io.recv, io.send
+        recv, send, has = io.recv, io.send, io.has
         self.early: list[deque] = [deque() for _ in self.node.inputs]
+        self.offered = has  # whether input i's queue offers a token now (not taken early)
 
         def recv_early(i: int) -> Any:
             if self.early[i]:
                 return self.early[i].popleft()
             return (yield from recv(i))
+
+        def has_early(i: int) -> bool:
+            return bool(self.early[i]) or has(i)
 
         def send_taking(j: int, token: Any) -> Any:
             t = self._beat_time(j, token)
@@ -2134,7 +2138,7 @@ class _TakesEarly(_Clocked):
             self.p._buffer_waiting.discard(self.io.proc.idx)
             yield from send(j, token)
 
-        io.recv, io.send = recv_early, send_taking
+        io.recv, io.send, io.has = recv_early, send_taking, has_early
 
     def _beat_cost(self, port: int, token: Any) -> int:
         """Cycles from now to ``token``'s beat time (0 once there): the subclasses' ``on_send``."""
@@ -2355,7 +2359,7 @@ class _RandomStore(_TakesEarly, _Store):
     # -- the takes -------------------------------------------------------------------------------
 
     def before_recv(self, port: int) -> int | WaitFor:
-        if port == 0 and not self.io.has(1):
+        if port == 0 and not self.offered(1):
             return WaitFor(1)  # address and data are taken together
         return super().before_recv(1) if port == 1 else 0
 
@@ -2730,7 +2734,7 @@ class _BlockStore(_RandomStore):
 
     def before_recv(self, port: int) -> int | WaitFor:
         head = self.io.head(port)
-        if port == 0 and not is_data(head) and not self.merged and not self.io.has(1):
+        if port == 0 and not is_data(head) and not self.merged and not self.offered(1):
             return WaitFor(1)  # taken with wdata's stop or done
         _, t = self._take_at(port, head)
         if t is None:  # the node takes a token only once what it waits for is known
@@ -2810,11 +2814,10 @@ class _Expand(_TakesEarly):
     free (the cycle its last token left), the walk ending with a stop that closes a chunk
     (``walk_end``); done takes both done tokens together, after the walk and the drop, into a
     free register. A token written into the register leaves the cycle after, room permitting.
-    The interpreter's node takes the next element and its stop only once it has sent the walk's
-    last token: they are taken early, in the cycles the RTL takes them (:class:`_TakesEarly`).
-    Not modelled: the node takes the element's closing stop before it walks, so a stop that
-    arrives after the cycle the RTL starts the walk (behind a queue of depth 1 or 2) starts the
-    walk late (``docs/simulator.md``)."""
+    The interpreter's node takes the element's closing stop whenever it is there while it walks
+    (``before_recv`` holds it to the cycle the RTL drops it), and the next element only once it
+    has sent the walk's last token: that one is taken early, in the cycle the RTL loads it, and
+    so is a stop that arrives while the node waits to send (:class:`_TakesEarly`)."""
 
     input_driven = True
 

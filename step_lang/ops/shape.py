@@ -338,27 +338,46 @@ class Expand(Node):
                 return
             if not is_data(x):
                 raise io.fail("in", f"expected an element, got {x!r} (inner dims must be 1)")
-            closing = yield from io.recv(0)
-            if not (isinstance(closing, Stop) and partition_closes_chunk(closing.level, self.rank)):
-                raise io.fail(
-                    "in",
-                    f"element followed by {closing!r}; inner dims of size 1 close with S{self.rank} or higher",
-                )
+            # The element's closing stop is taken whenever it arrives, while the reference is
+            # walked (the hardware drops it in parallel): so the walk never waits for it.
+            closing = None
             while True:
+                if closing is None and io.has(0):
+                    closing = yield from self._closing(io)
+                if closing is None and not io.has(1):
+                    yield "a token on 'in' (the element's closing stop) or on 'ref'"
+                    continue
                 r = yield from io.recv(1)
                 if r is DONE:
                     raise io.fail("ref", "reference ended before the input")
                 if is_data(r):
                     yield from io.send(0, x)
                     continue
-                if partition_closes_chunk(r.level, self.rank) and r.level != closing.level:
-                    raise io.fail(
-                        "ref",
-                        f"reference closes with {r!r} where the input closes with {closing!r}",
-                    )
+                ends = partition_closes_chunk(r.level, self.rank)
+                if ends and closing is not None:
+                    self._check_close(io, r, closing)
                 yield from io.send(0, r)
-                if partition_closes_chunk(r.level, self.rank):
+                if ends:
+                    if closing is None:
+                        self._check_close(io, r, (yield from self._closing(io)))
                     break
+
+    def _closing(self, io: Any) -> Iterator[Any]:
+        """Take the element's closing stop from ``in``."""
+        closing = yield from io.recv(0)
+        if not (isinstance(closing, Stop) and partition_closes_chunk(closing.level, self.rank)):
+            raise io.fail(
+                "in",
+                f"element followed by {closing!r}; inner dims of size 1 close with S{self.rank} or higher",
+            )
+        return closing
+
+    def _check_close(self, io: Any, r: Stop, closing: Stop) -> None:
+        """The reference's chunk closes with the input element's level."""
+        if r.level != closing.level:
+            raise io.fail(
+                "ref", f"reference closes with {r!r} where the input closes with {closing!r}"
+            )
 
 
 class RepeatStatic(Node):
