@@ -1464,7 +1464,9 @@ class _Blocks:
     after the tile (0: none, the entry is one beat): a stop inside the block, or the closing
     ``S_k`` of a block driven by a rank-0 stream, which the sequencer writes at once
     (``eager``); otherwise the closing ``S_k`` is held (``holds``) until the next input token:
-    an input stop merges with it, a data token or done releases it as an entry of its own."""
+    an input stop merges with it, a data token or done releases it as an entry of its own.
+    ``steps`` gives the sequencer's steps per input token, the one rule both timings of such a
+    load (:class:`_BlockLoad`, :class:`_Load`) follow."""
 
     def __init__(self, node: Node):
         if isinstance(node, ops.RandomOffChipLoad):
@@ -1480,6 +1482,31 @@ class _Blocks:
         if not self.eager:
             self.stops[-1] = 0
         self.holds = not self.eager and k > 0
+        self.held = False  # the last block's closing S_k is held
+
+    def steps(self, token: Any) -> list[tuple]:
+        """The sequencer's steps for the next input token ``token``, in order: ``("entry",
+        stop, takes)``, an entry that writes ``stop`` (a stop or done) and reads no tile: the
+        held ``S_k`` that a data token or done releases, or the token's own (an input stop
+        merged with the held ``S_k``, or done: ``takes``, the token is taken with it);
+        ``("take",)``, a data token's take, a cycle of its own
+        (:data:`~step_hw.contract.SEQUENCER_TAKE`); ``("tile", t, level)``, an entry that reads
+        tensor tile ``t`` of its block (None: a zero tile, for an address out of range) and
+        writes a stop of ``level`` after it (0: none; else the entry's second beat)."""
+        steps: list[tuple] = []
+        k = len(self.shape)
+        if self.held and not isinstance(token, Stop):
+            steps.append(("entry", Stop(k), False))
+        self.held = False
+        if not is_data(token):
+            steps.append(("entry", token if token is DONE else Stop(token.level + k), True))
+            return steps
+        steps.append(("take",))
+        steps += [
+            ("tile", t, level) for t, level in zip(self.tiles(token), self.stops, strict=True)
+        ]
+        self.held = self.holds
+        return steps
 
     def tiles(self, token: Any) -> list[int | None]:
         """The tensor tiles the block of data token ``token`` reads, in order (None: a zero
@@ -1696,7 +1723,6 @@ class _Load(_Clocked):
         self.tile_r: list[int] = []  # per tile: last R beat
         if self.node.inputs and (not self.random or self.node.fetch is not None):
             self.blocks = _Blocks(self.node)
-            self.held = False  # a block's closing S_k is held
 
     def attach(self, io: Any) -> None:
         super().attach(io)
@@ -1911,27 +1937,26 @@ class _Load(_Clocked):
             self.in_take.append((len(self.entry_start), None))
             self._command(token, visible, True)
             return True
-        # The sequencer (``_BlockLoad._plan``): a held S_k that a data token or done releases is
-        # an entry; a data token is taken the cycle after the entry before (a cycle of its own),
-        # its block's entries follow; a stop (merging the held S_k) or done is an entry, the
-        # token taken with it.
-        blocks, k = self.blocks, len(self.blocks.shape)
-        if self.held and not isinstance(token, Stop):
-            self._command(Stop(k), visible, True)
-        self.held = False
-        if not is_data(token):
-            self.in_take.append((len(self.entry_start), None))
-            self._command(token if token is DONE else Stop(token.level + k), visible, True)
-            return True
-        self.in_take.append((len(self.entry_start) - 1, visible))
-        gap = 1 + contract.SEQUENCER_TAKE
-        for t, level in zip(blocks.tiles(token), blocks.stops, strict=True):
-            # (an address out of range, a zero tile in hardware, fails in the node first)
-            self._command(0 if t is None else t, visible + contract.SEQUENCER_TAKE, True, gap)
-            gap = 1
-            if level:
-                self._command(Stop(level), visible, False)
-        self.held = blocks.holds
+        # The sequencer's steps (``_Blocks.steps``) as commands: a data token is taken the
+        # cycle after the entry before (a cycle of its own), its block's entries follow; a stop
+        # or done is taken with its entry.
+        gap = 1
+        for step in self.blocks.steps(token):
+            if step[0] == "entry":
+                _, stop, takes = step
+                if takes:
+                    self.in_take.append((len(self.entry_start), None))
+                self._command(stop, visible, True)
+            elif step[0] == "take":
+                self.in_take.append((len(self.entry_start) - 1, visible))
+                gap = 1 + contract.SEQUENCER_TAKE
+            else:
+                _, t, level = step
+                # (an address out of range, a zero tile in hardware, fails in the node first)
+                self._command(0 if t is None else t, visible + contract.SEQUENCER_TAKE, True, gap)
+                gap = 1
+                if level:
+                    self._command(Stop(level), visible, False)
         return True
 
     def _take_cycle(self, i: int) -> float | None:
@@ -2488,7 +2513,6 @@ class _BlockLoad(_Clocked):
         self.order_latency = contract.queue_latency(self.order_depth)
         self.tile_latency = contract.queue_latency(_TILE_QUEUE)
         self.blocks = _Blocks(node)
-        self.held = False  # a block's closing S_k is held
         self.seq_t = 0.0  # the first cycle the sequencer may act
         self.plan: deque[tuple] = deque()  # per output beat (and take): what the hardware does
         self.beats: deque[tuple] = deque()  # per output beat worked out: (ready, pops, read)
@@ -2513,20 +2537,17 @@ class _BlockLoad(_Clocked):
         """The sequencer's steps for input token ``token``, visible from cycle ``v``; the step
         that takes it from its queue is marked."""
         plan = self.plan
-        if self.held and not isinstance(token, Stop):
-            plan.append(("entry", v, False, None, False, False))  # the held S_k, released
-        self.held = False
         self.takes.append(None)
-        if not is_data(token):
-            plan.append(("entry", v, False, None, False, True))
-            return
-        plan.append(("take", v))
-        blocks = self.blocks
-        for k, level in zip(blocks.tiles(token), blocks.stops, strict=True):
-            plan.append(("entry", v, True, k, level > 0, False))
-            if level:
-                plan.append(("beat2",))
-        self.held = blocks.holds
+        for step in self.blocks.steps(token):  # (``_Blocks.steps``)
+            if step[0] == "entry":
+                plan.append(("entry", v, False, None, False, step[2]))
+            elif step[0] == "take":
+                plan.append(("take", v))
+            else:
+                _, k, level = step
+                plan.append(("entry", v, True, k, level > 0, False))
+                if level:
+                    plan.append(("beat2",))
 
     def _took(self, t: float) -> None:
         self.takes[self.takes.index(None)] = t
