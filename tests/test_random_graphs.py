@@ -27,6 +27,7 @@ from step_lang import (
     DONE,
     Accum,
     Bufferize,
+    Expand,
     Flatten,
     Graph,
     LinearOffChipLoad,
@@ -96,14 +97,16 @@ def _unary_stage(draw, x, k: int, empty: bool, fns: Any = F):
     issue).
     """
     r = x.rank
-    options = ["map_add", "repeat", "promote", "reshape"]
+    options = ["map_add", "repeat", "promote", "reshape", "expand"]
     if r >= 1:
         options += ["accum", "scan", "flatten", "buffer"]
     if r >= 3:  # keep streams small: no further rank growth
-        options = [o for o in options if o not in ("repeat", "promote", "buffer")]
+        options = [o for o in options if o not in ("repeat", "promote", "buffer", "expand")]
     if empty:
         options = [
-            o for o in options if o not in ("repeat", "reshape") and (o, r) != ("promote", 0)
+            o
+            for o in options
+            if o not in ("repeat", "reshape", "expand") and (o, r) != ("promote", 0)
         ]
     op = draw(st.sampled_from(options))
     name = f"{op}{k}"
@@ -120,6 +123,9 @@ def _unary_stage(draw, x, k: int, empty: bool, fns: Any = F):
     if op == "flatten":
         lo = 0 if empty else draw(st.integers(0, r - 1))
         return Flatten(x, lo, draw(st.integers(lo + 1, r)), name=name).out
+    if op == "expand":  # each element over a new inner dim, the copies x's own (a fan-out)
+        copies = RepeatStatic(x, draw(st.integers(1, 3)), name=f"copies{k}").out
+        return Expand(Promote(x, 0, name=f"lift{k}").out, copies, 1, name=name).out
     if op == "reshape":
         pad = np.full((x.elem.rows, x.elem.cols), -1, x.elem.dtype.numpy)
         return Reshape(x, draw(st.integers(1, 3)), pad=pad, name=name).out
