@@ -803,7 +803,9 @@ class _Expander(_Block):
     before the last piece leaves the register (at once for an element of no pieces). Without
     back-pressure that is ``pieces - 1`` cycles after the take (as ``_Block.hold``); with it,
     later. The node's ``recv`` of an element's inputs is wrapped to leave them in their queues
-    until then (``attach``)."""
+    until then (``attach``). An element of no pieces needs no register: the unit takes it in
+    the cycle it is offered after the take before, also while the last piece or a stop waits in
+    the register to leave (``_push_taking_empty``)."""
 
     def attach(self, io: Any) -> None:
         super().attach(io)
@@ -812,6 +814,8 @@ class _Expander(_Block):
         self.to_write = 0  # pieces of it not written into the output register yet
         self.popping = False
         self.early: list[deque] = [deque() for _ in self.node.inputs]
+        self.taken = -math.inf  # the cycle of the last element's take
+        self.empty_memo: tuple[Any, bool] = (None, False)  # (head, whether it has no pieces)
 
         def take_in_place(i: int) -> Any:
             if self.early[i]:  # taken while the node still sent the element before
@@ -853,23 +857,75 @@ class _Expander(_Block):
 
     def _send_other(self, j: int, token: Any) -> Any:
         """Send a stop or done token (taken as it is written)."""
-        yield from self._send_now(j, token)
+        yield from self._push_taking_empty(j, token)
 
     def _send_piece(self, j: int, token: Any) -> Any:
         """Send a piece of the element in hand; the last is written as the token before it
         leaves the register (the node sends each token once the one before has left), the
         element taken with it."""
-        if self.to_write == 1:
-            yield from self._take()
-        yield from self._send_now(j, token)
+        if self.to_write != 1:
+            return (yield from self._send_now(j, token))
+        yield from self._take()
+        yield from self._push_taking_empty(j, token)
 
     def _take(self) -> Any:
         """Take the element's inputs from their queues, now."""
+        self.taken = self.now
         self.popping = True
         for i in self.in_place:
             yield from self._recv_now(i)
         self.popping = False
         self.in_place = []
+
+    def _push_taking_empty(self, j: int, token: Any) -> Any:
+        """Push a token written into the output register (an element's last piece, a stop);
+        meanwhile the unit takes the elements after it that have no pieces (they need no
+        register), each in its cycle (``_empty_due``). The node's ``recv`` returns them
+        later."""
+        ch, proc = self.io.outputs[j], self.io.proc
+        gap = self.spacing[j] - (0 if self.latency else 1)
+        while True:
+            now = self.now
+            beat = max(self.ready_at, self.last_push[j] + gap)
+            if beat <= now and self._room(j):
+                break
+            due = self._empty_due()
+            if due is not None and due <= now:
+                self.taken = now
+                self.popping = True
+                for i in range(self.group):
+                    self.last_take[i] = now
+                    self.early[i].append((yield from self._recv_now(i)))
+                self.popping = False
+                continue
+            soon = [beat] if beat > now else _frees_after(ch, now)
+            if due is not None:
+                soon.append(due)
+            elif not all(c.q for c in self.io.inputs):  # an arriving element may have none
+                for c in self.io.inputs:
+                    c.recv_waiter = (proc, proc.epoch + 1)
+            if beat <= now:  # the consumer's next take wakes it
+                ch.send_waiter = (proc, proc.epoch + 1)
+            if soon:
+                yield ("sleep", math.ceil(min(soon) - now))
+                continue
+            yield ("park", f"room on {ch.name}", ("room", ch.name), "stalled_out")
+        yield from self._send_now(j, token)
+
+    def _empty_due(self) -> float | None:
+        """When the element at the heads of the inputs is taken, if it has no pieces: the
+        cycle all its inputs are offered, after the last take."""
+        if not all(c.q for c in self.io.inputs):
+            return None
+        token = self.io.inputs[0].q[0][1]
+        if not is_data(token):
+            return None
+        if self.empty_memo[0] is not token:
+            self.empty_memo = (token, self._count_pieces(token) <= 0)
+        if not self.empty_memo[1]:
+            return None
+        offered = max(c.q[0][0] for c in self.io.inputs)
+        return max(offered, max(self.taken, *self.last_take) + 1)
 
     def before_recv(self, port: int) -> int | WaitFor:
         return 0 if self.popping else super().before_recv(port)
@@ -896,7 +952,6 @@ class _MaskedRetile(_Expander):
         self.rows = 0
         self.start = -math.inf  # the cycle its rows start (row i in start + i)
         self.written = -math.inf  # when the element's last kept row so far was written
-        self.taken = -math.inf  # when the element before was taken
 
     def _count_pieces(self, token: Any) -> int:
         mask = np.asarray(self.io.head(1))
@@ -912,7 +967,6 @@ class _MaskedRetile(_Expander):
         return max(offered, max(self.taken, *self.last_take) + 1)
 
     def _take(self) -> Any:
-        self.taken = self.now
         self.busy_until = self.now + 1
         yield from super()._take()
 
@@ -963,45 +1017,11 @@ class _MaskedRetile(_Expander):
                 yield ("sleep", math.ceil(wait))
             yield from self._take()
         else:
-            yield from self._push_taking_padding(j, token)
+            yield from self._push_taking_empty(j, token)
 
-    def _send_other(self, j: int, token: Any) -> Any:
-        yield from self._push_taking_padding(j, token)
-
-    def _push_taking_padding(self, j: int, token: Any) -> Any:
-        """Push a token in the output register (a tile's last kept row, a stop); meanwhile the
-        unit steps through the rows of the elements after it that are all padding (they need no
-        register) and takes each in the cycle of its last row. The node's ``recv`` returns them
-        later."""
-        ch, proc = self.io.outputs[j], self.io.proc
-        while True:
-            now = self.now
-            if self.ready_at <= now and self._room(j):
-                break
-            due = self._padding_due()
-            if due is not None and due <= now:
-                self.taken = now
-                self.popping = True
-                for i in range(self.group):
-                    self.early[i].append((yield from self._recv_now(i)))
-                self.popping = False
-                continue
-            soon = [self.ready_at] if self.ready_at > now else _frees_after(ch, now)
-            if due is not None:
-                soon.append(due)
-            elif not all(c.q for c in self.io.inputs):  # an arriving tile may be all padding
-                for c in self.io.inputs:
-                    c.recv_waiter = (proc, proc.epoch + 1)
-            if self.ready_at <= now:  # the consumer's next take wakes it
-                ch.send_waiter = (proc, proc.epoch + 1)
-            if soon:
-                yield ("sleep", math.ceil(min(soon) - now))
-                continue
-            yield ("park", f"room on {ch.name}", ("room", ch.name), "stalled_out")
-        yield from self._send_now(j, token)
-
-    def _padding_due(self) -> float | None:
-        """When the element at the heads of the inputs is taken, if it is all padding rows."""
+    def _empty_due(self) -> float | None:
+        """When the element at the heads of the inputs is taken, if it is all padding rows: in
+        the cycle of its last row."""
         if not all(c.q for c in self.io.inputs):
             return None
         token, mask = (c.q[0][1] for c in self.io.inputs)
