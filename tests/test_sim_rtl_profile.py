@@ -907,6 +907,28 @@ def test_a_block_load_takes_its_addresses_at_the_hardwares_cycles(port_model, mo
     assert got == amaranth_pushes(g, inputs, HwConfig(), tensors=memory)
 
 
+def _expand(elements, copies, *, out_depth, ref_depth=None, x_depth=None, slow=False):
+    """An Expand of ``elements`` elements (distinct values), ``copies`` each, by a reference
+    Source; ``slow`` puts a Map before its element input; the depths of the queues named."""
+    g = Graph("expand")
+    x = Source(g, StreamType(Tile(INT16, 1, 2), (elements, 1)), name="x").out
+    if slow:
+        x = Map(x, x, fn=FX.add, name="slow").out
+    ref = Source(g, StreamType(Tile(INT16, 1, 2), (elements, copies)), name="ref").out
+    for stream, depth in ((x, x_depth), (ref, ref_depth)):
+        if depth is not None:
+            g.set_queue_depth(stream, depth)
+    y = Expand(x, ref, 1, name="ex").out
+    g.set_queue_depth(y, out_depth)
+    Sink(y, name="sink")
+    count = iter(range(1, 100))
+    inputs = {
+        "x": nest_leaves((elements, 1), lambda: np.full((1, 2), next(count), np.int16)),
+        "ref": nest_leaves((elements, copies), lambda: np.zeros((1, 2), np.int16)),
+    }
+    return g, inputs
+
+
 @pytest.mark.parametrize(
     ("elements", "copies", "ref_depth", "out_depth"), [(1, 1, 3, 2), (2, 2, 1, 3), (3, 2, 2, 1)]
 )
@@ -918,18 +940,7 @@ def test_an_expand_walks_the_reference_while_it_drops_the_elements_stop(
     timed it as a registered block that took the closing stop, then each reference token, one
     take a cycle, and the next element after the walk's last token had left: 14 cycles against
     the hardware's 13, 23 against 21 and 29 against 26."""
-    g = Graph("expand")
-    x = Source(g, StreamType(Tile(INT16, 1, 2), (elements, 1)), name="x").out
-    ref = Source(g, StreamType(Tile(INT16, 1, 2), (elements, copies)), name="ref").out
-    g.set_queue_depth(ref, ref_depth)
-    y = Expand(x, ref, 1, name="ex").out
-    g.set_queue_depth(y, out_depth)
-    Sink(y, name="sink")
-    count = iter(range(1, 100))
-    inputs = {
-        "x": nest_leaves((elements, 1), lambda: np.full((1, 2), next(count), np.int16)),
-        "ref": nest_leaves((elements, copies), lambda: np.zeros((1, 2), np.int16)),
-    }
+    g, inputs = _expand(elements, copies, ref_depth=ref_depth, out_depth=out_depth)
     assert sends(g, inputs, HwConfig()) == amaranth_pushes(g, inputs, HwConfig())
 
 
@@ -944,20 +955,7 @@ def test_an_expand_walks_before_the_elements_stop_arrives(
     after it loaded the element; the hardware walks the reference meanwhile. The interpreter's
     node took the stop before it walked, so the profile started the walk late: 16 cycles against
     the hardware's 15, 26 against 25 and 38 against 37."""
-    g = Graph("expand_late_stop")
-    x = Source(g, StreamType(Tile(INT16, 1, 2), (elements, 1)), name="x").out
-    if slow:
-        x = Map(x, x, fn=FX.add, name="slow").out
-    g.set_queue_depth(x, x_depth)
-    ref = Source(g, StreamType(Tile(INT16, 1, 2), (elements, copies)), name="ref").out
-    y = Expand(x, ref, 1, name="ex").out
-    g.set_queue_depth(y, out_depth)
-    Sink(y, name="sink")
-    count = iter(range(1, 100))
-    inputs = {
-        "x": nest_leaves((elements, 1), lambda: np.full((1, 2), next(count), np.int16)),
-        "ref": nest_leaves((elements, copies), lambda: np.zeros((1, 2), np.int16)),
-    }
+    g, inputs = _expand(elements, copies, x_depth=x_depth, slow=slow, out_depth=out_depth)
     assert sends(g, inputs, HwConfig()) == amaranth_pushes(g, inputs, HwConfig())
 
 

@@ -403,6 +403,25 @@ class _Clocked(NodeTiming):
         ch = self.io.outputs[j]
         return ch.occ - sum(1 for f in ch.frees if f <= self.now) < ch.cap
 
+    def _wake_on_inputs(self) -> None:
+        """Have a token sent to any input wake the node from the command it yields next."""
+        proc = self.io.proc
+        for ch in self.io.inputs:
+            ch.recv_waiter = (proc, proc.epoch + 1)
+
+    def _wait_output(self, ch: Any, times: list[float], *, inputs: bool, taken: bool) -> Any:
+        """Wait while a token waits to leave into queue ``ch``: until the first of ``times``,
+        or without any for room in ``ch`` (parked: the deadlock report's wait); sooner when a
+        token is sent to any input (``inputs``) or the consumer takes from ``ch`` (``taken``)."""
+        if inputs:
+            self._wake_on_inputs()
+        if taken:
+            ch.send_waiter = (self.io.proc, self.io.proc.epoch + 1)
+        if times:
+            yield ("sleep", math.ceil(min(times) - self.now))
+        else:
+            yield ("park", f"room on {ch.name}", ("room", ch.name), "stalled_out")
+
     # -- memory operators on a shared AXI port ---------------------------------------------------
 
     port: Port | None = None
@@ -552,7 +571,6 @@ class _Block(_Clocked):
         held = self.held_group is not None
         inner = self.held_group if held else self.pending_after  # stops below: inside a group
         early: list[deque] = [deque() for _ in self.node.inputs]
-        proc = io.proc
 
         def recv_early(i: int) -> Any:
             if early[i]:
@@ -611,15 +629,10 @@ class _Block(_Clocked):
                         continue
                     times.append(take_at if take_at is not None else
                                  max(ch_.q[0][0] for ch_ in io.inputs))  # fmt: skip
-                elif fold is None and not closed:  # an arriving token may be taken
-                    for ch_ in io.inputs:
-                        ch_.recv_waiter = (proc, proc.epoch + 1)
-                if t <= now:  # the consumer's next take wakes it
-                    ch.send_waiter = (proc, proc.epoch + 1)
-                if times:
-                    yield ("sleep", math.ceil(min(times) - now))
-                    continue
-                yield ("park", f"room on {ch.name}", ("room", ch.name), "stalled_out")
+                # an arriving token may be taken; the consumer's next take wakes it
+                yield from self._wait_output(
+                    ch, times, inputs=fold is None and not closed, taken=t <= now
+                )
             self.take_due = take_at  # steps under way go on after the token left
             self.paid = True
             yield from send(j, token)
@@ -882,7 +895,7 @@ class _Expander(_Block):
         meanwhile the unit takes the elements after it that have no pieces (they need no
         register), each in its cycle (``_empty_due``). The node's ``recv`` returns them
         later."""
-        ch, proc = self.io.outputs[j], self.io.proc
+        ch = self.io.outputs[j]
         gap = self.spacing[j] - (0 if self.latency else 1)
         while True:
             now = self.now
@@ -901,15 +914,9 @@ class _Expander(_Block):
             soon = [beat] if beat > now else _frees_after(ch, now)
             if due is not None:
                 soon.append(due)
-            elif not all(c.q for c in self.io.inputs):  # an arriving element may have none
-                for c in self.io.inputs:
-                    c.recv_waiter = (proc, proc.epoch + 1)
-            if beat <= now:  # the consumer's next take wakes it
-                ch.send_waiter = (proc, proc.epoch + 1)
-            if soon:
-                yield ("sleep", math.ceil(min(soon) - now))
-                continue
-            yield ("park", f"room on {ch.name}", ("room", ch.name), "stalled_out")
+            # an arriving element may have no pieces; the consumer's next take wakes it
+            arriving = due is None and not all(c.q for c in self.io.inputs)
+            yield from self._wait_output(ch, soon, inputs=arriving, taken=beat <= now)
         yield from self._send_now(j, token)
 
     def _empty_due(self) -> float | None:
@@ -2189,12 +2196,6 @@ class _TakesEarly(_Clocked):
         """Cycles from now to ``token``'s beat time (0 once there): the subclasses' ``on_send``."""
         t = self._beat_time(port, token)
         return max(0, math.ceil(t - self.now)) if t > self.now else 0
-
-    def _wake_on_inputs(self) -> None:
-        """Have a token sent to any input wake the node from the command it yields next."""
-        proc = self.io.proc
-        for ch in self.io.inputs:
-            ch.recv_waiter = (proc, proc.epoch + 1)
 
     def _wait_for_room(self, j: int, c: int | None, more: bool) -> Any:
         """Sleep until output ``j`` may have room (a slot frees, or the consumer takes a token)
