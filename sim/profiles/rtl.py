@@ -820,6 +820,10 @@ class _Expander(_Block):
     the cycle it is offered after the take before, also while the last piece or a stop waits in
     the register to leave (``_push_taking_empty``)."""
 
+    #: Whether an element may have no pieces: a FlatMap's may (its function says how many), a
+    #: RepeatStatic's or an unmasked RetileStreamify's never.
+    may_be_empty = False
+
     def attach(self, io: Any) -> None:
         super().attach(io)
         recv, send = io.recv, io.send
@@ -828,6 +832,7 @@ class _Expander(_Block):
         self.popping = False
         self.early: list[deque] = [deque() for _ in self.node.inputs]
         self.taken = -math.inf  # the cycle of the last element's take
+        self.may_be_empty = self.may_be_empty or isinstance(self.node, ops.FlatMap)
         self.empty_memo: tuple[Any, bool] = (None, False)  # (head, whether it has no pieces)
 
         def take_in_place(i: int) -> Any:
@@ -895,6 +900,8 @@ class _Expander(_Block):
         meanwhile the unit takes the elements after it that have no pieces (they need no
         register), each in its cycle (``_empty_due``). The node's ``recv`` returns them
         later."""
+        if not self.may_be_empty:
+            return (yield from self._send_now(j, token))
         ch = self.io.outputs[j]
         gap = self.spacing[j] - (0 if self.latency else 1)
         while True:
@@ -952,6 +959,8 @@ class _MaskedRetile(_Expander):
     tile is taken its trailing padding rows after its last kept row's write, whether or not that
     row has left the register (``s + R - 1`` for a tile of padding only). The node sends only
     the kept rows, so their sends are timed here (``_send_piece``)."""
+
+    may_be_empty = True  # a tile of padding rows only
 
     def attach(self, io: Any) -> None:
         super().attach(io)
