@@ -938,6 +938,11 @@ class _Expander(_Block):
             self.empty_memo = (token, self._count_pieces(token) <= 0)
         if not self.empty_memo[1]:
             return None
+        return self._offered_after_take()
+
+    def _offered_after_take(self) -> float:
+        """The cycle the unit has the element at the heads of the inputs: once all are offered,
+        the cycle after the last take (an element's, or a stop's)."""
         offered = max(c.q[0][0] for c in self.io.inputs)
         return max(offered, max(self.taken, *self.last_take) + 1)
 
@@ -973,14 +978,8 @@ class _MaskedRetile(_Expander):
         mask = np.asarray(self.io.head(1))
         self.rows = int(mask.shape[0])
         self.kept = [i for i in range(self.rows) if not mask[i, 0]]
-        self.start = self._rows_start()
+        self.start = self._offered_after_take()  # its first row
         return len(self.kept)
-
-    def _rows_start(self) -> float:
-        """The cycle the element at the heads of the inputs has its first row: once offered,
-        the cycle after the last take (an element's, or a stop's)."""
-        offered = max(c.q[0][0] for c in self.io.inputs)
-        return max(offered, max(self.taken, *self.last_take) + 1)
 
     def _take(self) -> Any:
         self.busy_until = self.now + 1
@@ -1043,7 +1042,7 @@ class _MaskedRetile(_Expander):
         token, mask = (c.q[0][1] for c in self.io.inputs)
         if not is_data(token) or not np.asarray(mask).all():
             return None
-        return self._rows_start() + np.asarray(mask).shape[0] - 1
+        return self._offered_after_take() + np.asarray(mask).shape[0] - 1
 
 
 # -- routers (step_hw/broadcast.py, step_hw/router.py) ------------------------------------------
@@ -1487,10 +1486,7 @@ def _geometry(node: Node, config: HwConfig) -> tuple[list[list[int]], int]:
 
 def _walk_tiles(node: Node) -> list[int]:
     """A LinearLoad's walk: the tensor tile of each element of ``out_shape``, row-major."""
-    return [
-        node.base + sum(i * s for i, s in zip(m, node.stride, strict=True))
-        for m in itertools.product(*(range(n) for n in node.out_shape))
-    ]
+    return [node.tile_number(m) for m in itertools.product(*map(range, node.out_shape))]
 
 
 class _Blocks:

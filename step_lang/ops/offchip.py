@@ -240,12 +240,14 @@ class LinearOffChipLoad(_OffChip):
     def offchip_bytes(self, convention: str) -> Dim:
         return self.out_types[0].cardinality * self.tile_bytes
 
-    def _block(self, io: Any) -> list:
-        def at(m: tuple[int, ...]) -> list:
-            k = self.base + sum(i * s for i, s in zip(m, self.stride, strict=True))
-            return [io.read_tile(self.tensor, self.tile, k)]
+    def tile_number(self, m: tuple[int, ...]) -> int:
+        """The tensor tile read for element ``m`` of ``out_shape``: ``base + m . stride``."""
+        return self.base + sum(i * s for i, s in zip(m, self.stride, strict=True))
 
-        return grid_tokens(self.out_shape, at)
+    def _block(self, io: Any) -> list:
+        return grid_tokens(
+            self.out_shape, lambda m: [io.read_tile(self.tensor, self.tile, self.tile_number(m))]
+        )
 
     def execute(self, io: Any) -> Iterator[Any]:
         block = self._block(io)
