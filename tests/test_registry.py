@@ -25,7 +25,7 @@ REGISTRIES = {
     "hardware contract (step_hw/contract.py)": BLOCKS,
     "hardware (step_hw/elaborate.py)": HARDWARE,
 }
-RTL = "rtl-profile timing (sim/profiles/rtl.py RTL_TIMING, or a Block in step_hw/contract.py)"
+RTL = "rtl-profile timing (sim/profiles/rtl/registry.py RTL_TIMING, or a Block in step_hw/contract.py)"
 COSTS = ("onchip_bytes", "offchip_bytes", "flops")
 
 

@@ -1,4 +1,4 @@
-"""The ``rtl`` profile with the small queues the sizing pass picks (``sim/profiles/rtl.py``).
+"""The ``rtl`` profile with the small queues the sizing pass picks (``sim/profiles/rtl/``).
 
 With queues of depth 1 (a single register: a token every other cycle) a block that holds its
 input token in its queue a cycle longer, or frees it a cycle early, moves every token behind it:

@@ -1,4 +1,4 @@
-"""The simulator's ``rtl`` profile on hand-countable cases (``sim/profiles/rtl.py``).
+"""The simulator's ``rtl`` profile on hand-countable cases (``sim/profiles/rtl/``).
 
 The cycle numbers are those of the generated RTL (``step_hw.queue.Queue``, the MAC array, the
 AXI load controller against cocotbext-axi's AxiRam), as measured in ``docs/validation.md``.
@@ -426,7 +426,7 @@ def test_shared_port_waits_skip_the_cycles_in_which_nothing_can_happen(
     a read takes 64 cycles)."""
     import math
 
-    from sim.profiles import rtl, rtl_ports
+    from sim.profiles.rtl import loads, ports
     from step_hw.memory_model import MemoryModel
     from stepcli.sizing import hardware_case
 
@@ -438,8 +438,8 @@ def test_shared_port_waits_skip_the_cycles_in_which_nothing_can_happen(
     skipping, profile = run()
     trace = profile.axi_trace()
     assert profile.shared_ports()
-    monkeypatch.setattr(rtl._Load, "_tile_due", lambda self: -math.inf)
-    for port in (rtl_ports.Port, rtl_ports.ReadPort):
+    monkeypatch.setattr(loads._Load, "_tile_due", lambda self: -math.inf)
+    for port in (ports.Port, ports.ReadPort):
         monkeypatch.setattr(port, "_next", lambda self, c: c)
     stepping, profile = run()
     assert skipping.cycles == stepping.cycles

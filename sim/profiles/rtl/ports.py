@@ -1,12 +1,12 @@
-"""Shared AXI ports of the ``rtl`` profile (``sim/profiles/rtl.py``), cycle by cycle.
+"""Shared AXI ports of the ``rtl`` profile (:mod:`sim.profiles.rtl`), cycle by cycle.
 
 With ``HwConfig.axi_ports`` several loads (stores) share one AXI read (write) port behind an
 ``AxiReadArbiter`` (``AxiWriteArbiter``, ``step_hw/memory/arbiter.py``) and one cocotbext-axi
 RAM. A :class:`ReadPort` / :class:`WritePort` steps the arbiter's grant (:class:`Arbiter`), the
 RAM's request queue and its one-beat-per-cycle data channel a cycle at a time, as far as the
-engine's clock allows; the loads and stores behind it (``rtl._Load``, ``rtl._Store``) offer their
-requests and take their beats through it. A port with one operator is plain wires and is not
-modelled here.
+engine's clock allows; the loads and stores behind it (``loads._Load``, ``stores._Store``)
+offer their requests and take their beats through it. A port with one operator is plain wires
+and is not modelled here.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .rtl import RtlProfile
+    from .profile import RtlProfile
 
 __all__ = ["Arbiter", "Port", "PortRun", "ReadPort", "WritePort"]
 
