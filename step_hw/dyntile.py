@@ -22,9 +22,10 @@ expression at its symbols' bounds, which bounds it because shape expressions are
 products, ``ceiling``, ``Min``, ``Max`` of non-negative terms); one with a negative constant is
 treated as unbounded rather than guessed.
 
-:func:`check_dynamic_tiles` is the elaboration check (``ElaboratedGraph`` calls it before
-building blocks): a :class:`~step_lang.errors.StepTypeError` naming the producing node for a
-dynamic tile whose bound is unknown or exceeds ``HwConfig.dyn_tile_rows``.
+:func:`check_dynamic_tiles` is one of the graph rules (``step_hw.graph_rules``, which the
+elaborator checks before it builds a block and the rtl profile before it times one): a
+:class:`~step_lang.errors.StepTypeError` naming the producing node for a dynamic tile whose bound
+is unknown or exceeds ``HwConfig.dyn_tile_rows``.
 """
 
 from __future__ import annotations
@@ -49,11 +50,12 @@ def dim_bound(d: Dim, bounds: dict[sp.Symbol, int]) -> int | None:
     if isinstance(d, int):
         return d
     expr = sp.sympify(d)
-    if any(s not in bounds for s in expr.free_symbols):
+    free = expr.free_symbols
+    if any(s not in bounds for s in free):
         return None
     if any(a.is_negative for a in expr.atoms(sp.Number)):
         return None  # not monotone in its symbols: no safe bound
-    value = expr.subs(bounds)
+    value = expr.subs({s: bounds[s] for s in free})  # its own symbols: subs walks the mapping
     return int(value) if value.is_Integer else None
 
 

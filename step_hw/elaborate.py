@@ -51,11 +51,11 @@ from . import contract, conversions
 from .compute import fp_cells
 from .config import HwConfig, config_for
 from .contract import axi_managers
-from .dyntile import check_dynamic_tiles
 from .field_wires import omittable, omitted
+from .graph_rules import check_graph
 from .payload import Kind, TokenFormat
 from .queue import Queue
-from .run_time_depths import check_capacities, limit_fields, pack_limits, queues
+from .run_time_depths import limit_fields, pack_limits, queues
 
 __all__ = ["HARDWARE", "ElaboratedGraph", "axi_managers", "convert", "supported_kinds", "write"]
 
@@ -115,18 +115,6 @@ _FLAGS = ("error", "misaligned", "overflow")
 _ERRORS = ("error", "misaligned")
 
 
-def _check_stop_levels(graph: Graph, config: HwConfig) -> None:
-    """Every stream's stop levels (up to its rank) fit the payload's level field."""
-    for node in graph.nodes.values():
-        for port, t in zip(node.output_names, node.out_types, strict=True):
-            if t.rank > config.max_level:
-                raise node.error(
-                    port,
-                    f"a stream of rank {t.rank} has stop levels up to {t.rank}, but "
-                    f"HwConfig.level_bits={config.level_bits} holds at most {config.max_level}",
-                )
-
-
 def supported_kinds() -> list[str]:
     """Operator kinds the elaborator maps to hardware (plus Source, Sink and Feedback)."""
     from step_lang.registry import node_classes
@@ -154,11 +142,9 @@ class ElaboratedGraph(wiring.Component):
         graph = lower(graph)
         #: node name -> Verilog instance name, where they differ (:func:`convert` picks them).
         self.instances = dict(instances or {})
-        _check_stop_levels(graph, config)
-        check_capacities(graph, config)  # every depth fits its queue's run-time capacity
-        check_dynamic_tiles(graph, config)  # every dynamic tile fits HwConfig.dyn_tile_rows
+        check_graph(graph, config)  # the graph-level rules, the rtl profile's too
         self.graph, self.config = graph, config
-        self.memory_map = self._allocate(graph, config)
+        self.memory_map = self._allocate(graph)
         order = graph.topo_order()
         self.blocks: dict[str, Any] = {}
         members: dict[str, Any] = {
@@ -218,20 +204,9 @@ class ElaboratedGraph(wiring.Component):
         del self._MustUse__silence  # back to the class's setting (a caller may silence them all)
 
     @staticmethod
-    def _allocate(graph: Graph, config: HwConfig) -> dict[str, dict[str, Any]]:
+    def _allocate(graph: Graph) -> dict[str, dict[str, Any]]:
         out, addr = {}, _ALIGN
-        floats = ("bfloat16", "float32") if config.is_float else ()
-        for name, t in graph.tensors.items():
-            if t.dtype.kind not in ("int", "uint", "bool") and t.dtype.name not in floats:
-                hint = (
-                    ""
-                    if config.is_float
-                    else " (floating point needs HwConfig(elem_dtype='bfloat16'))"
-                )
-                raise StepTypeError(
-                    f"tensor '{name}': dtype {t.dtype} has no hardware encoding under "
-                    f"{config.elem_dtype}{hint}"
-                )
+        for name, t in graph.tensors.items():  # their dtypes checked (graph_rules)
             out[name] = {
                 "addr": addr,
                 "shape": list(t.shape),

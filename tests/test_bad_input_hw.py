@@ -9,6 +9,8 @@ import re
 import numpy as np
 import pytest
 
+from sim import simulate
+from sim.profiles import RtlProfile
 from step_hw.config import HwConfig
 from step_hw.elaborate import convert
 from step_hw.payload import TokenFormat
@@ -125,6 +127,39 @@ GRAPHS = [
 def test_graph_without_a_hardware_encoding(make, message):
     with expect(Exception, message):
         convert(make(), HW)
+
+
+def _over_capacity():
+    g = _source_sink(T, lambda s: Map(s, fn=FNS.exp, name="m").out)
+    g.set_queue_depth(g.nodes["x"].out, 3)
+    return g
+
+
+#: The graph-level rules (``step_hw.graph_rules``): the elaborator's and the rtl profile's.
+GRAPH_RULES = [
+    *((make, HW, message) for make, message in (GRAPHS[i] for i in (0, 1, 2, 4))),
+    (
+        _over_capacity,
+        HwConfig(queue_capacity={"x.out": 2}),
+        "queue of stream 'x.out' into 'm': depth 3 exceeds its capacity 2 "
+        "(HwConfig.queue_capacity)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("make", "config", "message"),
+    GRAPH_RULES,
+    ids=["big-tile", "float-stream", "float-tensor", "levels", "capacity"],
+)
+def test_the_rtl_profile_refuses_what_the_hardware_cannot_build(make, config, message):
+    """The rtl profile predicts the cycles of hardware that exists: a graph the elaborator
+    refuses for a rule of the whole graph, the profile refuses with the same message (a 4x4
+    int16 graph on 2x2 tiles used to simulate: 20 cycles of hardware that cannot be built)."""
+    with expect(Exception, message):
+        convert(make(), config)
+    with expect(Exception, message):
+        simulate(make(), profile=RtlProfile(config))
 
 
 def test_bad_config_object():

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from step_hw import contract
 from step_hw.contract import BLOCKS, HwConfig, Interval
+from step_hw.graph_rules import check_graph
 from step_hw.memory_model import REQUEST_QUEUE, MemoryModel
 from step_lang import ops
 from step_lang.graph import Node
@@ -198,6 +199,12 @@ class RtlProfile(TimingProfile):
             for channel, cycles in port.trace().items():
                 out[f"{name}.{channel}"] = list(cycles)
         return out
+
+    def check_graph(self, graph: Any) -> None:
+        """Refuse a graph the hardware cannot build under ``config``
+        (:func:`step_hw.graph_rules.check_graph`, the elaborator's rules): no cycle count for
+        hardware that does not exist."""
+        check_graph(graph, self.config)
 
     def run_cycles(self, graph: Any, finish: dict[str, int], last: int) -> int:
         """The cycle the graph's ``done`` rises: the last of its LinearStores' and Sinks' (each

@@ -1,0 +1,65 @@
+"""The hardware's rules for a whole graph: what the elaborator refuses before it builds a block,
+and what the ``rtl`` timing profile (``sim.profiles.rtl``) refuses before it times one, so that
+the simulator never predicts the cycles of hardware that cannot be built.
+
+* every stream's stop levels fit the payload's level field (``HwConfig.level_bits``);
+* every off-chip tensor's dtype has a hardware encoding (integers; BF16 and float32 on a
+  floating-point configuration);
+* every stream of tiles or selectors has a hardware encoding under the configuration
+  (:meth:`TokenFormat.for_elem`: a tile within ``tile_rows x tile_cols`` with static columns, a
+  dtype the hardware has);
+* every dynamic tile has a bound within ``HwConfig.dyn_tile_rows``
+  (:func:`step_hw.dyntile.check_dynamic_tiles`);
+* every queue's depth fits its run-time capacity (:func:`step_hw.run_time_depths.check_capacities`).
+
+The blocks check their own parameters as they are built (``from_node``); those rules are the
+elaborator's alone. No Amaranth here.
+"""
+
+from __future__ import annotations
+
+from step_lang import ops
+from step_lang.errors import StepTypeError
+from step_lang.graph import Graph
+from step_lang.types import Selector, Tile
+
+from .config import HwConfig
+from .dyntile import check_dynamic_tiles
+from .payload import TokenFormat
+from .run_time_depths import check_capacities
+
+__all__ = ["check_graph"]
+
+
+def check_graph(graph: Graph, config: HwConfig) -> None:
+    """Raise :class:`~step_lang.errors.StepTypeError` (``ValueError`` for a queue's capacity)
+    naming the operator, the port and the offending type or value if the hardware cannot build
+    ``graph`` (a lowered graph: ``step_lang.passes.lower``) under ``config``."""
+    order = graph.topo_order()
+    for node in order:
+        for port, t in zip(node.output_names, node.out_types, strict=True):
+            if t.rank > config.max_level:
+                raise node.error(
+                    port,
+                    f"a stream of rank {t.rank} has stop levels up to {t.rank}, but "
+                    f"HwConfig.level_bits={config.level_bits} holds at most {config.max_level}",
+                )
+    check_capacities(graph, config)
+    check_dynamic_tiles(graph, config)
+    floats = ("bfloat16", "float32") if config.is_float else ()
+    for name, t in graph.tensors.items():
+        if t.dtype.kind not in ("int", "uint", "bool") and t.dtype.name not in floats:
+            hint = (
+                "" if config.is_float else " (floating point needs HwConfig(elem_dtype='bfloat16'))"
+            )
+            raise StepTypeError(
+                f"tensor '{name}': dtype {t.dtype} has no hardware encoding under "
+                f"{config.elem_dtype}{hint}"
+            )
+    for node in order:
+        for port, t in zip(node.output_names, node.out_types, strict=True):
+            if isinstance(t.elem, (Tile, Selector)):
+                # a top-level port is named by its node alone, as the elaborator names it
+                top = isinstance(node, ops.Source)
+                where = f"{node.kind} '{node.name}'" + ("" if top else f", port '{port}'")
+                TokenFormat.for_elem(t.elem, config, where=where)
