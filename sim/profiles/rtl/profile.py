@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from step_hw import contract
 from step_hw.contract import BLOCKS, HwConfig, Interval
@@ -22,10 +22,6 @@ from .loads import _Load
 from .ports import Port, PortRun, ReadPort, WritePort
 from .registry import RTL_TIMING
 from .stores import _Store
-
-if TYPE_CHECKING:
-    from .profile import RtlProfile
-
 
 _AXI_RAM = MemoryModel.axi_ram()
 
