@@ -29,6 +29,7 @@ from step_lang import (
 from step_lang import functions as F
 from step_lang import numerics as nm
 from step_lang.types import float32, int16
+from tests.oracle import nest_leaves
 
 HW = HwConfig()
 FNS = nm.functions(HW)
@@ -154,12 +155,22 @@ GRAPH_RULES = [
 )
 def test_the_rtl_profile_refuses_what_the_hardware_cannot_build(make, config, message):
     """The rtl profile predicts the cycles of hardware that exists: a graph the elaborator
-    refuses for a rule of the whole graph, the profile refuses with the same message (a 4x4
-    int16 graph on 2x2 tiles used to simulate: 20 cycles of hardware that cannot be built)."""
+    refuses for a rule of the whole graph, the profile refuses with the same message. Given
+    tokens and memory, it used to simulate every one of these graphs to the end."""
     with expect(Exception, message):
         convert(make(), config)
+    graph = make()
+    memory = {name: np.zeros(t.shape, t.dtype.numpy) for name, t in graph.tensors.items()}
+    inputs = {
+        n.name: nest_leaves(
+            tuple(n.out.type.shape),
+            lambda e=n.out.elem: np.zeros((e.rows, e.cols), e.dtype.numpy),
+        )
+        for n in graph.nodes.values()
+        if isinstance(n, Source)
+    }
     with expect(Exception, message):
-        simulate(make(), profile=RtlProfile(config))
+        simulate(graph, memory, inputs=inputs, profile=RtlProfile(config))
 
 
 def test_bad_config_object():
