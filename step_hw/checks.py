@@ -247,9 +247,10 @@ def no_cost_width(node: Any) -> None:
 # -- from_node: the node's class ----------------------------------------------------------------
 
 
-def where(node: Any, port: str) -> str:
-    """``Kind 'name', port 'p'``: the ``where`` of :meth:`TokenFormat.for_elem` for a port."""
-    return f"{node.kind} '{node.name}', port '{port}'"
+def where(node: Any, port: str | None) -> str:
+    """``Kind 'name', port 'p'``: the ``where`` of :meth:`TokenFormat.for_elem` for a port;
+    ``Kind 'name'`` without one (a top-level stream port, named by its node)."""
+    return f"{node.kind} '{node.name}'" + ("" if port is None else f", port '{port}'")
 
 
 def check_node(node: Any, classes: Sequence[type[Node]], unit: str) -> None:

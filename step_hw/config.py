@@ -149,6 +149,12 @@ class HwConfig:
         return self.elem_dtype in _FLOAT_DTYPES
 
     @property
+    def float_dtypes(self) -> tuple[str, ...]:
+        """The floating-point dtypes the hardware encodes: BF16 and FP32 on a floating-point
+        datapath, none on a fixed-point one."""
+        return _FLOAT_DTYPES if self.is_float else ()
+
+    @property
     def elem(self) -> DType:
         return DTYPES[self.elem_dtype]
 

@@ -48,6 +48,7 @@ from step_lang.passes import lower
 from step_lang.registry import NodeRegistry, Unsupported
 
 from . import contract, conversions
+from .checks import where
 from .compute import fp_cells
 from .config import HwConfig, config_for
 from .contract import axi_managers
@@ -159,7 +160,7 @@ class ElaboratedGraph(wiring.Component):
                 if isinstance(node, _PORTS):
                     source = isinstance(node, ops.Source)
                     s = node.outputs[0] if source else node.inputs[0]
-                    fmt = TokenFormat.for_elem(s.elem, config, where=f"{node.kind} '{node.name}'")
+                    fmt = TokenFormat.for_elem(s.elem, config, where=where(node, None))
                     self._formats[node.name] = fmt
                     members[_port_name(node)] = (In if source else Out)(fmt.signature())
                     continue

@@ -23,6 +23,7 @@ from step_lang.errors import StepTypeError
 from step_lang.graph import Graph
 from step_lang.types import Selector, Tile
 
+from .checks import where
 from .config import HwConfig
 from .dyntile import check_dynamic_tiles
 from .payload import TokenFormat
@@ -46,9 +47,8 @@ def check_graph(graph: Graph, config: HwConfig) -> None:
                 )
     check_capacities(graph, config)
     check_dynamic_tiles(graph, config)
-    floats = ("bfloat16", "float32") if config.is_float else ()
     for name, t in graph.tensors.items():
-        if t.dtype.kind not in ("int", "uint", "bool") and t.dtype.name not in floats:
+        if t.dtype.kind not in ("int", "uint", "bool") and t.dtype.name not in config.float_dtypes:
             hint = (
                 "" if config.is_float else " (floating point needs HwConfig(elem_dtype='bfloat16'))"
             )
@@ -59,7 +59,5 @@ def check_graph(graph: Graph, config: HwConfig) -> None:
     for node in order:
         for port, t in zip(node.output_names, node.out_types, strict=True):
             if isinstance(t.elem, (Tile, Selector)):
-                # a top-level port is named by its node alone, as the elaborator names it
-                top = isinstance(node, ops.Source)
-                where = f"{node.kind} '{node.name}'" + ("" if top else f", port '{port}'")
-                TokenFormat.for_elem(t.elem, config, where=where)
+                top = isinstance(node, ops.Source)  # a top-level port: named by its node alone
+                TokenFormat.for_elem(t.elem, config, where=where(node, None if top else port))

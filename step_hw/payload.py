@@ -127,7 +127,7 @@ class TokenFormat:
                 raise StepTypeError(
                     f"{where}: tile {elem} does not fit the configured {config.tile_rows}x{config.tile_cols} tile"
                 )
-            floating = elem.dtype.name in ("bfloat16", "float32") and config.is_float
+            floating = elem.dtype.name in config.float_dtypes
             if not floating and (
                 elem.dtype.kind not in ("int", "uint", "bool")
                 or elem.dtype.nbytes * 8 > config.acc.nbytes * 8
