@@ -36,6 +36,7 @@ from .checks import INT_BITS, check_int, check_int_bits, check_node
 from .compute._unit import StreamUnit, check_bits, node_formats, scalar_format
 from .config import HwConfig
 from .payload import Kind, TokenFormat
+from .unit_functions import FLATMAP_FNS, block_for
 
 __all__ = [
     "FLATMAP_FNS",
@@ -45,9 +46,6 @@ __all__ = [
     "PadTiles",
     "flatmap_unit",
 ]
-
-#: The FlatMap functions with a block here, by name.
-FLATMAP_FNS = ("cache_read_addr", "last_tile_flags", "block_row_offsets", "pad_bias", "pad_mask")
 
 
 class _Expander(StreamUnit):
@@ -565,30 +563,22 @@ def _build(node: Any, make: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 def flatmap_unit(node: Any, config: HwConfig) -> Any:
-    """The block of a FlatMap node: a generator of this module, or the
-    :class:`~step_hw.compute.RetileUnit` of a ``retile_*`` function; raises
-    :class:`StepTypeError` naming the node otherwise."""
+    """The block of a FlatMap node (:func:`step_hw.unit_functions.block_for`): a generator of
+    this module, the :class:`~step_hw.compute.RetileUnit` of a ``retile_*`` function or the
+    :class:`~step_hw.expert_addr.ExpertAddr`; raises :class:`StepTypeError` naming the node
+    otherwise."""
     from .compute import RetileUnit
+    from .expert_addr import ExpertAddr
 
     if not isinstance(node, ops.FlatMap):
         kind, name = getattr(node, "kind", type(node).__name__), getattr(node, "name", "?")
         raise StepTypeError(op_message(str(kind), name, None, "is not a FlatMap"))
-    name = getattr(node.fn, "name", None)
-    if name == "cache_read_addr":
-        return CacheReadAddr.from_node(node, config)
-    if name == "last_tile_flags":
-        return LastTileFlags.from_node(node, config)
-    if name == "block_row_offsets":
-        return BlockRowOffsets.from_node(node, config)
-    if name in ("pad_bias", "pad_mask"):
-        return PadTiles.from_node(node, config)
-    if name in ("retile_rows", "retile_cols", "retile_rows_masked"):
-        return RetileUnit.from_node(node, config)
-    if name == "expert_addr":  # time-multiplexing's address generator, step_hw/expert_addr.py
-        from .expert_addr import ExpertAddr
-
-        return ExpertAddr.from_node(node, config)
-    raise node.error(
-        None,
-        f"function '{name}' has no hardware block (FlatMap blocks: {', '.join(FLATMAP_FNS)}, expert_addr, retile_*)",
-    )
+    blocks = {
+        "CacheReadAddr": CacheReadAddr,
+        "LastTileFlags": LastTileFlags,
+        "BlockRowOffsets": BlockRowOffsets,
+        "PadTiles": PadTiles,
+        "RetileUnit": RetileUnit,
+        "ExpertAddr": ExpertAddr,
+    }
+    return blocks[block_for(node, config)].from_node(node, config)

@@ -10,10 +10,12 @@ the simulator never predicts the cycles of hardware that cannot be built.
   dtype the hardware has);
 * every dynamic tile has a bound within ``HwConfig.dyn_tile_rows``
   (:func:`step_hw.dyntile.check_dynamic_tiles`);
-* every queue's depth fits its run-time capacity (:func:`step_hw.run_time_depths.check_capacities`).
+* every queue's depth fits its run-time capacity (:func:`step_hw.run_time_depths.check_capacities`);
+* every Map, Accum, Scan and FlatMap has a block that computes its function, with the
+  configuration's numerics (:func:`step_hw.unit_functions.block_for`).
 
-The blocks check their own parameters as they are built (``from_node``); those rules are the
-elaborator's alone. No Amaranth here.
+The blocks check their own shapes and parameters as they are built (``from_node``); those rules
+are the elaborator's alone. No Amaranth here.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .config import HwConfig
 from .dyntile import check_dynamic_tiles
 from .payload import TokenFormat
 from .run_time_depths import check_capacities
+from .unit_functions import block_for
 
 __all__ = ["check_graph"]
 
@@ -61,3 +64,5 @@ def check_graph(graph: Graph, config: HwConfig) -> None:
             if isinstance(t.elem, (Tile, Selector)):
                 top = isinstance(node, ops.Source)  # a top-level port: named by its node alone
                 TokenFormat.for_elem(t.elem, config, where=where(node, None if top else port))
+    for node in order:
+        block_for(node, config)

@@ -5,6 +5,7 @@ operator or port and the value)."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from step_hw.elaborate import convert
 from step_hw.payload import TokenFormat
 from step_lang import (
     Accum,
+    FlatMap,
     Graph,
     LinearOffChipLoad,
     LinearOffChipStore,
@@ -94,37 +96,47 @@ def _load_store(dtype):
     return g
 
 
-GRAPHS = [
-    (
+#: name -> (graph, message under ``HW``)
+GRAPHS = {
+    "big-tile": (
         lambda: _source_sink(Tile(int16, 8, 8), lambda s: Map(s, fn=FNS.exp, name="m").out),
         "Source 'x': tile Tile<int16, 8x8> does not fit the configured 4x4 tile",
     ),
-    (
+    "float-stream": (
         lambda: _source_sink(Tile(float32, 4, 4), lambda s: Map(s, fn=F.exp, name="m").out),
         "Source 'x': dtype float32 is not supported by the hardware (int16/int32)",
     ),
-    (
+    "float-tensor": (
         lambda: _load_store("float32"),
         "tensor 't': dtype float32 has no hardware encoding under int16 (floating point needs HwConfig(elem_dtype='bfloat16'))",
     ),
-    (
+    "generic-accum": (
         lambda: _source_sink(T, lambda s: Accum(s, fn=F.accum_add, rank=1, name="a").out, (2, 2)),
         "Accum 'a': function 'accum_add' has no hardware arithmetic; build the graph with "
         "step_lang.numerics.functions(config)",
     ),
-    (
+    "generic-map": (
+        lambda: _source_sink(T, lambda s: Map(s, s, fn=F.add, name="m").out),
+        "Map 'm': function 'add' has no hardware arithmetic; build the graph with "
+        "step_lang.numerics.functions(config)",
+    ),
+    "flatmap-without-block": (
+        lambda: _source_sink(
+            T, lambda s: FlatMap(s, fn=replace(F.retile_rows, name="split_rows"), name="f").out
+        ),
+        "FlatMap 'f': function 'split_rows' has no hardware block (FlatMap blocks: "
+        "cache_read_addr, last_tile_flags, block_row_offsets, pad_bias, pad_mask, expert_addr, "
+        "retile_*)",
+    ),
+    "levels": (
         lambda: _source_sink(T, lambda s: Map(s, fn=FNS.exp, name="m").out, (1,) * 9),
         "Source 'x', port 'out': a stream of rank 8 has stop levels up to 8, but "
         "HwConfig.level_bits=3 holds at most 7",
     ),
-]
+}
 
 
-@pytest.mark.parametrize(
-    ("make", "message"),
-    GRAPHS,
-    ids=["big-tile", "float-stream", "float-tensor", "generic-accum", "levels"],
-)
+@pytest.mark.parametrize(("make", "message"), GRAPHS.values(), ids=GRAPHS)
 def test_graph_without_a_hardware_encoding(make, message):
     with expect(Exception, message):
         convert(make(), HW)
@@ -137,26 +149,37 @@ def _over_capacity():
 
 
 #: The graph-level rules (``step_hw.graph_rules``): the elaborator's and the rtl profile's.
-GRAPH_RULES = [
-    *((make, HW, message) for make, message in (GRAPHS[i] for i in (0, 1, 2, 4))),
-    (
+#: name -> (graph, configuration, message)
+GRAPH_RULES = {
+    **{name: (make, HW, message) for name, (make, message) in GRAPHS.items()},
+    "capacity": (
         _over_capacity,
         HwConfig(queue_capacity={"x.out": 2}),
         "queue of stream 'x.out' into 'm': depth 3 exceeds its capacity 2 "
         "(HwConfig.queue_capacity)",
     ),
-]
+    "numerics": (
+        lambda: _source_sink(T, lambda s: Map(s, fn=FNS.exp, name="m").out),
+        HwConfig(elem_dtype="bfloat16", acc_dtype="float32"),
+        "Map 'm': function 'exp' computes in int16, the hardware in bfloat16; build the graph "
+        "with step_lang.numerics.functions(config)",
+    ),
+    "fraction-bits": (
+        lambda: _source_sink(T, lambda s: Map(s, fn=FNS.exp, name="m").out),
+        HwConfig(frac_bits=4),
+        f"Map 'm': function 'exp' computes with {FNS.exp.numerics.frac_bits} fraction bits, "
+        "the hardware with 4",
+    ),
+}
 
 
-@pytest.mark.parametrize(
-    ("make", "config", "message"),
-    GRAPH_RULES,
-    ids=["big-tile", "float-stream", "float-tensor", "levels", "capacity"],
-)
+@pytest.mark.parametrize(("make", "config", "message"), GRAPH_RULES.values(), ids=GRAPH_RULES)
 def test_the_rtl_profile_refuses_what_the_hardware_cannot_build(make, config, message):
     """The rtl profile predicts the cycles of hardware that exists: a graph the elaborator
-    refuses for a rule of the whole graph, the profile refuses with the same message. Given
-    tokens and memory, it used to simulate every one of these graphs to the end."""
+    refuses for a rule of the whole graph or of a node's function, the profile refuses with the
+    same message. Given tokens and memory, it used to simulate every one of these graphs to the
+    end (the function cases since ``step_hw.unit_functions``, the others since
+    ``step_hw.graph_rules``)."""
     with expect(Exception, message):
         convert(make(), config)
     graph = make()

@@ -4,7 +4,8 @@ Hypothesis draws a Source of integer tiles, an optional route (Partition by a se
 a Map per branch, Reassemble by the same selectors) and a chain of shape, memory and
 higher-order operators, each drawn among those that fit the current stream. Every stream of the
 graph must carry the same tokens in ``interpret`` and in ``simulate`` under both timing profiles
-(``paper`` and ``rtl``): timing may differ, values, stops and their order may not.
+(``paper`` and ``rtl``): timing may differ, values, stops and their order may not. The graphs
+compute with the hardware's arithmetic (``numerics.functions``), which the ``rtl`` profile needs.
 
 :func:`memory_graphs` draws graphs around off-chip memory instead (a matrix, or a 3-D tensor of
 one or two matrices): a linear load (row-major, column-major, or re-reading the tensor or each
@@ -23,6 +24,7 @@ from hypothesis import strategies as st
 
 from sim import simulate
 from sim.profiles import RtlProfile
+from step_hw.config import HwConfig
 from step_lang import (
     DONE,
     Accum,
@@ -49,6 +51,7 @@ from step_lang import (
     StreamType,
     Tile,
     interpret,
+    numerics,
 )
 from step_lang import functions as F
 from step_lang.dims import ragged
@@ -56,6 +59,10 @@ from step_lang.ops import BufferValue
 from tests.oracle import nest_leaves
 
 ELEM = Tile("int32", 1, 2)
+#: The hardware the rtl profile times, whose arithmetic (``numerics.functions``) the graphs are
+#: drawn with: the profile refuses a function no block computes (``step_hw.unit_functions``).
+STREAM_HW = HwConfig(elem_dtype=ELEM.dtype.name)
+MEMORY_HW = HwConfig()
 
 
 def same_token(a: Any, b: Any) -> bool:
@@ -301,17 +308,19 @@ _SIM_SETTINGS = {
 
 
 @settings(max_examples=500, **_SIM_SETTINGS)
-@given(graphs())
+@given(graphs(fns=numerics.functions(STREAM_HW)))
 def test_interpreter_and_simulator_agree_token_for_token(case):
     g, inputs = case
-    _agree(g, {}, inputs)
+    _agree(g, {}, inputs, STREAM_HW)
 
 
-def _agree(g: Graph, memory: dict[str, np.ndarray], inputs: dict[str, Any]) -> None:
-    """Every stream the simulator records, under both profiles, carries the interpreter's
-    tokens, and every off-chip tensor ends equal."""
+def _agree(
+    g: Graph, memory: dict[str, np.ndarray], inputs: dict[str, Any], config: HwConfig
+) -> None:
+    """Every stream the simulator records, under both profiles (the rtl profile's hardware
+    ``config``), carries the interpreter's tokens, and every off-chip tensor ends equal."""
     want = interpret(g, memory, inputs=inputs)
-    for profile in (None, RtlProfile()):
+    for profile in (None, RtlProfile(config)):
         got = simulate(g, memory, inputs=inputs, profile=profile)
         label = type(profile).__name__ if profile else "paper"
         assert set(got.streams) <= {k for k in want.streams if isinstance(k, str)}
@@ -327,6 +336,6 @@ def _agree(g: Graph, memory: dict[str, np.ndarray], inputs: dict[str, Any]) -> N
 
 
 @settings(max_examples=300, **_SIM_SETTINGS)
-@given(memory_graphs())
+@given(memory_graphs(MEMORY_HW.elem_dtype, numerics.functions(MEMORY_HW)))
 def test_interpreter_and_simulator_agree_on_graphs_with_memory(case):
-    _agree(*case)
+    _agree(*case, MEMORY_HW)

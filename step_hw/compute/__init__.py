@@ -15,8 +15,9 @@ from step_lang import ops
 from step_lang.errors import StepTypeError, op_message
 
 from ..config import HwConfig
-from .accum import ACCUM_OPS, SCAN_OPS, AccumUnit, ScanUnit
-from .elementwise import BINARY_OPS, MAP_OPS, UNARY_OPS, MapUnit
+from ..unit_functions import ACCUM_OPS, BINARY_OPS, MAP_OPS, SCAN_OPS, UNARY_OPS, block_for
+from .accum import AccumUnit, ScanUnit
+from .elementwise import MapUnit
 from .matmul import MatmulUnit
 from .retile import RetileUnit
 from .rowops import (
@@ -25,7 +26,6 @@ from .rowops import (
     RegionSelectUnit,
     RowAppendPartUnit,
     RowAppendUnit,
-    row_op_unit,
 )
 
 __all__ = [
@@ -47,27 +47,33 @@ __all__ = [
     "compute_unit",
 ]
 
+_COMPUTE_NODES = (ops.Map, ops.Accum, ops.Scan, ops.FlatMap)
+
 
 def compute_unit(node: Any, config: HwConfig) -> Any:
-    """The compute unit of a Map, Accum, Scan or RetileStreamify node (``from_node`` of the
-    right class, by the node's function); other nodes raise :class:`StepTypeError`."""
-    unit = row_op_unit(node, config)  # row_append(_part), region_id, region_select, count
-    if unit is not None:
-        return unit
-    fn_name = getattr(getattr(node, "fn", None), "name", None)
-    if isinstance(node, ops.Map):
-        if fn_name == "to_selector":
-            from ..select import ToSelector
+    """The compute unit of a Map, Accum, Scan or RetileStreamify node: ``from_node`` of the
+    class :func:`step_hw.unit_functions.block_for` names by the node's function (which it
+    checks); other nodes raise :class:`StepTypeError`."""
+    from ..select import ToSelector
 
-            return ToSelector.from_node(node, config)
-        if getattr(node.fn, "op", None) == "matmul":
-            return MatmulUnit.from_node(node, config)
-        return MapUnit.from_node(node, config)
-    if isinstance(node, ops.Accum):
-        return AccumUnit.from_node(node, config)
-    if isinstance(node, ops.Scan):
-        return ScanUnit.from_node(node, config)
-    if isinstance(node, ops.FlatMap):  # RetileStreamify, or a FlatMap of retile_*
-        return RetileUnit.from_node(node, config)
-    kind, name = getattr(node, "kind", type(node).__name__), getattr(node, "name", "?")
-    raise StepTypeError(op_message(str(kind), name, None, "has no compute unit"))
+    units = {
+        cls.__name__: cls
+        for cls in (
+            AccumUnit,
+            CountUnit,
+            MapUnit,
+            MatmulUnit,
+            RegionIdUnit,
+            RegionSelectUnit,
+            RetileUnit,
+            RowAppendPartUnit,
+            RowAppendUnit,
+            ScanUnit,
+            ToSelector,
+        )
+    }
+    block = block_for(node, config) if isinstance(node, _COMPUTE_NODES) else None
+    if block not in units:
+        kind, name = getattr(node, "kind", type(node).__name__), getattr(node, "name", "?")
+        raise StepTypeError(op_message(str(kind), name, None, "has no compute unit"))
+    return units[block].from_node(node, config)

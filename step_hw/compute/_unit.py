@@ -13,7 +13,6 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from step_lang import numerics
 from step_lang.stoprules import accum_stop, held_stop, partition_closes_chunk
 
 from ..checks import check_choice, check_config, check_int, where
@@ -76,42 +75,6 @@ def node_formats(node: Any, config: HwConfig) -> tuple[list[TokenFormat], TokenF
     ]
     (out_type,) = node.out_types
     return ins, TokenFormat.for_elem(out_type.elem, config, where=where(node, node.output_names[0]))
-
-
-def node_fn(node: Any, config: HwConfig, ops: Sequence[str], unit: str) -> Any:
-    """The node's fixed-point function, checked against the unit's operations and ``config``."""
-    fn = node.fn
-    if not numerics.is_hardware_function(fn):
-        raise node.error(
-            None,
-            f"function '{fn.name}' has no hardware arithmetic; build the graph with "
-            "step_lang.numerics.functions(config)",
-        )
-    op = "retile_row" if fn is numerics.retile_row else fn.op
-    if op not in ops:
-        raise node.error(
-            None, f"function '{fn.name}' is not one of {unit}'s operations ({', '.join(ops)})"
-        )
-    if fn is not numerics.retile_row and fn.numerics.is_float != config.is_float:
-        raise node.error(
-            None,
-            f"function '{fn.name}' computes in {fn.numerics.elem_dtype}, "
-            f"the hardware in {config.elem_dtype}; build the graph with "
-            "step_lang.numerics.functions(config)",
-        )
-    if op == "matmul" and fn.numerics.acc_dtype != config.acc_dtype:
-        raise node.error(
-            None,
-            f"function '{fn.name}' accumulates in {fn.numerics.acc_dtype}, "
-            f"the hardware in {config.acc_dtype}",
-        )
-    if fn is not numerics.retile_row and fn.numerics.frac_bits != config.frac_bits:
-        raise node.error(
-            None,
-            f"function '{fn.name}' computes with {fn.numerics.frac_bits} fraction bits, "
-            f"the hardware with {config.frac_bits}",
-        )
-    return fn
 
 
 def tile_shape(fmt: TokenFormat) -> tuple[int | None, int]:

@@ -12,13 +12,13 @@ from step_lang import numerics, ops
 from ..checks import check_bool, check_choice, check_int, check_node, check_shapes
 from ..config import HwConfig
 from ..payload import TokenFormat, max_level
+from ..unit_functions import ACCUM_OPS, SCAN_OPS, node_fn
 from . import arith
 from ._unit import (
     Datapath,
     FoldUnit,
     check_bits,
     dynamic_shapes,
-    node_fn,
     node_formats,
     shapes_kwargs,
     static_only,
@@ -32,14 +32,8 @@ from .matmul import (
     matmul_dims,
 )
 
-__all__ = ["ACCUM_OPS", "SCAN_OPS", "AccumUnit", "ScanUnit"]
+__all__ = ["AccumUnit", "ScanUnit"]
 
-#: Accum operations: ``numerics`` ``accum_add``, ``accum_max``, ``matmul_acc`` (and
-#: ``matmul_t_acc``; ``matmul_sum_out`` with ``exact``), ``retile_row`` and (floating point only)
-#: ``float_numerics.row_sum_acc``.
-ACCUM_OPS = ("add", "max", "matmul", "retile_row", "row_sum")
-#: Scan operations (``retile_row`` would grow the tile at every element).
-SCAN_OPS = ("add", "max", "matmul")
 
 _MATMUL_ONLY = ("lanes", "transpose_b", "acc_bits", "out_bits")
 

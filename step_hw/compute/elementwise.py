@@ -12,26 +12,19 @@ from step_lang import ops
 from ..checks import check_choice, check_int, check_node, check_shapes
 from ..config import HwConfig
 from ..payload import TokenFormat
+from ..unit_functions import BINARY_OPS, FLOAT_MAP_OPS, MAP_OPS, node_fn
 from . import arith
 from ._unit import (
     Datapath,
     FoldUnit,
     check_bits,
     dynamic_shapes,
-    node_fn,
     node_formats,
     shapes_kwargs,
 )
-from .float_datapaths import FLOAT_DTYPES, FLOAT_MAP_OPS, FloatElementwiseDatapath, float_bits
+from .float_datapaths import FLOAT_DTYPES, FloatElementwiseDatapath, float_bits
 
-__all__ = ["BINARY_OPS", "MAP_OPS", "UNARY_OPS", "MapUnit"]
-
-#: Operations of two zipped tiles (size-1 rows or columns broadcast, as in step_lang).
-BINARY_OPS = ("add", "sub", "mul", "div", "max")
-#: Operations of one tile (``row_sum`` makes an ``[R, 1]`` tile). Floating-point tiles also
-#: convert (``to_bf16``, ``to_f32``: ``float_datapaths.FLOAT_MAP_OPS``).
-UNARY_OPS = ("exp", "silu", "recip", "row_sum")
-MAP_OPS = BINARY_OPS + UNARY_OPS
+__all__ = ["MapUnit"]
 
 
 def _broadcast(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int] | None:

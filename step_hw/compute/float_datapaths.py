@@ -22,7 +22,6 @@ from ._unit import Datapath, MacSchedule, select_by_step
 
 __all__ = [
     "FLOAT_DTYPES",
-    "FLOAT_MAP_OPS",
     "FloatElementFold",
     "FloatElementwiseDatapath",
     "FloatMacArrayDatapath",
@@ -32,10 +31,6 @@ __all__ = [
 ]
 
 FLOAT_DTYPES = {"bfloat16": 16, "float32": 32}
-#: Map operations of the floating-point unit (``to_bf16``/``to_f32`` convert).
-FLOAT_MAP_OPS = (
-    "add", "sub", "mul", "div", "max", "exp", "silu", "recip", "row_sum", "to_bf16", "to_f32",
-)  # fmt: skip
 _NEG_INF = {16: 0xFF80, 32: 0xFF800000}
 
 
@@ -71,7 +66,7 @@ def _fmt(rows: int, cols: int, width: int) -> Any:
 
 
 class FloatElementwiseDatapath(Datapath):
-    """One tile per cycle through a floating-point Map operation (:data:`FLOAT_MAP_OPS`);
+    """One tile per cycle through a floating-point Map operation (``step_hw.unit_functions.FLOAT_MAP_OPS``);
     size-1 rows or columns of binary operands broadcast."""
 
     def __init__(self, op: str, in_shapes, out_shape, in_bits: int, out_bits: int):

@@ -12,6 +12,7 @@ from ..checks import check_bool, check_choice, check_int, check_node, check_shap
 from ..config import HwConfig
 from ..contract import matmul_steps
 from ..payload import TokenFormat
+from ..unit_functions import node_fn
 from . import arith
 from ._unit import (
     Datapath,
@@ -19,7 +20,6 @@ from ._unit import (
     MacSchedule,
     check_bits,
     dynamic_shapes,
-    node_fn,
     node_formats,
     shapes_kwargs,
     static_only,

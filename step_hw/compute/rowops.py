@@ -13,7 +13,7 @@ These functions move or make data without arithmetic, so they are not in
 * ``count`` (``step_lang.numerics.accum_count``; ``functions.accum_count`` is int64 and has no
   hardware encoding): :class:`CountUnit`.
 
-:func:`row_op_unit` picks the unit of a node, or returns ``None`` for other functions.
+:func:`step_hw.unit_functions.block_for` picks the unit of a node.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ __all__ = [
     "RegionSelectUnit",
     "RowAppendPartUnit",
     "RowAppendUnit",
-    "row_op_unit",
 ]
 
 
@@ -394,21 +393,3 @@ def _build(node: Any, make: Any, *args: Any, **kwargs: Any) -> Any:
         return make(*args, **kwargs)
     except (TypeError, ValueError) as exc:
         raise node.error(None, str(exc)) from exc
-
-
-def row_op_unit(node: Any, config: HwConfig) -> Any | None:
-    """The unit of a Map of ``row_append``, ``row_append_part``, ``region_id``,
-    ``region_select`` or an Accum of ``count``; ``None`` for other nodes (they go to the arithmetic units)."""
-    name = getattr(getattr(node, "fn", None), "name", "")
-    if isinstance(node, ops.Map):
-        if name == "row_append":
-            return RowAppendUnit.from_node(node, config)
-        if name == "row_append_part":
-            return RowAppendPartUnit.from_node(node, config)
-        if name.startswith("region_id"):
-            return RegionIdUnit.from_node(node, config)
-        if name == "region_select":
-            return RegionSelectUnit.from_node(node, config)
-    if isinstance(node, ops.Accum) and name == "count":
-        return CountUnit.from_node(node, config)
-    return None
