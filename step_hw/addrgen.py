@@ -36,10 +36,9 @@ from .checks import INT_BITS, check_int, check_int_bits, check_node
 from .compute._unit import StreamUnit, check_bits, node_formats, scalar_format
 from .config import HwConfig
 from .payload import Kind, TokenFormat
-from .unit_functions import FLATMAP_FNS, block_for
+from .unit_functions import block_for
 
 __all__ = [
-    "FLATMAP_FNS",
     "BlockRowOffsets",
     "CacheReadAddr",
     "LastTileFlags",

@@ -25,7 +25,6 @@ __all__ = [
     "ACCUM_OPS",
     "BINARY_OPS",
     "FLATMAP_BLOCKS",
-    "FLATMAP_FNS",
     "FLOAT_MAP_OPS",
     "MAP_OPS",
     "SCAN_OPS",
@@ -50,9 +49,8 @@ ACCUM_OPS = ("add", "max", "matmul", "retile_row", "row_sum")
 #: Scan operations (``retile_row`` would grow the tile at every element).
 SCAN_OPS = ("add", "max", "matmul")
 
-#: The address generators of ``step_hw.addrgen``, by the FlatMap function each builds.
-FLATMAP_FNS = ("cache_read_addr", "last_tile_flags", "block_row_offsets", "pad_bias", "pad_mask")
-#: FlatMap function name -> the block that builds it.
+#: FlatMap function name -> the block that builds it (``step_hw.addrgen``'s generators, the
+#: ``RetileUnit``, time-multiplexing's ``ExpertAddr``).
 FLATMAP_BLOCKS = {
     "cache_read_addr": "CacheReadAddr",
     "last_tile_flags": "LastTileFlags",
@@ -62,7 +60,7 @@ FLATMAP_BLOCKS = {
     "retile_rows": "RetileUnit",
     "retile_cols": "RetileUnit",
     "retile_rows_masked": "RetileUnit",
-    "expert_addr": "ExpertAddr",  # time-multiplexing's address generator, step_hw/expert_addr.py
+    "expert_addr": "ExpertAddr",
 }
 #: Map function name -> its row unit or selector (``region_id`` by prefix: its name carries
 #: the region).
@@ -125,7 +123,7 @@ def block_for(node: Any, config: HwConfig) -> str | None:
             raise node.error(
                 None,
                 f"function '{name}' has no hardware block (FlatMap blocks: "
-                f"{', '.join(FLATMAP_FNS)}, expert_addr, retile_*)",
+                f"{', '.join(FLATMAP_BLOCKS)})",
             )
         return FLATMAP_BLOCKS[name]
     if isinstance(node, ops.Map):

@@ -125,8 +125,8 @@ GRAPHS = {
             T, lambda s: FlatMap(s, fn=replace(F.retile_rows, name="split_rows"), name="f").out
         ),
         "FlatMap 'f': function 'split_rows' has no hardware block (FlatMap blocks: "
-        "cache_read_addr, last_tile_flags, block_row_offsets, pad_bias, pad_mask, expert_addr, "
-        "retile_*)",
+        "cache_read_addr, last_tile_flags, block_row_offsets, pad_bias, pad_mask, retile_rows, "
+        "retile_cols, retile_rows_masked, expert_addr)",
     ),
     "levels": (
         lambda: _source_sink(T, lambda s: Map(s, fn=FNS.exp, name="m").out, (1,) * 9),

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from step_lang import ops
 from step_lang.errors import StepTypeError, op_message
 
 from ..config import HwConfig
@@ -47,8 +46,6 @@ __all__ = [
     "compute_unit",
 ]
 
-_COMPUTE_NODES = (ops.Map, ops.Accum, ops.Scan, ops.FlatMap)
-
 
 def compute_unit(node: Any, config: HwConfig) -> Any:
     """The compute unit of a Map, Accum, Scan or RetileStreamify node: ``from_node`` of the
@@ -72,7 +69,7 @@ def compute_unit(node: Any, config: HwConfig) -> Any:
             ToSelector,
         )
     }
-    block = block_for(node, config) if isinstance(node, _COMPUTE_NODES) else None
+    block = block_for(node, config)  # None for a node without a function
     if block not in units:
         kind, name = getattr(node, "kind", type(node).__name__), getattr(node, "name", "?")
         raise StepTypeError(op_message(str(kind), name, None, "has no compute unit"))
