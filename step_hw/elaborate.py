@@ -424,9 +424,10 @@ def conversion(
 def _convert(graph: Graph, config: HwConfig, top_name: str) -> tuple[str, dict[str, Any]]:
     from amaranth.back import verilog
 
-    from .netlist_speed import install
+    from . import netlist_speed, signal_formats
 
-    install()  # the same Verilog, sooner (step_hw/netlist_speed.py)
+    netlist_speed.install()  # the same Verilog, sooner (step_hw/netlist_speed.py)
+    signal_formats.install()  # and the formats of layout signals only where they are read
     instances: dict[str, str] = {}
     for _ in range(3):  # a renamed instance could hide a signal too; in practice one round
         top = ElaboratedGraph(graph, config, instances=instances)

@@ -20,9 +20,13 @@ from typing import Any
 from amaranth.hdl import Cat, Const, ShapeLike, Value, unsigned
 from amaranth.lib import data
 
+from . import signal_formats
 from .payload import KIND_BITS
 
 __all__ = ["put", "token_layout"]
+
+# every block's ports carry these layouts: their signals' field formats are built when first read
+signal_formats.install()
 
 
 def token_layout(level_bits: int, **fields: ShapeLike) -> data.StructLayout:
