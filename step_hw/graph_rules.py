@@ -11,11 +11,13 @@ the simulator never predicts the cycles of hardware that cannot be built.
 * every dynamic tile has a bound within ``HwConfig.dyn_tile_rows``
   (:func:`step_hw.dyntile.check_dynamic_tiles`);
 * every queue's depth fits its run-time capacity (:func:`step_hw.run_time_depths.check_capacities`);
+* every node meets its block's rule of types and parameters (:func:`step_hw.block_rules.check_node`:
+  a Reshape of a dynamic innermost dim has ``pad``, a Zip's inputs are not tuples);
 * every Map, Accum, Scan and FlatMap has a block that computes its function, with the
   configuration's numerics (:func:`step_hw.unit_functions.block_for`).
 
-The blocks check their own shapes and parameters as they are built (``from_node``); those rules
-are the elaborator's alone. No Amaranth here.
+The blocks' constructors check their other widths and parameters as they are built
+(``from_node``); those rules are the elaborator's alone. No Amaranth here.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from step_lang.errors import StepTypeError
 from step_lang.graph import Graph
 from step_lang.types import Selector, Tile
 
+from .block_rules import check_node
 from .checks import where
 from .config import HwConfig
 from .dyntile import check_dynamic_tiles
@@ -65,4 +68,5 @@ def check_graph(graph: Graph, config: HwConfig) -> None:
                 top = isinstance(node, ops.Source)  # a top-level port: named by its node alone
                 TokenFormat.for_elem(t.elem, config, where=where(node, None if top else port))
     for node in order:
+        check_node(node, config)
         block_for(node, config)

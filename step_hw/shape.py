@@ -40,7 +40,6 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from step_lang import ops
-from step_lang.dims import is_static
 from step_lang.graph import Node
 from step_lang.stoprules import (
     block_stop,
@@ -52,6 +51,7 @@ from step_lang.stoprules import (
 from step_lang.tokens import DONE, Stop, Token
 from step_lang.types import TupleType
 
+from .block_rules import reshape_rule, zip_rule
 from .checks import check_format, check_int, expect_node, rank_levels_fit, where
 from .config import HwConfig
 from .payload import KIND_BITS, Kind, TokenFormat, pack_fields, unpack_fields
@@ -418,12 +418,7 @@ class Reshape(wiring.Component):
         expect_node(cls, node, ops.Reshape)
         fmt = _node_format(node, 0, config)
         x = node.inputs[0]
-        if node.rank == 0 and node.pad is None and not is_static(x.shape[-1]):
-            raise node.error(
-                "in",
-                f"no hardware block: the innermost dim {x.shape[-1]} is dynamic and no pad is "
-                "given; hardware cannot report a short vector at run time, give pad=",
-            )
+        reshape_rule(node, config)
         pad = None if node.pad is None or node.rank > 0 else np.asarray(node.pad)
         return _build(
             node,
@@ -880,13 +875,8 @@ class Zip(wiring.Component):
     @classmethod
     def from_node(cls, node: ops.Zip, config: HwConfig) -> Zip:
         expect_node(cls, node, ops.Zip)
+        zip_rule(node, config)
         fmts = [_node_format(node, k, config) for k in (0, 1)]
-        for k, f in enumerate(fmts):
-            if isinstance(f, TupleFormat):
-                raise node.error(
-                    node.input_names[k],
-                    "no hardware block: nested tuples have no hardware encoding",
-                )
         return _build(node, cls, a_fmt=fmts[0], b_fmt=fmts[1])
 
     @property

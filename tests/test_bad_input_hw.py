@@ -22,20 +22,24 @@ from step_lang import (
     LinearOffChipLoad,
     LinearOffChipStore,
     Map,
+    Reshape,
     Sink,
     Source,
     Stop,
     StreamType,
     Tile,
+    Zip,
 )
 from step_lang import functions as F
 from step_lang import numerics as nm
+from step_lang.dims import ragged
 from step_lang.types import float32, int16
 from tests.oracle import nest_leaves
 
 HW = HwConfig()
 FNS = nm.functions(HW)
 T = Tile(int16, 4, 4)
+T_ZERO = np.zeros((4, 4), np.int16)
 
 
 def expect(exc: type[BaseException], message: str):
@@ -170,21 +174,36 @@ GRAPH_RULES = {
         f"Map 'm': function 'exp' computes with {FNS.exp.numerics.frac_bits} fraction bits, "
         "the hardware with 4",
     ),
+    # the blocks' own rules (step_hw.block_rules)
+    "reshape-dynamic-without-pad": (
+        lambda: _source_sink(T, lambda s: Reshape(s, 2, name="r").out, (2, ragged("x"))),
+        HW,
+        "Reshape 'r', port 'in': no hardware block: the innermost dim x is dynamic and no pad "
+        "is given; hardware cannot report a short vector at run time, give pad=",
+    ),
+    "zip-of-a-tuple": (
+        lambda: _source_sink(T, lambda s: Zip(Zip(s, s, name="z0").out, s, name="z1").out),
+        HW,
+        "Zip 'z1', port 'in0': no hardware block: nested tuples have no hardware encoding",
+    ),
 }
+#: Source tokens of a graph whose shape is not static (the others: zero tiles of its shape)
+SOURCE_TOKENS = {"reshape-dynamic-without-pad": {"x": [[T_ZERO] * 3, [T_ZERO]]}}
 
 
-@pytest.mark.parametrize(("make", "config", "message"), GRAPH_RULES.values(), ids=GRAPH_RULES)
-def test_the_rtl_profile_refuses_what_the_hardware_cannot_build(make, config, message):
+@pytest.mark.parametrize("case", GRAPH_RULES)
+def test_the_rtl_profile_refuses_what_the_hardware_cannot_build(case):
     """The rtl profile predicts the cycles of hardware that exists: a graph the elaborator
     refuses for a rule of the whole graph or of a node's function, the profile refuses with the
     same message. Given tokens and memory, it used to simulate every one of these graphs to the
     end (the function cases since ``step_hw.unit_functions``, the others since
-    ``step_hw.graph_rules``)."""
+    ``step_hw.graph_rules``, the blocks' own rules since ``step_hw.block_rules``)."""
+    make, config, message = GRAPH_RULES[case]
     with expect(Exception, message):
         convert(make(), config)
     graph = make()
     memory = {name: np.zeros(t.shape, t.dtype.numpy) for name, t in graph.tensors.items()}
-    inputs = {
+    inputs = SOURCE_TOKENS.get(case) or {
         n.name: nest_leaves(
             tuple(n.out.type.shape),
             lambda e=n.out.elem: np.zeros((e.rows, e.cols), e.dtype.numpy),
