@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def assert_same_tokens(got: list, want: list) -> None:
@@ -61,3 +68,14 @@ def run_unit(graph, node, inputs: list[list], config, pattern: str, seed: int = 
         seed=seed,
     )
     return run, want, unit
+
+
+def run_script(script: str, *args: str) -> list[str]:
+    """The words ``script`` prints, run in a fresh Python process from the project root with
+    ``args`` (for Amaranth patches, which a process installs once: one run with, one without)."""
+    out = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    return out.stdout.split()

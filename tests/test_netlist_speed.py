@@ -1,19 +1,13 @@
 """The fast paths through Amaranth's netlist (``step_hw.netlist_speed``): the same Verilog and
 RTLIL, and the checks they keep."""
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 from amaranth.hdl import Cat, Module, Mux, Signal, _nir
 from hypothesis import given
 from hypothesis import strategies as st
 
 from step_hw import netlist_speed
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.hw_helpers import run_script
 
 CONVERT = """
 import hashlib, sys
@@ -56,23 +50,14 @@ print(ns.installed(), hashlib.sha256(text.encode()).hexdigest())
 """
 
 
-def _run(script: str, mode: str) -> list[str]:
-    out = subprocess.run(
-        [sys.executable, "-c", script, mode],
-        cwd=ROOT, capture_output=True, text=True, check=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
-    return out.stdout.split()
-
-
 def test_a_design_converts_to_the_same_verilog_with_and_without_it():
-    on, off = _run(CONVERT, "on"), _run(CONVERT, "off")
+    on, off = run_script(CONVERT, "on"), run_script(CONVERT, "off")
     assert on[0] == "True" and off[0] == "False"
     assert on[1] == off[1]
 
 
 def test_initialised_memories_give_the_same_rtlil_with_and_without_it():
-    on, off = _run(MEMORIES, "on"), _run(MEMORIES, "off")
+    on, off = run_script(MEMORIES, "on"), run_script(MEMORIES, "off")
     assert on[0] == "True" and off[0] == "False"
     assert on[1] == off[1]
 

@@ -2,10 +2,7 @@
 formats, Verilog and simulator traces as Amaranth's own, computed only by the readers."""
 
 import enum
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 from amaranth.hdl import Module, Signal, unsigned
@@ -13,8 +10,7 @@ from amaranth.lib import data
 from amaranth.sim import Simulator
 
 from step_hw import signal_formats
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.hw_helpers import run_script
 
 # A BF16 map on 4 x 4 tiles behind a queue: ports, queue entries and registers with tile layouts.
 # Printed: whether it was installed, and the digests of the Verilog with and without field wires
@@ -60,17 +56,8 @@ print(sf.installed())
 """
 
 
-def _run(script: str, *args: str) -> list[str]:
-    out = subprocess.run(
-        [sys.executable, "-c", script, *args],
-        cwd=ROOT, capture_output=True, text=True, check=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
-    return out.stdout.split()
-
-
 def test_a_design_converts_to_the_same_verilog_with_and_without_it():
-    on, off = _run(CONVERT, "on"), _run(CONVERT, "off")
+    on, off = run_script(CONVERT, "on"), run_script(CONVERT, "off")
     assert on[0] == "True" and off[0] == "False"
     assert on[1:] == off[1:]
     assert on[1] != on[2]  # the field wires are there in one and not in the other
@@ -78,8 +65,8 @@ def test_a_design_converts_to_the_same_verilog_with_and_without_it():
 
 def test_the_simulators_trace_is_the_same_with_and_without_it(tmp_path):
     on, off = tmp_path / "on.vcd", tmp_path / "off.vcd"
-    assert _run(TRACE, "on", str(on)) == ["True"]
-    assert _run(TRACE, "off", str(off)) == ["False"]
+    assert run_script(TRACE, "on", str(on)) == ["True"]
+    assert run_script(TRACE, "off", str(off)) == ["False"]
 
     def body(path: Path) -> str:  # without the header's date
         return re.sub(r"\$date.*?\$end", "", path.read_text(), flags=re.S)
