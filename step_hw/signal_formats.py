@@ -21,6 +21,7 @@ changes.
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 from typing import Any
@@ -83,13 +84,12 @@ def install() -> bool:
         init_code = _ast.Signal.__init__.__code__
 
         def deferring(fn: Any) -> Any:
+            @functools.wraps(fn)
             def format(self, value, format_spec):
                 if format_spec == "" and sys._getframe(1).f_code is init_code:
                     return _Deferred(fn, self, value)
                 return fn(self, value, format_spec)
 
-            format.__wrapped__ = fn
-            format.__doc__ = fn.__doc__
             return format
 
         for cls in _targets(data):
