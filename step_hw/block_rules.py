@@ -9,16 +9,30 @@ constructors) are still made only when the block is built. No Amaranth here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from step_lang import ops
-from step_lang.dims import is_static
+from step_lang.dims import is_ragged, is_static
+from step_lang.errors import StepTypeError, op_message
 from step_lang.types import TupleType
 
+from .checks import int_tuple, where
 from .config import HwConfig
+from .dyntile import dim_bound, symbol_bounds
+from .payload import TokenFormat
 
-__all__ = ["check_node", "reshape_rule", "zip_rule"]
+__all__ = [
+    "buffer_extent",
+    "bufferize_rule",
+    "check_fetch",
+    "check_node",
+    "fetch_rule",
+    "merge_rule",
+    "reshape_rule",
+    "streamify_rule",
+    "zip_rule",
+]
 
 
 def reshape_rule(node: ops.Reshape, config: HwConfig) -> None:
@@ -40,10 +54,123 @@ def zip_rule(node: ops.Zip, config: HwConfig) -> None:
             raise node.error(port, "no hardware block: nested tuples have no hardware encoding")
 
 
+def merge_rule(node: ops.EagerMerge | ops.Reassemble, config: HwConfig) -> None:
+    """The merged inputs of an EagerMerge or a Reassemble share the output's payload format: a
+    dynamic tile on the output, whose rows unify inputs of different rows, needs dynamic tiles on
+    every input (static and dynamic tiles do not merge)."""
+    out = node.out_types[0].elem
+    fmt = TokenFormat.for_elem(out, config, where=where(node, node.output_names[0]))
+    n = len(node.inputs) - (1 if isinstance(node, ops.Reassemble) else 0)  # and its selector
+    for port, x in zip(node.input_names[:n], node.inputs[:n], strict=True):
+        if TokenFormat.for_elem(x.elem, config, where=where(node, port)) != fmt:
+            raise node.error(
+                port,
+                f"tile {x.elem} and the output's {out} have different hardware formats "
+                "(static and dynamic tiles do not merge)",
+            )
+
+
+def buffer_extent(node: Any, port: str, shape: Sequence[Any]) -> tuple[tuple[int, ...], int | None]:
+    """The max-extent shape of a Bufferize's or Streamify's buffers and its dynamic dim (``None``:
+    static); the dynamic dim's extent is its bound (:func:`step_hw.dyntile.dim_bound`). A
+    hardware buffer has a fixed size: at most one dynamic dim, and that one bounded."""
+    dynamic = [d for d, n in enumerate(shape) if not isinstance(n, int)]
+    if not dynamic:
+        return tuple(shape), None
+    names = list(map(str, shape))
+    if len(dynamic) > 1:
+        raise StepTypeError(
+            f"{where(node, port)}: buffer shape {names} has {len(dynamic)} dynamic dims; "
+            "hardware buffers have at most one (sized by its bound)"
+        )
+    bound = dim_bound(shape[dynamic[0]], symbol_bounds(node.graph))
+    if bound is None:  # nothing bounds the memory
+        raise StepTypeError(
+            f"{where(node, port)}: buffer shape {names} is dynamic; "
+            "hardware buffers are statically sized"
+        )
+    # A bound of 0 (an empty graph input) still gets one row: the extent is 0 at run time.
+    return tuple(max(1, bound) if d == dynamic[0] else n for d, n in enumerate(shape)), dynamic[0]
+
+
+def bufferize_rule(node: ops.Bufferize, config: HwConfig) -> None:
+    """A Bufferize's buffer has a fixed size (:func:`buffer_extent`)."""
+    buffer_extent(node, "out", node.out_types[0].elem.shape)
+
+
+def streamify_rule(node: ops.Streamify, config: HwConfig) -> None:
+    """A Streamify's buffer has a fixed size (:func:`buffer_extent`), and one with a ragged
+    inner dynamic dim is read with ``order``: the hardware walks full grids, it cannot replay a
+    ragged buffer in its stored order."""
+    shape = node.inputs[0].elem.shape
+    _, dynamic = buffer_extent(node, "in", shape)
+    if dynamic is not None and node.order is None and dynamic > 0 and is_ragged(shape[dynamic]):
+        raise StepTypeError(
+            f"{where(node, 'in')}: buffer shape {list(map(str, shape))} has a "
+            "ragged inner dim; hardware reads it as a full grid only with order"
+        )
+
+
+def check_fetch(
+    who: str, tensor_shape: Sequence[int], tile: tuple[int, int], fetch: Any
+) -> tuple[int, int] | None:
+    """``fetch=(nr, nc)`` tiles of ``tile`` per index, checked against the tensor: the block, or
+    None without ``fetch``; ``ValueError`` starting with ``who`` otherwise.
+
+    The random-access controllers address tile ``k`` of block ``a`` as tile ``a*nr*nc + k``:
+    right only when a block's tiles are consecutive in the tensor's tile numbering, i.e. one
+    block row (``nr == 1``) or blocks spanning the tensor's full width. Other blocks are
+    rejected, never misread.
+    """
+    if fetch is None:
+        return None
+    pair = int_tuple(who, "fetch", fetch, minimum=1)
+    if len(pair) != 2:
+        raise ValueError(f"{who} fetch must be a pair (rows, cols) of tiles, not {fetch!r}")
+    nr, nc = pair
+    rows, cols = tensor_shape[-2:]
+    tr, tc = tile
+    if rows % (nr * tr) or cols % (nc * tc):
+        raise ValueError(
+            f"{who} fetch block of {nr}x{nc} tiles of {tr}x{tc} must divide the last two dims "
+            f"{rows}x{cols} of the tensor"
+        )
+    if nr != 1 and nc * tc != cols:
+        raise ValueError(
+            f"{who} fetch block of {nr}x{nc} tiles of {tr}x{tc} is not consecutive in tensor "
+            f"{list(tensor_shape)}: it needs one row of tiles or the tensor's full width"
+        )
+    return nr, nc
+
+
+#: the block of each random-access node class, as its messages name it
+_RANDOM_BLOCKS = {ops.RandomOffChipLoad: "RandomLoad", ops.RandomOffChipStore: "RandomStore"}
+
+
+def fetch_rule(node: ops.RandomOffChipLoad | ops.RandomOffChipStore, config: HwConfig) -> None:
+    """A random load's or store's ``fetch`` block is consecutive in its tensor
+    (:func:`check_fetch`)."""
+    if node.fetch is None:
+        return
+    tile = node.tile_type if isinstance(node, ops.RandomOffChipLoad) else node.inputs[1].elem
+    try:
+        check_fetch(
+            _RANDOM_BLOCKS[type(node)], node.tensor.shape, (tile.rows, tile.cols), node.fetch
+        )
+    except ValueError as exc:  # the elaborator's wording (checks.build_for_node)
+        raise StepTypeError(op_message(node.kind, node.name, None, str(exc))) from exc
+
+
 #: node class -> its block's rule
 RULES: dict[type, Callable[[Any, HwConfig], None]] = {
     ops.Reshape: reshape_rule,
     ops.Zip: zip_rule,
+    ops.EagerMerge: merge_rule,
+    ops.Reassemble: merge_rule,
+    ops.Bufferize: bufferize_rule,
+    ops.Streamify: streamify_rule,
+    ops.RandomOffChipLoad: fetch_rule,
+    ops.RandomOffChipStore: fetch_rule,
 }
 
 

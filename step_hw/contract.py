@@ -17,14 +17,16 @@ What it holds:
   ``memory/store.py``);
 * the on-chip buffers (``memory/buffer.py``): slots, words per element, Streamify's output
   queue and the latencies of its sequencer and read port;
-* the graph's ports: which memory operators share which AXI port (:func:`axi_managers`), when
-  Sources start and Sinks count as done.
+* the graph's ports: which memory operators share which AXI port (:func:`axi_managers`), where
+  each off-chip tensor lies in the one address space (:func:`memory_map`), when Sources start and
+  Sinks count as done.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 from step_lang import ops
 from step_lang.graph import Graph, Node, Stream
@@ -39,6 +41,7 @@ __all__ = [
     "HELD_EMIT_DELAY",
     "KIND_BITS",
     "STREAMIFY_QUEUE_DEPTH",
+    "TENSOR_ALIGN",
     "Block",
     "HwConfig",
     "Interval",
@@ -52,6 +55,7 @@ __all__ = [
     "is_memory_operator",
     "is_store",
     "matmul_steps",
+    "memory_map",
     "queue_capacity",
     "queue_depth",
     "queue_interval",
@@ -286,6 +290,28 @@ def axi_managers(graph: Graph, config: HwConfig) -> dict[str, list[str]]:
         names = [n.name for n in memory if isinstance(n, _LOADS) == read]
         for j, name in enumerate(names):
             out.setdefault(f"m_axi_{half}{j % config.axi_ports}", []).append(name)
+    return out
+
+
+#: Off-chip tensors start at multiples of this many bytes, the first one here (address 0 is left
+#: unused, so a zero address is never a tensor's).
+TENSOR_ALIGN = 4096
+
+
+def memory_map(graph: Graph) -> dict[str, dict[str, Any]]:
+    """Tensor name -> ``addr`` (its first byte), ``shape``, ``dtype`` (name) and ``bytes``: the
+    off-chip tensors of ``graph`` one after another in declaration order, each at a multiple of
+    :data:`TENSOR_ALIGN`. The memory operators' base addresses, the co-simulation's memory image
+    and the address-space rule (``step_hw.graph_rules``) all read it."""
+    out, addr = {}, TENSOR_ALIGN
+    for name, t in graph.tensors.items():
+        out[name] = {
+            "addr": addr,
+            "shape": list(t.shape),
+            "dtype": t.dtype.name,
+            "bytes": t.size_bytes,
+        }
+        addr += -(-t.size_bytes // TENSOR_ALIGN) * TENSOR_ALIGN
     return out
 
 

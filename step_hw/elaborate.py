@@ -26,9 +26,10 @@ top-level ports:
   :class:`~step_hw.memory.AxiWriteArbiter` when it serves several operators
   (:attr:`ElaboratedGraph.axi_managers`, from :func:`axi_managers`).
 
-Off-chip tensors get byte addresses in one address space (:attr:`ElaboratedGraph.memory_map`),
-4 KiB aligned, so that one memory model can serve every port. Nodes without hardware support are
-rejected with a :class:`~step_lang.errors.StepTypeError` that names them.
+Off-chip tensors get byte addresses in one address space (:attr:`ElaboratedGraph.memory_map`,
+from :func:`step_hw.contract.memory_map`), 4 KiB aligned, so that one memory model can serve every
+port. Nodes without hardware support are rejected with a :class:`~step_lang.errors.StepTypeError`
+that names them.
 """
 
 from __future__ import annotations
@@ -60,7 +61,6 @@ from .run_time_depths import limit_fields, pack_limits, queues
 
 __all__ = ["HARDWARE", "ElaboratedGraph", "axi_managers", "convert", "supported_kinds", "write"]
 
-_ALIGN = 4096
 DEFAULT_CONFIG = HwConfig()
 
 #: Each operator's block: ``build(node, config, memory_map) -> Component`` (``memory_map`` as
@@ -145,7 +145,7 @@ class ElaboratedGraph(wiring.Component):
         self.instances = dict(instances or {})
         check_graph(graph, config)  # the graph-level rules, the rtl profile's too
         self.graph, self.config = graph, config
-        self.memory_map = self._allocate(graph)
+        self.memory_map = contract.memory_map(graph)
         order = graph.topo_order()
         self.blocks: dict[str, Any] = {}
         members: dict[str, Any] = {
@@ -203,19 +203,6 @@ class ElaboratedGraph(wiring.Component):
             members["queue_limits"] = In(width, init=pack_limits(graph, config, starts))
         super().__init__(members)
         del self._MustUse__silence  # back to the class's setting (a caller may silence them all)
-
-    @staticmethod
-    def _allocate(graph: Graph) -> dict[str, dict[str, Any]]:
-        out, addr = {}, _ALIGN
-        for name, t in graph.tensors.items():  # their dtypes checked (graph_rules)
-            out[name] = {
-                "addr": addr,
-                "shape": list(t.shape),
-                "dtype": t.dtype.name,
-                "bytes": t.size_bytes,
-            }
-            addr += -(-t.size_bytes // _ALIGN) * _ALIGN
-        return out
 
     def elaborate(self, platform) -> Module:
         m = Module()
@@ -282,9 +269,7 @@ class ElaboratedGraph(wiring.Component):
             if isinstance(node, ops.LinearOffChipStore):
                 done_bits.append(block.done)
             if isinstance(node, ops.Streamify):
-                upstream = producer(node.inputs[0]).node
-                if not isinstance(upstream, ops.Bufferize):
-                    raise node.error("in", "must read a Bufferize directly in hardware")
+                upstream = producer(node.inputs[0]).node  # a Bufferize (check_buffer_readers)
                 wiring.connect(m, block.rd, self.blocks[upstream.name].rd)
         done_expr = running
         for bit in done_bits:

@@ -23,6 +23,7 @@ from amaranth.lib.wiring import In, Out
 from step_lang import ops
 from step_lang.stoprules import partition_closes_chunk
 
+from .block_rules import merge_rule
 from .broadcast import fork, node_format, token
 from .checks import check_format, check_int, check_level, check_node_class
 from .config import HwConfig
@@ -33,20 +34,6 @@ __all__ = ["EagerMerge", "Parallelize", "Partition", "Reassemble"]
 
 
 # -- helpers ------------------------------------------------------------------------------------
-
-
-def _same_format(
-    node: ops.EagerMerge | ops.Reassemble, config: HwConfig, fmt: TokenFormat, ports: Sequence[int]
-) -> None:
-    """The merged inputs share the output's payload format (a dynamic tile on the output, whose
-    rows unify inputs of different rows, needs dynamic tiles on every input)."""
-    for port in ports:
-        if node_format(node, config, port) != fmt:
-            raise node.error(
-                node.input_names[port],
-                f"tile {node.inputs[port].elem} and the output's {node.out_types[0].elem} have "
-                "different hardware formats (static and dynamic tiles do not merge)",
-            )
 
 
 def _selector_format(fmt: TokenFormat, n: int) -> TokenFormat:
@@ -350,7 +337,7 @@ class Reassemble(wiring.Component):
         for port in range(n + 1):
             node_format(node, config, port)
         fmt = node_format(node, config, 0, output=True)
-        _same_format(node, config, fmt, range(n))
+        merge_rule(node, config)
         return cls(
             fmt=fmt, n=n, rank=node.chunk_rank, sel_rank=node.inputs[-1].rank, count=node.count
         )
@@ -553,7 +540,7 @@ class EagerMerge(wiring.Component):
             node_format(node, config, port)
         fmt = node_format(node, config, 0, output=True)
         node_format(node, config, 1, output=True)
-        _same_format(node, config, fmt, range(len(node.inputs)))
+        merge_rule(node, config)
         return cls(fmt=fmt, n=len(node.inputs), rank=node.chunk_rank)
 
     @property

@@ -17,15 +17,18 @@ from step_hw.elaborate import convert
 from step_hw.payload import TokenFormat
 from step_lang import (
     Accum,
+    Bufferize,
     FlatMap,
     Graph,
     LinearOffChipLoad,
     LinearOffChipStore,
     Map,
+    RandomOffChipLoad,
     Reshape,
     Sink,
     Source,
     Stop,
+    Streamify,
     StreamType,
     Tile,
     Zip,
@@ -146,6 +149,23 @@ def test_graph_without_a_hardware_encoding(make, message):
         convert(make(), HW)
 
 
+def _buffer_read_twice():
+    g = Graph("g")
+    bz = Bufferize(Source(g, StreamType(T, (2, 3)), name="x").out, 1, name="bz")
+    for k in (1, 2):
+        Sink(Streamify(bz.out, name=f"sf{k}").out, name=f"y{k}")
+    return g
+
+
+def _random_load_of_blocks(fetch):
+    """Tile indices into a RandomOffChipLoad of 4x4 tiles of an 8x8 tensor, ``fetch`` tiles each."""
+    g = Graph("g")
+    t = g.tensor("t", (8, 8), "int16")
+    idx = Source(g, StreamType(Tile(int16, 1, 1), (2,)), name="idx")
+    Sink(RandomOffChipLoad(idx.out, t, tile=(4, 4), fetch=fetch, name="rld").out, name="y")
+    return g
+
+
 def _over_capacity():
     g = _source_sink(T, lambda s: Map(s, fn=FNS.exp, name="m").out)
     g.set_queue_depth(g.nodes["x"].out, 3)
@@ -174,6 +194,12 @@ GRAPH_RULES = {
         f"Map 'm': function 'exp' computes with {FNS.exp.numerics.frac_bits} fraction bits, "
         "the hardware with 4",
     ),
+    "address-space": (
+        lambda: _load_store("int16"),
+        HwConfig(axi_addr_width=12),
+        "tensor 't': 128 bytes at address 0x1000 do not fit the 12-bit AXI address space "
+        "(HwConfig.axi_addr_width)",
+    ),
     # the blocks' own rules (step_hw.block_rules)
     "reshape-dynamic-without-pad": (
         lambda: _source_sink(T, lambda s: Reshape(s, 2, name="r").out, (2, ragged("x"))),
@@ -186,9 +212,34 @@ GRAPH_RULES = {
         HW,
         "Zip 'z1', port 'in0': no hardware block: nested tuples have no hardware encoding",
     ),
+    "buffer-without-a-bound": (
+        lambda: _source_sink(
+            T,
+            lambda s: Streamify(Bufferize(s, 1, name="bz").out, name="sf").out,
+            (2, ragged("x")),
+        ),
+        HW,
+        "Bufferize 'bz', port 'out': buffer shape ['x'] is dynamic; hardware buffers are "
+        "statically sized",
+    ),
+    "buffer-read-twice": (
+        _buffer_read_twice,
+        HW,
+        "Bufferize 'bz', port 'out': read by 2 nodes (sf1, sf2); in hardware one Streamify reads "
+        "a Bufferize's buffers (Bufferize once per reader)",
+    ),
+    "fetch-block-not-consecutive": (
+        lambda: _random_load_of_blocks((2, 1)),
+        HW,
+        "RandomOffChipLoad 'rld': RandomLoad fetch block of 2x1 tiles of 4x4 is not consecutive "
+        "in tensor [8, 8]: it needs one row of tiles or the tensor's full width",
+    ),
 }
 #: Source tokens of a graph whose shape is not static (the others: zero tiles of its shape)
-SOURCE_TOKENS = {"reshape-dynamic-without-pad": {"x": [[T_ZERO] * 3, [T_ZERO]]}}
+SOURCE_TOKENS = {
+    "reshape-dynamic-without-pad": {"x": [[T_ZERO] * 3, [T_ZERO]]},
+    "buffer-without-a-bound": {"x": [[T_ZERO] * 3, [T_ZERO]]},
+}
 
 
 @pytest.mark.parametrize("case", GRAPH_RULES)

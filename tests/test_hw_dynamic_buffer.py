@@ -29,8 +29,9 @@ from test_hw_memory import BufferPair as Pair
 from test_hw_memory import norm
 from test_sim_rtl_profile import amaranth_pushes, sends
 
-import step_hw.memory.buffer as buffer_module
+import step_hw.block_rules as block_rules
 from step_hw.config import BF16_CONFIG, HwConfig
+from step_hw.graph_rules import check_graph
 from step_hw.memory import Bufferize, Streamify
 from step_hw.payload import TokenFormat
 from step_hw.testing import PATTERNS, run_block
@@ -48,6 +49,7 @@ from step_lang import (
     regular,
 )
 from step_lang import ops as L
+from step_lang.passes import lower
 from step_lang.stoprules import grid_stop, grid_tokens
 from step_lang.types import int16, int32
 
@@ -390,12 +392,16 @@ def test_from_node_errors():
         src = L.Source(g, StreamType(TILE, (2, 3, r)), name="x")
         sf = L.Streamify(L.Bufferize(src.out, 2, name="bz").out, name="sf")
         L.Sink(sf.out)
-        with pytest.raises(
-            StepTypeError,
-            match=r"^Streamify 'sf', port 'in': buffer shape \['3', 'r'\] has a ragged inner dim; "
-            r"hardware reads it as a full grid only with order$",
+        for refuse in (
+            lambda: Streamify.from_node(sf, CFG),
+            lambda: check_graph(lower(g), CFG),  # the rtl profile's rules: the same refusal
         ):
-            Streamify.from_node(sf, CFG)
+            with pytest.raises(
+                StepTypeError,
+                match=r"^Streamify 'sf', port 'in': buffer shape \['3', 'r'\] has a ragged inner "
+                r"dim; hardware reads it as a full grid only with order$",
+            ):
+                refuse()
     # ... an outermost ragged dim is always read as a grid
     with bounded(r, 3):
         g = Graph()
@@ -463,11 +469,12 @@ FX = numerics.functions(HwConfig())
 @contextmanager
 def bounded(symbol, bound: int):
     """``symbol`` (a Source's dim, which no rule of step_hw.dyntile bounds) bounded by ``bound``
-    for the blocks' ``from_node``: a graph can then feed buffers of any extents from a Source,
+    for the buffers' rule (``step_hw.block_rules.buffer_extent``: the blocks' ``from_node`` and
+    the rtl profile's check): a graph can then feed buffers of any extents from a Source,
     where a minted symbol (a Partition's regular ``route_n``) has one extent per run."""
-    real = buffer_module.symbol_bounds
+    real = block_rules.symbol_bounds
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(buffer_module, "symbol_bounds", lambda graph: {**real(graph), symbol: bound})
+        mp.setattr(block_rules, "symbol_bounds", lambda graph: {**real(graph), symbol: bound})
         yield
 
 
@@ -522,9 +529,9 @@ W4 = HwConfig(mem_port_elems=4)
 def test_buffers_match_an_amaranth_simulation(outer, buf, d, extents, read, config):
     extents = extents or (0,) * int(np.prod(outer))
     graph, inputs = dyn_buffered(outer, buf, d, extents, **read)
-    with bounded(N, buf[d] if d is not None else 1):
+    with bounded(N, buf[d] if d is not None else 1):  # for the rtl profile's rules too
         want, cycles = amaranth_pushes(graph, inputs, config)
-    assert sends(graph, inputs, config) == (want, cycles)
+        assert sends(graph, inputs, config) == (want, cycles)
 
 
 def test_a_partition_bounds_the_buffer_in_an_amaranth_simulation():
@@ -578,6 +585,8 @@ def test_buffers_match_an_amaranth_simulation_on_random_buffers(case: DynCase, w
         config = replace(config, lanes=lanes)
         read["consumer_lanes"] = lanes
     graph, inputs = dyn_buffered(case.outer, case.buf, case.d, extents, **read)
-    with bounded(N, case.buf[case.d] if case.d is not None else 1):
+    with bounded(
+        N, case.buf[case.d] if case.d is not None else 1
+    ):  # for the rtl profile's rules too
         want, cycles = amaranth_pushes(graph, inputs, config)
-    assert sends(graph, inputs, config) == (want, cycles)
+        assert sends(graph, inputs, config) == (want, cycles)

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from lang_helpers import SCALAR, parse, show
 from test_lang_properties import merge_cases, partition_cases, reassemble_cases, streams
 
+from step_hw.block_rules import check_node
 from step_hw.broadcast import Broadcast
 from step_hw.config import HwConfig
 from step_hw.payload import TokenFormat
@@ -659,8 +660,15 @@ def test_from_node_rejects_unsupported():
     # Inputs whose tile rows differ symbolically unify to a dynamic tile on the output.
     node = graph_with(lambda a, b: ops.EagerMerge([a, b], name="m"),
                       stype(0, "a", Tile(int32, regular("r"), 1)), stype(0, "b", SCALAR))  # fmt: skip
-    with pytest.raises(StepTypeError, match=r"^EagerMerge 'm', port 'in1': tile Tile<int32, 1x1> and the output's Tile<int32, m_rowsx1> have different hardware formats \(static and dynamic tiles do not merge\)$"):  # fmt: skip
-        EagerMerge.from_node(node, CFG)
+    for refuse in (EagerMerge.from_node, check_node):  # the block, and the rtl profile's rule
+        with pytest.raises(StepTypeError, match=r"^EagerMerge 'm', port 'in1': tile Tile<int32, 1x1> and the output's Tile<int32, m_rowsx1> have different hardware formats \(static and dynamic tiles do not merge\)$"):  # fmt: skip
+            refuse(node, CFG)
+    node = graph_with(lambda a, b, s: ops.Reassemble([a, b], s, name="r"),
+                      stype(0, "a", Tile(int32, regular("r"), 1)), stype(0, "b", SCALAR),
+                      stype(0, "s", Selector(2)))  # fmt: skip
+    for refuse in (Reassemble.from_node, check_node):
+        with pytest.raises(StepTypeError, match=r"^Reassemble 'r', port 'in1': tile Tile<int32, 1x1> and the output's Tile<int32, r_rowsx1> have different hardware formats \(static and dynamic tiles do not merge\)$"):  # fmt: skip
+            refuse(node, CFG)
     # Stop levels beyond the level field (2 bits: up to S3).
     narrow = HwConfig(level_bits=2)
     node = graph_with(lambda a, s: ops.Reassemble([a], s, name="r"), stype(1, "a"), stype(2, "s", Selector(1)))  # fmt: skip

@@ -35,9 +35,8 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from step_lang import ops
-from step_lang.dims import is_ragged
-from step_lang.errors import StepTypeError
 
+from ..block_rules import buffer_extent, streamify_rule
 from ..checks import (
     build_for_node,
     check_config,
@@ -49,7 +48,6 @@ from ..checks import (
 )
 from ..config import HwConfig
 from ..contract import BUFFER_SLOTS, STREAMIFY_QUEUE_DEPTH, buffer_words
-from ..dyntile import dim_bound, symbol_bounds
 from ..payload import KIND_BITS, Kind, TokenFormat
 from ..payload_fields import token_layout
 from ..queue import Queue
@@ -145,28 +143,6 @@ class BufferPortSignature(wiring.Signature):
 
     def __repr__(self) -> str:
         return f"BufferPortSignature(addr_width={self._addr_width}, data_width={self._data_width})"
-
-
-def _buffer_shape(node: Any, port: str, shape: Sequence[Any]) -> tuple[tuple[int, ...], int | None]:
-    """The max-extent shape of a node's buffers and its dynamic dim (``None``: static); the
-    dynamic dim's extent is its bound (:func:`step_hw.dyntile.dim_bound`)."""
-    dynamic = [d for d, n in enumerate(shape) if not isinstance(n, int)]
-    if not dynamic:
-        return tuple(shape), None
-    names = list(map(str, shape))
-    if len(dynamic) > 1:
-        raise StepTypeError(
-            f"{where(node, port)}: buffer shape {names} has {len(dynamic)} dynamic dims; "
-            "hardware buffers have at most one (sized by its bound)"
-        )
-    bound = dim_bound(shape[dynamic[0]], symbol_bounds(node.graph))
-    if bound is None:  # nothing bounds the memory
-        raise StepTypeError(
-            f"{where(node, port)}: buffer shape {names} is dynamic; "
-            "hardware buffers are statically sized"
-        )
-    # A bound of 0 (an empty graph input) still gets one row: the extent is 0 at run time.
-    return tuple(max(1, bound) if d == dynamic[0] else n for d, n in enumerate(shape)), dynamic[0]
 
 
 def _geometry(
@@ -280,7 +256,7 @@ class Bufferize(wiring.Component):
 
         def build() -> Bufferize:
             x = node.inputs[0]
-            shape, dynamic = _buffer_shape(node, "out", node.out_types[0].elem.shape)
+            shape, dynamic = buffer_extent(node, "out", node.out_types[0].elem.shape)
             return cls(
                 src_loc_at=3,
                 config=config,
@@ -649,18 +625,8 @@ class Streamify(wiring.Component):
 
         def build() -> Streamify:
             buffers = node.inputs[0]
-            shape, dynamic = _buffer_shape(node, "in", buffers.elem.shape)
-            if (
-                dynamic is not None
-                and node.order is None
-                and dynamic > 0
-                and is_ragged(buffers.elem.shape[dynamic])
-            ):
-                # A stored-order read replays a ragged buffer exactly; the hardware walks grids.
-                raise StepTypeError(
-                    f"{where(node, 'in')}: buffer shape {list(map(str, buffers.elem.shape))} has a "
-                    "ragged inner dim; hardware reads it as a full grid only with order"
-                )
+            streamify_rule(node, config)
+            shape, dynamic = buffer_extent(node, "in", buffers.elem.shape)
             ref = node.inputs[1] if len(node.inputs) > 1 else None
             return cls(
                 src_loc_at=3,

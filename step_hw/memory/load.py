@@ -14,6 +14,7 @@ from amaranth.lib.wiring import In, Out
 from step_lang import ops
 
 from .. import contract
+from ..block_rules import check_fetch
 from ..checks import (
     address_format,
     build_for_node,
@@ -454,31 +455,10 @@ class LinearLoad(wiring.Component):
 
 
 def fetch_block(who: str, geo: TileGeometry, fetch: Any) -> tuple[tuple[int, int], int] | None:
-    """``fetch=(nr, nc)`` checked against the tensor: the block and the number of blocks, or None.
-
-    The controllers address tile ``k`` of block ``a`` as tile ``a*nr*nc + k``: right only when a
-    block's tiles are consecutive in the tensor's tile numbering, i.e. one block row (``nr == 1``)
-    or blocks spanning the tensor's full width. Other blocks are rejected, never misread.
-    """
-    if fetch is None:
-        return None
-    pair = int_tuple(who, "fetch", fetch, minimum=1)
-    if len(pair) != 2:
-        raise ValueError(f"{who} fetch must be a pair (rows, cols) of tiles, not {fetch!r}")
-    nr, nc = pair
-    rows, cols = geo.tensor_shape[-2:]
-    tr, tc = geo.tile
-    if rows % (nr * tr) or cols % (nc * tc):
-        raise ValueError(
-            f"{who} fetch block of {nr}x{nc} tiles of {tr}x{tc} must divide the last two dims "
-            f"{rows}x{cols} of the tensor"
-        )
-    if nr != 1 and nc * tc != cols:
-        raise ValueError(
-            f"{who} fetch block of {nr}x{nc} tiles of {tr}x{tc} is not consecutive in tensor "
-            f"{list(geo.tensor_shape)}: it needs one row of tiles or the tensor's full width"
-        )
-    return (nr, nc), geo.n_tiles // (nr * nc)
+    """``fetch=(nr, nc)`` checked against the tensor (:func:`step_hw.block_rules.check_fetch`):
+    the block and the number of blocks, or None."""
+    block = check_fetch(who, geo.tensor_shape, geo.tile, fetch)
+    return None if block is None else (block, geo.n_tiles // (block[0] * block[1]))
 
 
 class RandomLoad(wiring.Component):
