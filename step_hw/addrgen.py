@@ -25,16 +25,24 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 from amaranth.hdl import Const, Module, Mux, Signal, Value, unsigned
 
-from step_lang import functions, ops
+from step_lang import ops
 from step_lang.errors import StepTypeError, op_message
-from step_lang.types import Selector
 
-from .checks import INT_BITS, check_int, check_int_bits, check_node
-from .compute._unit import StreamUnit, check_bits, node_formats, scalar_format
+from .checks import check_int, check_int_bits
+from .compute._unit import StreamUnit, check_bits, scalar_format
 from .config import HwConfig
+from .function_params import (
+    block_row_offsets_params,
+    cache_read_addr_params,
+    check_block_row_offsets,
+    check_fill,
+    check_pieces,
+    check_row_offset,
+    last_tile_flags_params,
+    pad_tiles_params,
+)
 from .payload import Kind, TokenFormat
 from .unit_functions import block_for
 
@@ -158,7 +166,7 @@ class CacheReadAddr(_Expander):
         self, *, row_offset: int, in_bits: tuple[int, int], elem_bits: int, level_bits: int = 3
     ):
         owner = "CacheReadAddr"
-        _check_row_offset(owner, row_offset)
+        check_row_offset(owner, row_offset)
         if not isinstance(in_bits, (tuple, list)) or len(in_bits) != 2:
             raise TypeError(f"{owner} in_bits must be a pair of widths, not {in_bits!r}")
         for i, b in enumerate(in_bits):
@@ -177,19 +185,7 @@ class CacheReadAddr(_Expander):
     def from_node(cls, node: Any, config: HwConfig) -> CacheReadAddr:
         """The block of a FlatMap of ``cache_read_addr``; raises :class:`StepTypeError` naming
         the node otherwise (an int64 result included)."""
-        _check_flatmap(node, ("cache_read_addr",), "CacheReadAddr")
-        ins, out = _formats(node, config, "CacheReadAddr")
-        row_offset = _param(node, "row_offset")
-        # Checked before the block exists: a half-built block would warn that it was never used.
-        _build(node, _check_row_offset, "CacheReadAddr", row_offset)
-        return _build(
-            node,
-            cls,
-            row_offset=row_offset,
-            in_bits=tuple(f.elem_bits for f in ins),
-            elem_bits=out.elem_bits,
-            level_bits=config.level_bits,
-        )
+        return _build(node, cls, **cache_read_addr_params(node, config))
 
     def _plan(self, m: Module) -> tuple[Value, Value]:
         tiles = self.in1.payload.data[0][0]
@@ -239,13 +235,7 @@ class LastTileFlags(_Expander):
     def from_node(cls, node: Any, config: HwConfig) -> LastTileFlags:
         """The block of a FlatMap of ``last_tile_flags``; raises :class:`StepTypeError` naming
         the node otherwise."""
-        _check_flatmap(node, ("last_tile_flags",), "LastTileFlags")
-        ins, _ = _formats(node, config, "LastTileFlags")
-        if node.fn is not functions.last_tile_flags or not isinstance(
-            node.out_types[0].elem, Selector
-        ):
-            raise node.error(None, "LastTileFlags builds step_lang.functions.last_tile_flags only")
-        return _build(node, cls, in_bits=ins[0].elem_bits, level_bits=config.level_bits)
+        return _build(node, cls, **last_tile_flags_params(node, config))
 
     def _plan(self, m: Module) -> tuple[Value, Value]:
         n = self.in0.payload.data[0][0]
@@ -285,7 +275,7 @@ class BlockRowOffsets(_Expander):
 
     def __init__(self, *, rows: int, n_rows: int, n_cols: int, elem_bits: int, level_bits: int = 3):
         owner = "BlockRowOffsets"
-        _check_block_row_offsets(owner, rows, n_rows, n_cols)
+        check_block_row_offsets(owner, rows, n_rows, n_cols)
         check_int_bits(owner, "elem_bits", elem_bits)
         check_int(owner, "level_bits", level_bits)
         self._rows, self._n_rows, self._n_cols = rows, n_rows, n_cols
@@ -308,20 +298,7 @@ class BlockRowOffsets(_Expander):
     def from_node(cls, node: Any, config: HwConfig) -> BlockRowOffsets:
         """The block of a FlatMap of ``block_row_offsets``; raises :class:`StepTypeError`
         naming the node otherwise."""
-        _check_flatmap(node, ("block_row_offsets",), "BlockRowOffsets")
-        ins, _ = _formats(node, config, "BlockRowOffsets")
-        rows, n_rows, n_cols = (_param(node, p) for p in ("rows", "n_rows", "n_cols"))
-        # Checked before the block exists: a half-built block would warn that it was never used.
-        _build(node, _check_block_row_offsets, "BlockRowOffsets", rows, n_rows, n_cols)
-        return _build(
-            node,
-            cls,
-            rows=rows,
-            n_rows=n_rows,
-            n_cols=n_cols,
-            elem_bits=ins[0].elem_bits,
-            level_bits=config.level_bits,
-        )
+        return _build(node, cls, **block_row_offsets_params(node, config))
 
     def _plan(self, m: Module) -> tuple[Value, Value]:
         k = self.in0.payload.data[0][0]
@@ -397,15 +374,15 @@ class PadTiles(_Expander):
     ):
         owner = "PadTiles"
         check_int(owner, "kv_tile", kv_tile)
-        _check_pieces(owner, kv_tile, pieces)
+        check_pieces(owner, kv_tile, pieces)
         if not isinstance(in_bits, (tuple, list)) or len(in_bits) != 2:
             raise TypeError(f"{owner} in_bits must be a pair of widths, not {in_bits!r}")
         for i, b in enumerate(in_bits):
             check_int_bits(owner, f"in_bits[{i}]", b)
         check_bits(owner, elem_bits, 0)
         check_int(owner, "level_bits", level_bits)
-        _check_fill(owner, "valid", valid, elem_bits)
-        _check_fill(owner, "pad", pad, elem_bits)
+        check_fill(owner, "valid", valid, elem_bits)
+        check_fill(owner, "pad", pad, elem_bits)
         self._kv_tile, self._valid, self._pad = kv_tile, valid, pad
         self._pieces, self._width = pieces, kv_tile // pieces
         ins = [scalar_format(b, level_bits) for b in in_bits]
@@ -421,35 +398,7 @@ class PadTiles(_Expander):
         """The block of a FlatMap of ``pad_bias`` or ``pad_mask`` (``examples.attention``) with
         integer ``valid`` and ``pad`` values; raises :class:`StepTypeError` naming the node
         otherwise (a float bias of ``-inf`` included)."""
-        _check_flatmap(node, ("pad_bias", "pad_mask"), "PadTiles")
-        ins, out = _formats(node, config, "PadTiles")
-        valid, pad = (_param(node, p) for p in ("valid", "pad"))
-        pieces = dict(node.fn.params).get("pieces", 1)
-        if out.float_dtype is not None:  # BF16/FP32 tiles: the values' bit patterns
-            valid, pad = (_float_bits(v, out.float_dtype) for v in (valid, pad))
-        valid, pad = (int(v) if _is_int(v) else v for v in (valid, pad))
-        # Checked before the block exists: a half-built block would warn that it was never used.
-        for name, v in (("valid", valid), ("pad", pad)):
-            _build(node, _check_fill, "PadTiles", name, v, out.elem_bits)
-        _build(node, check_int, "PadTiles", "pieces", pieces)
-        kv_tile = out.cols * pieces
-        if _param(node, "kv_tile") != kv_tile:
-            raise node.error(
-                None,
-                f"function '{node.fn.name}' has kv_tile {_param(node, 'kv_tile')}, but writes "
-                f"{pieces} piece(s) of {out.cols} columns",
-            )
-        return _build(
-            node,
-            cls,
-            kv_tile=kv_tile,
-            valid=valid,
-            pad=pad,
-            in_bits=tuple(f.elem_bits for f in ins),
-            elem_bits=out.elem_bits,
-            level_bits=config.level_bits,
-            pieces=pieces,
-        )
+        return _build(node, cls, **pad_tiles_params(node, config))
 
     def _plan(self, m: Module) -> tuple[Value, Value]:
         n, k = self.in0.payload.data[0][0], self.in1.payload.data[0][0]
@@ -478,78 +427,6 @@ class PadTiles(_Expander):
 
 
 # -- from_node helpers ---------------------------------------------------------------------------
-
-
-def _check_row_offset(owner: str, row_offset: Any) -> int:
-    check_int(owner, "row_offset", row_offset)
-    if row_offset > 2**16:
-        raise ValueError(f"{owner} row_offset must be at most 65536, not {row_offset}")
-    return row_offset
-
-
-def _check_block_row_offsets(owner: str, rows: Any, n_rows: Any, n_cols: Any) -> None:
-    for name, v in (("rows", rows), ("n_rows", n_rows), ("n_cols", n_cols)):
-        check_int(owner, name, v)
-
-
-def _check_pieces(owner: str, kv_tile: int, pieces: Any) -> int:
-    check_int(owner, "pieces", pieces)
-    if kv_tile % pieces:
-        raise ValueError(f"{owner} pieces must divide kv_tile {kv_tile}, not {pieces}")
-    return pieces
-
-
-def _float_bits(v: Any, float_dtype: str) -> Any:
-    """The bit pattern of the number ``v`` as a ``float_dtype`` element, as the signed integer
-    a tile element of that width holds (``v`` unchanged if it is not a number)."""
-    from step_lang.types import dtype
-
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
-        return v
-    dt = dtype(float_dtype)
-    bits = int(np.array(v, dtype=dt.numpy).view(f"uint{dt.nbytes * 8}"))
-    width = dt.nbytes * 8
-    return bits - (1 << width) if bits >> (width - 1) else bits
-
-
-def _check_fill(owner: str, name: str, v: Any, elem_bits: int) -> int:
-    lo, hi = -(2 ** (elem_bits - 1)), 2 ** (elem_bits - 1) - 1
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError(f"{owner} {name} must be an integer, not {v!r}")
-    if not lo <= v <= hi:
-        raise ValueError(f"{owner} {name} must fit a {elem_bits}-bit element [{lo}, {hi}], not {v}")
-    return v
-
-
-def _is_int(v: Any) -> bool:
-    """An integer parameter, also as a whole float (numpy scalars included); ``-inf`` is not."""
-    try:
-        return not isinstance(v, bool) and float(v).is_integer()
-    except (TypeError, ValueError, OverflowError):
-        return False
-
-
-def _check_flatmap(node: Any, names: tuple[str, ...], unit: str) -> None:
-    check_node(node, (ops.FlatMap,), unit)
-    if getattr(node.fn, "name", None) not in names:
-        raise node.error(
-            None, f"function '{node.fn.name}' has no {unit} (it builds {', '.join(names)})"
-        )
-
-
-def _formats(node: Any, config: HwConfig, unit: str) -> tuple[list[TokenFormat], TokenFormat]:
-    ins, out = node_formats(node, config)
-    for port, f in zip(node.input_names, ins, strict=True):
-        if f.kind != "tile" or (f.rows, f.cols) != (1, 1) or f.elem_bits not in INT_BITS:
-            raise node.error(port, f"{unit} needs [1,1] 8-, 16- or 32-bit integer tiles")
-    return ins, out
-
-
-def _param(node: Any, name: str) -> Any:
-    params = dict(node.fn.params)
-    if name not in params:
-        raise node.error(None, f"function '{node.fn.name}' has no parameter '{name}'")
-    return params[name]
 
 
 def _build(node: Any, make: Any, *args: Any, **kwargs: Any) -> Any:

@@ -3,8 +3,10 @@
 A block's ``from_node`` calls its rule here before it builds the block, and
 :func:`step_hw.graph_rules.check_graph` calls :func:`check_node` for every node, so that the
 ``rtl`` timing profile refuses such a node with the elaborator's message instead of timing
-hardware that cannot be built. The blocks' other checks (widths and parameters of the
-constructors) are still made only when the block is built. No Amaranth here.
+hardware that cannot be built; with it, for a node with a function, the rules of the block that
+computes it (``step_hw.unit_functions``, ``step_hw.function_params``). The compute units' other
+checks (widths and shapes of the constructors) are still made only when the block is built. No
+Amaranth here.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from step_lang.types import TupleType
 from .checks import int_tuple, where
 from .config import HwConfig
 from .dyntile import dim_bound, symbol_bounds
+from .function_params import FUNCTION_PARAMS
 from .payload import TokenFormat
+from .unit_functions import block_for
 
 __all__ = [
     "buffer_extent",
@@ -176,7 +180,13 @@ RULES: dict[type, Callable[[Any, HwConfig], None]] = {
 
 def check_node(node: Any, config: HwConfig) -> None:
     """Raise :class:`~step_lang.errors.StepTypeError` naming the node and the port if the rule
-    of ``node``'s block refuses it."""
+    of ``node``'s block refuses it: the rule of its class (:data:`RULES`); for a node with a
+    function, that a block computes it with the configuration's numerics
+    (:func:`step_hw.unit_functions.block_for`) and, for a block built from the function's
+    parameters, that they fit it (:data:`step_hw.function_params.FUNCTION_PARAMS`)."""
     for cls, rule in RULES.items():
         if isinstance(node, cls):
             rule(node, config)
+    params = FUNCTION_PARAMS.get(block_for(node, config) or "")
+    if params is not None:
+        params(node, config)

@@ -42,6 +42,7 @@ __all__ = [
     "levels_fit",
     "memory_tile",
     "no_cost_width",
+    "node_formats",
     "outstanding",
     "rank_levels_fit",
     "where",
@@ -251,6 +252,18 @@ def where(node: Any, port: str | None) -> str:
     """``Kind 'name', port 'p'``: the ``where`` of :meth:`TokenFormat.for_elem` for a port;
     ``Kind 'name'`` without one (a top-level stream port, named by its node)."""
     return f"{node.kind} '{node.name}'" + ("" if port is None else f", port '{port}'")
+
+
+def node_formats(node: Any, config: HwConfig) -> tuple[list[TokenFormat], TokenFormat]:
+    """The token formats of ``node``'s inputs and its output; unsupported elements raise a
+    :class:`StepTypeError` naming the node and the port."""
+    check_config(None, config)
+    ins = [
+        TokenFormat.for_elem(s.elem, config, where=where(node, p))
+        for p, s in zip(node.input_names, node.inputs, strict=True)
+    ]
+    (out_type,) = node.out_types
+    return ins, TokenFormat.for_elem(out_type.elem, config, where=where(node, node.output_names[0]))
 
 
 def check_node(node: Any, classes: Sequence[type[Node]], unit: str) -> None:

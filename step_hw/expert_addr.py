@@ -14,14 +14,11 @@ from typing import Any
 
 from amaranth.hdl import Module, Signal
 
-from step_lang import ops
-from step_lang.errors import StepTypeError, op_message
 from step_lang.graph import Node
-from step_lang.types import Selector
 
-from .checks import check_choice, check_int
-from .compute._unit import StreamUnit, node_formats
+from .compute._unit import StreamUnit
 from .config import HwConfig
+from .function_params import check_expert_addresses, expert_addr_params
 from .payload import Kind, TokenFormat
 
 __all__ = ["ExpertAddr"]
@@ -67,21 +64,7 @@ class ExpertAddr(StreamUnit):
     """
 
     def __init__(self, *, n: int, tiles: int, base: int = 0, elem_bits: int, level_bits: int = 3):
-        owner = "ExpertAddr"
-        check_int(owner, "n", n)
-        check_int(owner, "tiles", tiles)
-        if isinstance(base, bool) or not isinstance(base, int):
-            raise TypeError(f"{owner} base must be a non-negative integer, not {base!r}")
-        if base < 0:
-            raise ValueError(f"{owner} base must be a non-negative integer, not {base!r}")
-        check_choice(owner, "elem_bits", elem_bits, (8, 16, 32))
-        check_int(owner, "level_bits", level_bits)
-        top = base + n * tiles - 1
-        if top >= 2 ** (elem_bits - 1):
-            raise ValueError(
-                f"{owner} addresses up to {top} do not fit {elem_bits}-bit elements "
-                f"(n={n}, tiles={tiles}, base={base})"
-            )
+        check_expert_addresses("ExpertAddr", n, tiles, base, elem_bits, level_bits)
         self._n, self._tiles, self._base = n, tiles, base
         sel = TokenFormat("selector", n=n, level_bits=level_bits)
         out = TokenFormat("tile", 1, 1, elem_bits, level_bits=level_bits)
@@ -110,22 +93,7 @@ class ExpertAddr(StreamUnit):
         raises :class:`StepTypeError` naming the node otherwise (an int64 result included)."""
         if not isinstance(node, Node):
             raise TypeError(f"{cls.__name__}.from_node needs a step_lang node, not {node!r}")
-        if not isinstance(node, ops.FlatMap) or getattr(node.fn, "name", None) != "expert_addr":
-            raise node.error(None, f"{cls.__name__} builds FlatMap nodes of 'expert_addr' only")
-        if not isinstance(node.inputs[0].elem, Selector):
-            raise node.error(node.input_names[0], "ExpertAddr needs a selector stream")
-        ins, out = node_formats(node, config)
-        params = dict(node.fn.params)
-        try:
-            return cls(
-                n=ins[0].n,
-                tiles=params["tiles"],
-                base=params["base"],
-                elem_bits=out.elem_bits,
-                level_bits=config.level_bits,
-            )
-        except (TypeError, ValueError) as exc:
-            raise StepTypeError(op_message(node.kind, node.name, None, str(exc))) from exc
+        return cls(**expert_addr_params(node, config))
 
     def elaborate(self, platform) -> Module:
         m = Module()

@@ -16,11 +16,15 @@ the simulator never predicts the cycles of hardware that cannot be built.
 * every buffer stream goes from a Bufferize straight into one Streamify, the pair that shares the
   buffer memory (:func:`check_buffer_readers`);
 * every node meets its block's rule of types and parameters (:func:`step_hw.block_rules.check_node`:
-  a Reshape of a dynamic innermost dim has ``pad``, a Zip's inputs are not tuples, a
+  a Reshape of a dynamic innermost dim has ``pad``, a Zip's inputs are not tuples, an
+  EagerMerge's or Reassemble's inputs are all static or all dynamic tiles as its output, a
   Bufferize's or Streamify's buffer has a fixed size, a random load's or store's ``fetch``
   block is consecutive in its tensor);
 * every Map, Accum, Scan and FlatMap has a block that computes its function, with the
-  configuration's numerics (:func:`step_hw.unit_functions.block_for`).
+  configuration's numerics (:func:`step_hw.unit_functions.block_for`), and a block built from
+  the function's parameters gets parameters that fit it (``step_hw.function_params``: a
+  ``region_id`` region, ``pad_bias`` values, ``expert_addr`` addresses within their elements);
+  both through :func:`~step_hw.block_rules.check_node`.
 
 The blocks' constructors check their other widths and parameters as they are built
 (``from_node``); those rules are the elaborator's alone. No Amaranth here.
@@ -40,7 +44,6 @@ from .contract import feedback_input, memory_map
 from .dyntile import check_dynamic_tiles
 from .payload import TokenFormat
 from .run_time_depths import check_capacities
-from .unit_functions import block_for
 
 __all__ = ["check_buffer_readers", "check_graph"]
 
@@ -110,4 +113,3 @@ def check_graph(graph: Graph, config: HwConfig) -> None:
                 TokenFormat.for_elem(t.elem, config, where=where(node, None if top else port))
     for node in order:
         check_node(node, config)
-        block_for(node, config)

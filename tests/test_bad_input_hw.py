@@ -10,6 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from examples import attention
 from sim import simulate
 from sim.profiles import RtlProfile
 from step_hw.config import HwConfig
@@ -25,6 +26,7 @@ from step_lang import (
     Map,
     RandomOffChipLoad,
     Reshape,
+    Selector,
     Sink,
     Source,
     Stop,
@@ -222,6 +224,23 @@ GRAPH_RULES = {
         "Bufferize 'bz', port 'out': buffer shape ['x'] is dynamic; hardware buffers are "
         "statically sized",
     ),
+    # the parameters of blocks built from a function's params (step_hw.function_params)
+    "region-id-beyond-its-element": (
+        lambda: _source_sink(
+            T, lambda s: Map(s, fn=attention.region_id(40000, "int16"), name="m").out
+        ),
+        HW,
+        "Map 'm': RegionIdUnit region must be a non-negative integer below 32768, not 40000",
+    ),
+    "expert-addresses-beyond-their-element": (
+        lambda: _source_sink(
+            Selector(4),
+            lambda s: FlatMap(s, fn=nm.expert_addr(10000, out_dtype="int16"), name="ea").out,
+        ),
+        HW,
+        "FlatMap 'ea': ExpertAddr addresses up to 39999 do not fit 16-bit elements (n=4, "
+        "tiles=10000, base=0)",
+    ),
     "buffer-read-twice": (
         _buffer_read_twice,
         HW,
@@ -239,6 +258,7 @@ GRAPH_RULES = {
 SOURCE_TOKENS = {
     "reshape-dynamic-without-pad": {"x": [[T_ZERO] * 3, [T_ZERO]]},
     "buffer-without-a-bound": {"x": [[T_ZERO] * 3, [T_ZERO]]},
+    "expert-addresses-beyond-their-element": {"x": [np.array([1, 0, 0, 0], bool)] * 2},
 }
 
 

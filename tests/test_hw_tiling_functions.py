@@ -25,8 +25,8 @@ from test_sim_rtl_profile import amaranth_pushes, sends
 
 from examples import attention
 from step_hw.addrgen import BlockRowOffsets, PadTiles, flatmap_unit
+from step_hw.checks import node_formats
 from step_hw.compute import AccumUnit, RowAppendPartUnit, RowAppendUnit, compute_unit
-from step_hw.compute._unit import node_formats
 from step_hw.config import BF16_CONFIG, HwConfig
 from step_hw.testing import PATTERNS, run_block
 from step_lang import (

@@ -15,8 +15,7 @@ from amaranth.lib.wiring import In, Out
 
 from step_lang.stoprules import accum_stop, held_stop, partition_closes_chunk
 
-from ..checks import check_choice, check_config, check_int, where
-from ..config import HwConfig
+from ..checks import check_choice, check_int
 from ..contract import matmul_steps
 from ..payload import Kind, TokenFormat, max_level
 
@@ -63,18 +62,6 @@ def check_bits(owner: str, elem_bits: Any, frac_bits: Any) -> tuple[int, int]:
 
 
 # -- from_node --------------------------------------------------------------------------------
-
-
-def node_formats(node: Any, config: HwConfig) -> tuple[list[TokenFormat], TokenFormat]:
-    """The token formats of ``node``'s inputs and its output; unsupported elements raise a
-    :class:`StepTypeError` naming the node and the port."""
-    check_config(None, config)
-    ins = [
-        TokenFormat.for_elem(s.elem, config, where=where(node, p))
-        for p, s in zip(node.input_names, node.inputs, strict=True)
-    ]
-    (out_type,) = node.out_types
-    return ins, TokenFormat.for_elem(out_type.elem, config, where=where(node, node.output_names[0]))
 
 
 def tile_shape(fmt: TokenFormat) -> tuple[int | None, int]:

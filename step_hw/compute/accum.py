@@ -9,7 +9,7 @@ from amaranth.hdl import Const, Module, Mux, Signal
 
 from step_lang import numerics, ops
 
-from ..checks import check_bool, check_choice, check_int, check_node, check_shapes
+from ..checks import check_bool, check_choice, check_int, check_node, check_shapes, node_formats
 from ..config import HwConfig
 from ..payload import TokenFormat, max_level
 from ..unit_functions import ACCUM_OPS, SCAN_OPS, node_fn
@@ -19,7 +19,6 @@ from ._unit import (
     FoldUnit,
     check_bits,
     dynamic_shapes,
-    node_formats,
     shapes_kwargs,
     static_only,
 )

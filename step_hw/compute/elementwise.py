@@ -9,7 +9,7 @@ from amaranth.hdl import Const, Module, Mux, Signal
 
 from step_lang import ops
 
-from ..checks import check_choice, check_int, check_node, check_shapes
+from ..checks import check_choice, check_int, check_node, check_shapes, node_formats
 from ..config import HwConfig
 from ..payload import TokenFormat
 from ..unit_functions import BINARY_OPS, FLOAT_MAP_OPS, MAP_OPS, node_fn
@@ -19,7 +19,6 @@ from ._unit import (
     FoldUnit,
     check_bits,
     dynamic_shapes,
-    node_formats,
     shapes_kwargs,
 )
 from .float_datapaths import FLOAT_DTYPES, FloatElementwiseDatapath, float_bits

@@ -8,7 +8,7 @@ from amaranth.hdl import Const, Module, Mux, Signal, Value, signed
 
 from step_lang import ops
 
-from ..checks import check_bool, check_choice, check_int, check_node, check_shapes
+from ..checks import check_bool, check_choice, check_int, check_node, check_shapes, node_formats
 from ..config import HwConfig
 from ..contract import matmul_steps
 from ..payload import TokenFormat
@@ -20,7 +20,6 @@ from ._unit import (
     MacSchedule,
     check_bits,
     dynamic_shapes,
-    node_formats,
     shapes_kwargs,
     static_only,
 )

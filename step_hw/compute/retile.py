@@ -8,10 +8,10 @@ from amaranth.hdl import Module, Signal
 
 from step_lang import functions, ops
 
-from ..checks import check_bool, check_choice, check_int, check_node
+from ..checks import check_bool, check_choice, check_int, check_node, node_formats
 from ..config import HwConfig
 from ..payload import Kind, TokenFormat
-from ._unit import StreamUnit, elems, node_formats, static_only
+from ._unit import StreamUnit, elems, static_only
 
 __all__ = ["RetileUnit"]
 

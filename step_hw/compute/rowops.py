@@ -25,11 +25,20 @@ from amaranth.hdl import Const, Module, Mux, Signal, Value
 from step_lang import functions, ops
 from step_lang.types import Selector
 
-from ..checks import INT_BITS, check_format, check_int, check_int_bits, check_node, check_shape
+from ..checks import (
+    INT_BITS,
+    check_format,
+    check_int,
+    check_int_bits,
+    check_node,
+    check_shape,
+    node_formats,
+)
 from ..config import HwConfig
+from ..function_params import check_region, region_id_params
 from ..payload import Kind, TokenFormat
 from . import arith
-from ._unit import Datapath, FoldUnit, StreamUnit, check_bits, node_formats, scalar_format
+from ._unit import Datapath, FoldUnit, StreamUnit, check_bits, scalar_format
 
 __all__ = [
     "CountUnit",
@@ -210,7 +219,7 @@ class RegionIdUnit(_RowOp):
         owner = "RegionIdUnit"
         check_format(owner, "in_format", in_format)
         check_int_bits(owner, "elem_bits", elem_bits)
-        self._region = _check_region(owner, region, elem_bits)
+        self._region = check_region(owner, region, elem_bits)
         super().__init__([in_format], scalar_format(elem_bits, in_format.level_bits))
 
     @property
@@ -221,16 +230,7 @@ class RegionIdUnit(_RowOp):
     def from_node(cls, node: Any, config: HwConfig) -> RegionIdUnit:
         """The unit of a Map of ``region_id`` (``examples.attention``); raises
         :class:`StepTypeError` naming the node otherwise."""
-        check_node(node, (ops.Map,), cls.__name__)
-        params = dict(getattr(node.fn, "params", ()))
-        if not node.fn.name.startswith("region_id") or "region" not in params:
-            raise node.error(None, f"function '{node.fn.name}' is not region_id")
-        ins, out = node_formats(node, config)
-        if out.kind != "tile" or (out.rows, out.cols) != (1, 1):
-            raise node.error("out", "RegionIdUnit writes [1,1] integer tiles")
-        # Checked before the unit exists: a half-built unit would warn that it was never used.
-        _build(node, _check_region, "RegionIdUnit", params["region"], out.elem_bits)
-        return cls(in_format=ins[0], region=params["region"], elem_bits=out.elem_bits)
+        return cls(**region_id_params(node, config))
 
     def _result(self, m: Module) -> tuple[Value, Value]:
         res = Signal(self.out_format.data_shape, name="result")
@@ -369,17 +369,6 @@ class CountUnit(FoldUnit):
         if out.kind != "tile" or (out.rows, out.cols) != (1, 1) or out.elem_bits not in INT_BITS:
             raise node.error("out", "CountUnit writes [1,1] 8-, 16- or 32-bit integer tiles")
         return _build(node, cls, in_format=ins[0], rank=node.rank, elem_bits=out.elem_bits)
-
-
-def _check_region(owner: str, region: Any, elem_bits: int) -> int:
-    if isinstance(region, bool) or not isinstance(region, int):
-        raise TypeError(f"{owner} region must be a non-negative integer, not {region!r}")
-    if not 0 <= region < 2 ** (elem_bits - 1):
-        raise ValueError(
-            f"{owner} region must be a non-negative integer below {2 ** (elem_bits - 1)}, "
-            f"not {region}"
-        )
-    return region
 
 
 def _build(node: Any, make: Any, *args: Any, **kwargs: Any) -> Any:
