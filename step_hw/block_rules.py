@@ -4,9 +4,9 @@ A block's ``from_node`` calls its rule here before it builds the block, and
 :func:`step_hw.graph_rules.check_graph` calls :func:`check_node` for every node, so that the
 ``rtl`` timing profile refuses such a node with the elaborator's message instead of timing
 hardware that cannot be built; with it, for a node with a function, the rules of the block that
-computes it (``step_hw.unit_functions``, ``step_hw.function_params``). The compute units' other
-checks (widths and shapes of the constructors) are still made only when the block is built. No
-Amaranth here.
+computes it (``step_hw.unit_functions``, ``step_hw.function_params``, :func:`unit_tiles_rule`).
+The compute units' other checks (widths and shapes of the constructors) are still made only when
+the block is built. No Amaranth here.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from step_lang import ops
+from step_lang import functions, numerics, ops
 from step_lang.dims import is_ragged, is_static
 from step_lang.errors import StepTypeError, op_message
 from step_lang.types import TupleType
 
-from .checks import int_tuple, where
+from .checks import int_tuple, node_formats, where
 from .config import HwConfig
 from .dyntile import dim_bound, symbol_bounds
 from .function_params import FUNCTION_PARAMS
@@ -27,6 +27,7 @@ from .payload import TokenFormat
 from .unit_functions import block_for
 
 __all__ = [
+    "RETILE_FUNCTIONS",
     "buffer_extent",
     "bufferize_rule",
     "check_fetch",
@@ -35,6 +36,7 @@ __all__ = [
     "merge_rule",
     "reshape_rule",
     "streamify_rule",
+    "unit_tiles_rule",
     "zip_rule",
 ]
 
@@ -165,6 +167,48 @@ def fetch_rule(node: ops.RandomOffChipLoad | ops.RandomOffChipStore, config: HwC
         raise StepTypeError(op_message(node.kind, node.name, None, str(exc))) from exc
 
 
+#: the RetileUnit's functions: how it splits a tile (``"rows"`` or ``"cols"``) and whether it drops
+#: the rows a second input flags (padding)
+RETILE_FUNCTIONS = {
+    functions.retile_rows: ("rows", False),
+    functions.retile_cols: ("cols", False),
+    functions.retile_rows_masked: ("rows", True),
+}
+
+
+def _static_only(node: Any, config: HwConfig, what: str, first: int) -> None:
+    """Reject dynamic tiles on inputs ``first..`` of a unit without dynamic-row support there."""
+    ins, _ = node_formats(node, config)
+    for port, f in list(zip(node.input_names, ins, strict=True))[first:]:
+        if f.dynamic:
+            raise node.error(port, f"{what} has no hardware for dynamically sized tiles")
+
+
+def unit_tiles_rule(node: Any, config: HwConfig, block: str) -> None:
+    """Dynamically sized tiles only on the compute unit inputs that have hardware for them: an
+    AccumUnit's matmul takes a dynamic ``a`` (not ``b``), a MatmulUnit a dynamic ``a``, the
+    RetileUnit a dynamic tile to split into rows (without a mask); AccumUnit's and ScanUnit's
+    other operations none. ``block`` is the unit :func:`step_hw.unit_functions.block_for` names
+    (other blocks: nothing to check here). A RetileUnit's function is one of
+    :data:`RETILE_FUNCTIONS`."""
+    if block == "RetileUnit":
+        split = RETILE_FUNCTIONS.get(node.fn)
+        if split is None:
+            raise node.error(None, f"function '{node.fn.name}' has no RetileUnit")
+        ins, _ = node_formats(node, config)
+        if ins[0].dynamic and split != ("rows", False):
+            raise node.error(
+                node.input_names[0],
+                f"function '{node.fn.name}' has no hardware for dynamically sized tiles",
+            )
+        _static_only(node, config, "RetileUnit", 1)
+    elif block == "MatmulUnit":
+        _static_only(node, config, "MatmulUnit operand b", 1)
+    elif block in ("AccumUnit", "ScanUnit"):
+        op = "retile_row" if node.fn is numerics.retile_row else node.fn.op
+        _static_only(node, config, block, 1 if (op, block) == ("matmul", "AccumUnit") else 0)
+
+
 #: node class -> its block's rule
 RULES: dict[type, Callable[[Any, HwConfig], None]] = {
     ops.Reshape: reshape_rule,
@@ -182,11 +226,13 @@ def check_node(node: Any, config: HwConfig) -> None:
     """Raise :class:`~step_lang.errors.StepTypeError` naming the node and the port if the rule
     of ``node``'s block refuses it: the rule of its class (:data:`RULES`); for a node with a
     function, that a block computes it with the configuration's numerics
-    (:func:`step_hw.unit_functions.block_for`) and, for a block built from the function's
-    parameters, that they fit it (:data:`step_hw.function_params.FUNCTION_PARAMS`)."""
+    (:func:`step_hw.unit_functions.block_for`); for a block built from the function's
+    parameters, that they fit it (:data:`step_hw.function_params.FUNCTION_PARAMS`); for a compute
+    unit, that it has hardware for the dynamic tiles it gets (:func:`unit_tiles_rule`)."""
     for cls, rule in RULES.items():
         if isinstance(node, cls):
             rule(node, config)
-    params = FUNCTION_PARAMS.get(block_for(node, config) or "")
-    if params is not None:
-        params(node, config)
+    block = block_for(node, config) or ""
+    if block in FUNCTION_PARAMS:
+        FUNCTION_PARAMS[block](node, config)
+    unit_tiles_rule(node, config, block)

@@ -23,8 +23,10 @@ the simulator never predicts the cycles of hardware that cannot be built.
 * every Map, Accum, Scan and FlatMap has a block that computes its function, with the
   configuration's numerics (:func:`step_hw.unit_functions.block_for`), and a block built from
   the function's parameters gets parameters that fit it (``step_hw.function_params``: a
-  ``region_id`` region, ``pad_bias`` values, ``expert_addr`` addresses within their elements);
-  both through :func:`~step_hw.block_rules.check_node`.
+  ``region_id`` region, ``pad_bias`` values, ``expert_addr`` addresses within their elements),
+  and a compute unit gets dynamic tiles only where it has hardware for them
+  (:func:`step_hw.block_rules.unit_tiles_rule`); all through
+  :func:`~step_hw.block_rules.check_node`.
 
 The blocks' constructors check their other widths and parameters as they are built
 (``from_node``); those rules are the elaborator's alone. No Amaranth here.

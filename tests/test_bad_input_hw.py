@@ -24,6 +24,8 @@ from step_lang import (
     LinearOffChipLoad,
     LinearOffChipStore,
     Map,
+    Partition,
+    Promote,
     RandomOffChipLoad,
     Reshape,
     Selector,
@@ -159,6 +161,33 @@ def _buffer_read_twice():
     return g
 
 
+def _dynamic_tiles(g):
+    """A stream of dynamically sized tiles of up to 2x4 (two 1x4 rows, routed by a selector and
+    packed), as the MoE layer's dynamic tiling makes them."""
+    x = Source(g, StreamType(Tile(int16, 1, 4), (2,)), name="x")
+    sel = Source(g, StreamType(Selector(2), (2,)), name="sel")
+    part = Partition(x.out, sel.out, 0, name="route")
+    Sink(part.outputs[1], name="rest")
+    return Accum(
+        Promote(part.outputs[0], name="rows").out, fn=FNS.retile_row, rank=1, name="pack"
+    ).out
+
+
+def _on_dynamic_tiles(build):
+    g = Graph("g")
+    Sink(build(g, _dynamic_tiles(g)), name="y")
+    return g
+
+
+#: a matmul's a operand of 4x2 tiles, for b operands of 2 rows
+W = Tile(int16, 4, 2)
+#: the Source tokens of the graphs of _on_dynamic_tiles
+DYNAMIC_TOKENS = {
+    "x": [np.zeros((1, 4), np.int16)] * 2,
+    "sel": [np.array([1, 0], bool)] * 2,  # both rows to the packed stream: a 2x4 tile
+}
+
+
 def _random_load_of_blocks(fetch):
     """Tile indices into a RandomOffChipLoad of 4x4 tiles of an 8x8 tensor, ``fetch`` tiles each."""
     g = Graph("g")
@@ -241,6 +270,29 @@ GRAPH_RULES = {
         "FlatMap 'ea': ExpertAddr addresses up to 39999 do not fit 16-bit elements (n=4, "
         "tiles=10000, base=0)",
     ),
+    # dynamic tiles where a compute unit has no hardware for them (block_rules.unit_tiles_rule)
+    "matmul-of-a-dynamic-b": (
+        lambda: _on_dynamic_tiles(
+            lambda g, d: (
+                Map(Source(g, StreamType(W, (1,)), name="w").out, d, fn=FNS.matmul, name="mm").out
+            )
+        ),
+        HW,
+        "Map 'mm', port 'in1': MatmulUnit operand b has no hardware for dynamically sized tiles",
+    ),
+    "accum-of-dynamic-tiles": (
+        lambda: _on_dynamic_tiles(
+            lambda g, d: Accum(Promote(d, name="p").out, fn=FNS.accum_add, rank=1, name="a").out
+        ),
+        HW,
+        "Accum 'a', port 'in0': AccumUnit has no hardware for dynamically sized tiles",
+    ),
+    "retile-columns-of-dynamic-tiles": (
+        lambda: _on_dynamic_tiles(lambda g, d: FlatMap(d, fn=F.retile_cols, name="cols").out),
+        HW,
+        "FlatMap 'cols', port 'in0': function 'retile_cols' has no hardware for dynamically "
+        "sized tiles",
+    ),
     "buffer-read-twice": (
         _buffer_read_twice,
         HW,
@@ -259,6 +311,9 @@ SOURCE_TOKENS = {
     "reshape-dynamic-without-pad": {"x": [[T_ZERO] * 3, [T_ZERO]]},
     "buffer-without-a-bound": {"x": [[T_ZERO] * 3, [T_ZERO]]},
     "expert-addresses-beyond-their-element": {"x": [np.array([1, 0, 0, 0], bool)] * 2},
+    "matmul-of-a-dynamic-b": {**DYNAMIC_TOKENS, "w": [np.zeros((4, 2), np.int16)]},
+    "accum-of-dynamic-tiles": DYNAMIC_TOKENS,
+    "retile-columns-of-dynamic-tiles": DYNAMIC_TOKENS,
 }
 
 

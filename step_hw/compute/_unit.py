@@ -78,14 +78,6 @@ def shapes_kwargs(formats: Sequence[TokenFormat]) -> dict[str, Any]:
     return kw
 
 
-def static_only(node: Any, formats: Sequence[TokenFormat], what: str, *, first: int = 0) -> None:
-    """Reject dynamic tiles on inputs ``first..`` of a unit without dynamic-row support there."""
-    pairs = zip(node.input_names, formats, strict=True)
-    for port, f in list(pairs)[first:]:
-        if f.dynamic:
-            raise node.error(port, f"{what} has no hardware for dynamically sized tiles")
-
-
 # -- the units --------------------------------------------------------------------------------
 
 

@@ -9,6 +9,7 @@ from amaranth.hdl import Const, Module, Mux, Signal
 
 from step_lang import numerics, ops
 
+from ..block_rules import unit_tiles_rule
 from ..checks import check_bool, check_choice, check_int, check_node, check_shapes, node_formats
 from ..config import HwConfig
 from ..payload import TokenFormat, max_level
@@ -20,7 +21,6 @@ from ._unit import (
     check_bits,
     dynamic_shapes,
     shapes_kwargs,
-    static_only,
 )
 from .float_datapaths import FLOAT_DTYPES, FloatElementFold, FloatRowSumFold, float_bits
 from .matmul import (
@@ -260,8 +260,7 @@ def _reduce_kwargs(node: Any, config: HwConfig, ops, owner: str) -> dict[str, An
     ins, out = node_formats(node, config)
     fn = node_fn(node, config, ops, owner)
     op = "retile_row" if fn is numerics.retile_row else fn.op
-    # Dynamic tiles: a's rows of an Accum matmul; the result of retile_row.
-    static_only(node, ins, owner, first=1 if (op, owner) == ("matmul", "AccumUnit") else 0)
+    unit_tiles_rule(node, config, owner)  # dynamic tiles: a's rows of an Accum matmul only
     kw: dict[str, Any] = {
         "op": op,
         "rank": node.rank,

@@ -8,6 +8,7 @@ from amaranth.hdl import Const, Module, Mux, Signal, Value, signed
 
 from step_lang import ops
 
+from ..block_rules import unit_tiles_rule
 from ..checks import check_bool, check_choice, check_int, check_node, check_shapes, node_formats
 from ..config import HwConfig
 from ..contract import matmul_steps
@@ -21,7 +22,6 @@ from ._unit import (
     check_bits,
     dynamic_shapes,
     shapes_kwargs,
-    static_only,
 )
 from .float_datapaths import FloatMacArrayDatapath
 
@@ -357,7 +357,7 @@ class MatmulUnit(FoldUnit):
         check_node(node, (ops.Map,), cls.__name__)
         ins, out = node_formats(node, config)
         fn = node_fn(node, config, ("matmul",), "MatmulUnit")
-        static_only(node, ins, "MatmulUnit operand b", first=1)
+        unit_tiles_rule(node, config, "MatmulUnit")
         if config.is_float:
             return cls(
                 **shapes_kwargs(ins),

@@ -6,20 +6,15 @@ from typing import Any
 
 from amaranth.hdl import Module, Signal
 
-from step_lang import functions, ops
+from step_lang import ops
 
+from ..block_rules import RETILE_FUNCTIONS, unit_tiles_rule
 from ..checks import check_bool, check_choice, check_int, check_node, node_formats
 from ..config import HwConfig
 from ..payload import Kind, TokenFormat
-from ._unit import StreamUnit, elems, static_only
+from ._unit import StreamUnit, elems
 
 __all__ = ["RetileUnit"]
-
-_FNS = {
-    functions.retile_rows: ("rows", False),
-    functions.retile_cols: ("cols", False),
-    functions.retile_rows_masked: ("rows", True),
-}
 
 
 class RetileUnit(StreamUnit):
@@ -127,15 +122,8 @@ class RetileUnit(StreamUnit):
         ``retile_cols``, ``retile_rows_masked``); raises :class:`StepTypeError` otherwise."""
         check_node(node, (ops.RetileStreamify, ops.FlatMap), cls.__name__)
         ins, _ = node_formats(node, config)
-        if node.fn not in _FNS:
-            raise node.error(None, f"function '{node.fn.name}' has no RetileUnit")
-        split, masked = _FNS[node.fn]
-        if ins[0].dynamic and (split, masked) != ("rows", False):
-            raise node.error(
-                node.input_names[0],
-                f"function '{node.fn.name}' has no hardware for dynamically sized tiles",
-            )
-        static_only(node, ins, "RetileUnit", first=1)
+        unit_tiles_rule(node, config, "RetileUnit")
+        split, masked = RETILE_FUNCTIONS[node.fn]
         return cls(
             rows=None if ins[0].dynamic else ins[0].rows,
             max_rows=ins[0].rows if ins[0].dynamic else None,
