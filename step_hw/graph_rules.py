@@ -91,7 +91,7 @@ def check_graph(graph: Graph, config: HwConfig) -> None:
                 )
     check_capacities(graph, config)
     check_buffer_readers(graph)
-    check_dynamic_tiles(graph, config)
+    bounds = check_dynamic_tiles(graph, config)
     for name, t in graph.tensors.items():
         if t.dtype.kind not in ("int", "uint", "bool") and t.dtype.name not in config.float_dtypes:
             hint = (
@@ -114,4 +114,4 @@ def check_graph(graph: Graph, config: HwConfig) -> None:
                 top = isinstance(node, ops.Source)  # a top-level port: named by its node alone
                 TokenFormat.for_elem(t.elem, config, where=where(node, None if top else port))
     for node in order:
-        check_node(node, config)
+        check_node(node, config, bounds)

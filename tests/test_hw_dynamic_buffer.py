@@ -30,6 +30,7 @@ from test_hw_memory import norm
 from test_sim_rtl_profile import amaranth_pushes, sends
 
 import step_hw.block_rules as block_rules
+import step_hw.dyntile as dyntile
 from step_hw.config import BF16_CONFIG, HwConfig
 from step_hw.graph_rules import check_graph
 from step_hw.memory import Bufferize, Streamify
@@ -469,12 +470,14 @@ FX = numerics.functions(HwConfig())
 @contextmanager
 def bounded(symbol, bound: int):
     """``symbol`` (a Source's dim, which no rule of step_hw.dyntile bounds) bounded by ``bound``
-    for the buffers' rule (``step_hw.block_rules.buffer_extent``: the blocks' ``from_node`` and
-    the rtl profile's check): a graph can then feed buffers of any extents from a Source,
-    where a minted symbol (a Partition's regular ``route_n``) has one extent per run."""
-    real = block_rules.symbol_bounds
+    for the buffers' rule (``step_hw.block_rules.buffer_extent``: the blocks' ``from_node`` and,
+    with the bounds ``check_graph`` computes, the rtl profile's check): a graph can then feed
+    buffers of any extents from a Source, where a minted symbol (a Partition's regular
+    ``route_n``) has one extent per run."""
+    real = dyntile.symbol_bounds
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(block_rules, "symbol_bounds", lambda graph: {**real(graph), symbol: bound})
+        for module in (dyntile, block_rules):  # the rules' bounds, and a block's own
+            mp.setattr(module, "symbol_bounds", lambda graph: {**real(graph), symbol: bound})
         yield
 
 
