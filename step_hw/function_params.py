@@ -5,8 +5,9 @@ The address generators (``step_hw.addrgen``: ``cache_read_addr``, ``last_tile_fl
 (``step_hw.compute.rowops``) and the ``expert_addr`` generator (``step_hw.expert_addr``) are
 built from a function's ``params`` and the node's token formats. Each ``*_params(node, config)``
 here returns the keyword arguments of its block's constructor, or raises
-:class:`~step_lang.errors.StepTypeError` naming the node and the offending parameter. The blocks'
-``from_node`` build with them, and :func:`step_hw.block_rules.check_node` calls them (by the block
+:class:`~step_lang.errors.StepTypeError` naming the node and the offending parameter (before the
+block exists: a constructor that raised would leave a half-built block, which Amaranth reports
+as never used). The blocks' ``from_node`` build with them, and :func:`step_hw.block_rules.check_node` calls them (by the block
 name :func:`step_hw.unit_functions.block_for` gives), so that the ``rtl`` timing profile refuses
 such a node with the elaborator's message before it times it. No Amaranth here.
 """
