@@ -30,7 +30,7 @@ from amaranth.hdl import Const, Module, Mux, Signal, Value, unsigned
 from step_lang import ops
 from step_lang.errors import StepTypeError, op_message
 
-from .checks import check_int, check_int_bits
+from .checks import check_int, check_int_bits, node_call
 from .compute._unit import StreamUnit, check_bits, scalar_format
 from .config import HwConfig
 from .function_params import (
@@ -185,7 +185,7 @@ class CacheReadAddr(_Expander):
     def from_node(cls, node: Any, config: HwConfig) -> CacheReadAddr:
         """The block of a FlatMap of ``cache_read_addr``; raises :class:`StepTypeError` naming
         the node otherwise (an int64 result included)."""
-        return _build(node, cls, **cache_read_addr_params(node, config))
+        return node_call(node, cls, **cache_read_addr_params(node, config))
 
     def _plan(self, m: Module) -> tuple[Value, Value]:
         tiles = self.in1.payload.data[0][0]
@@ -235,7 +235,7 @@ class LastTileFlags(_Expander):
     def from_node(cls, node: Any, config: HwConfig) -> LastTileFlags:
         """The block of a FlatMap of ``last_tile_flags``; raises :class:`StepTypeError` naming
         the node otherwise."""
-        return _build(node, cls, **last_tile_flags_params(node, config))
+        return node_call(node, cls, **last_tile_flags_params(node, config))
 
     def _plan(self, m: Module) -> tuple[Value, Value]:
         n = self.in0.payload.data[0][0]
@@ -298,7 +298,7 @@ class BlockRowOffsets(_Expander):
     def from_node(cls, node: Any, config: HwConfig) -> BlockRowOffsets:
         """The block of a FlatMap of ``block_row_offsets``; raises :class:`StepTypeError`
         naming the node otherwise."""
-        return _build(node, cls, **block_row_offsets_params(node, config))
+        return node_call(node, cls, **block_row_offsets_params(node, config))
 
     def _plan(self, m: Module) -> tuple[Value, Value]:
         k = self.in0.payload.data[0][0]
@@ -398,7 +398,7 @@ class PadTiles(_Expander):
         """The block of a FlatMap of ``pad_bias`` or ``pad_mask`` (``examples.attention``) with
         integer ``valid`` and ``pad`` values; raises :class:`StepTypeError` naming the node
         otherwise (a float bias of ``-inf`` included)."""
-        return _build(node, cls, **pad_tiles_params(node, config))
+        return node_call(node, cls, **pad_tiles_params(node, config))
 
     def _plan(self, m: Module) -> tuple[Value, Value]:
         n, k = self.in0.payload.data[0][0], self.in1.payload.data[0][0]
@@ -427,15 +427,6 @@ class PadTiles(_Expander):
 
 
 # -- from_node helpers ---------------------------------------------------------------------------
-
-
-def _build(node: Any, make: Any, *args: Any, **kwargs: Any) -> Any:
-    """``make(*args, **kwargs)``; a rejected parameter becomes a :class:`StepTypeError` naming
-    the node."""
-    try:
-        return make(*args, **kwargs)
-    except (TypeError, ValueError) as exc:
-        raise StepTypeError(op_message(node.kind, node.name, None, str(exc))) from exc
 
 
 def flatmap_unit(node: Any, config: HwConfig) -> Any:

@@ -16,10 +16,10 @@ from typing import Any
 
 from step_lang import functions, numerics, ops
 from step_lang.dims import is_ragged, is_static
-from step_lang.errors import StepTypeError, op_message
+from step_lang.errors import StepTypeError
 from step_lang.types import TupleType
 
-from .checks import int_tuple, node_formats, where
+from .checks import int_tuple, node_call, node_formats, where
 from .config import HwConfig
 from .dyntile import dim_bound, symbol_bounds
 from .function_params import FUNCTION_PARAMS
@@ -171,12 +171,8 @@ def fetch_rule(
     if node.fetch is None:
         return
     tile = node.tile_type if isinstance(node, ops.RandomOffChipLoad) else node.inputs[1].elem
-    try:
-        check_fetch(
-            _RANDOM_BLOCKS[type(node)], node.tensor.shape, (tile.rows, tile.cols), node.fetch
-        )
-    except ValueError as exc:  # the elaborator's wording (checks.build_for_node)
-        raise StepTypeError(op_message(node.kind, node.name, None, str(exc))) from exc
+    shape, block = node.tensor.shape, (tile.rows, tile.cols)
+    node_call(node, check_fetch, _RANDOM_BLOCKS[type(node)], shape, block, node.fetch)
 
 
 #: the RetileUnit's functions: how it splits a tile (``"rows"`` or ``"cols"``) and whether it drops

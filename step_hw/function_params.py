@@ -20,10 +20,9 @@ from typing import Any
 import numpy as np
 
 from step_lang import functions, ops
-from step_lang.errors import StepTypeError, op_message
 from step_lang.types import Selector
 
-from .checks import INT_BITS, check_choice, check_int, check_node, node_formats
+from .checks import INT_BITS, check_choice, check_int, check_node, node_call, node_formats
 from .config import HwConfig
 from .payload import TokenFormat
 
@@ -131,14 +130,6 @@ def _is_int(v: Any) -> bool:
 # -- a node's formats and parameters ------------------------------------------------------------
 
 
-def _build(node: Any, check: Callable[..., Any], *args: Any) -> Any:
-    """``check(*args)``; a rejected parameter becomes a :class:`StepTypeError` naming the node."""
-    try:
-        return check(*args)
-    except (TypeError, ValueError) as exc:
-        raise StepTypeError(op_message(node.kind, node.name, None, str(exc))) from exc
-
-
 def _check_flatmap(node: Any, names: tuple[str, ...], unit: str) -> None:
     check_node(node, (ops.FlatMap,), unit)
     if getattr(node.fn, "name", None) not in names:
@@ -170,7 +161,7 @@ def cache_read_addr_params(node: Any, config: HwConfig) -> dict[str, Any]:
     _check_flatmap(node, ("cache_read_addr",), "CacheReadAddr")
     ins, out = _int_formats(node, config, "CacheReadAddr")
     row_offset = _param(node, "row_offset")
-    _build(node, check_row_offset, "CacheReadAddr", row_offset)
+    node_call(node, check_row_offset, "CacheReadAddr", row_offset)
     return {
         "row_offset": row_offset,
         "in_bits": tuple(f.elem_bits for f in ins),
@@ -194,7 +185,7 @@ def block_row_offsets_params(node: Any, config: HwConfig) -> dict[str, Any]:
     _check_flatmap(node, ("block_row_offsets",), "BlockRowOffsets")
     ins, _ = _int_formats(node, config, "BlockRowOffsets")
     rows, n_rows, n_cols = (_param(node, p) for p in ("rows", "n_rows", "n_cols"))
-    _build(node, check_block_row_offsets, "BlockRowOffsets", rows, n_rows, n_cols)
+    node_call(node, check_block_row_offsets, "BlockRowOffsets", rows, n_rows, n_cols)
     return {
         "rows": rows,
         "n_rows": n_rows,
@@ -216,8 +207,8 @@ def pad_tiles_params(node: Any, config: HwConfig) -> dict[str, Any]:
         valid, pad = (_bit_pattern(v, out.float_dtype) for v in (valid, pad))
     valid, pad = (int(v) if _is_int(v) else v for v in (valid, pad))
     for name, v in (("valid", valid), ("pad", pad)):
-        _build(node, check_fill, "PadTiles", name, v, out.elem_bits)
-    _build(node, check_int, "PadTiles", "pieces", pieces)
+        node_call(node, check_fill, "PadTiles", name, v, out.elem_bits)
+    node_call(node, check_int, "PadTiles", "pieces", pieces)
     kv_tile = out.cols * pieces
     if _param(node, "kv_tile") != kv_tile:
         raise node.error(
@@ -246,7 +237,7 @@ def region_id_params(node: Any, config: HwConfig) -> dict[str, Any]:
     ins, out = node_formats(node, config)
     if out.kind != "tile" or (out.rows, out.cols) != (1, 1):
         raise node.error("out", "RegionIdUnit writes [1,1] integer tiles")
-    _build(node, check_region, "RegionIdUnit", params["region"], out.elem_bits)
+    node_call(node, check_region, "RegionIdUnit", params["region"], out.elem_bits)
     return {"in_format": ins[0], "region": params["region"], "elem_bits": out.elem_bits}
 
 
@@ -266,7 +257,7 @@ def expert_addr_params(node: Any, config: HwConfig) -> dict[str, Any]:
         "elem_bits": out.elem_bits,
         "level_bits": config.level_bits,
     }
-    _build(node, check_expert_addresses, "ExpertAddr", *kwargs.values())
+    node_call(node, check_expert_addresses, "ExpertAddr", *kwargs.values())
     return kwargs
 
 

@@ -59,11 +59,12 @@ def check_buffer_readers(graph: Graph) -> None:
         for port, s in zip(node.input_names, node.inputs, strict=True):
             if not isinstance(s.elem, BufferType):
                 continue
-            src = feedback_input(s).node
+            carrier = feedback_input(s)
+            src = carrier.node
             if isinstance(node, ops.Broadcast):  # the lowering's copy for a fan-out
                 readers = [n.name for out in node.outputs for n, _ in graph.consumers(out)]
                 raise src.error(
-                    src.output_names[feedback_input(s).port],
+                    src.output_names[carrier.port],
                     f"read by {len(readers)} nodes ({', '.join(readers)}); in hardware one "
                     "Streamify reads a Bufferize's buffers (Bufferize once per reader)",
                 )

@@ -32,6 +32,7 @@ from ..checks import (
     check_int_bits,
     check_node,
     check_shape,
+    node_call,
     node_formats,
 )
 from ..config import HwConfig
@@ -153,7 +154,7 @@ class RowAppendUnit(_RowOp):
         if node.fn is not want:
             raise node.error(None, f"function '{node.fn.name}' is not {want.name}")
         ins, out = node_formats(node, config)
-        return _build(
+        return node_call(
             node,
             cls,
             shape=(out.rows, out.cols),
@@ -286,7 +287,7 @@ class RegionSelectUnit(_RowOp):
         ins, _ = node_formats(node, config)
         if ins[0].kind != "tile" or (ins[0].rows, ins[0].cols) != (1, 1):
             raise node.error("in0", "RegionSelectUnit needs [1,1] integer tiles")
-        return _build(
+        return node_call(
             node, cls, n=out_elem.n, in_bits=ins[0].elem_bits, level_bits=config.level_bits
         )
 
@@ -368,17 +369,4 @@ class CountUnit(FoldUnit):
         ins, out = node_formats(node, config)
         if out.kind != "tile" or (out.rows, out.cols) != (1, 1) or out.elem_bits not in INT_BITS:
             raise node.error("out", "CountUnit writes [1,1] 8-, 16- or 32-bit integer tiles")
-        return _build(node, cls, in_format=ins[0], rank=node.rank, elem_bits=out.elem_bits)
-
-
-def _build(node: Any, make: Any, *args: Any, **kwargs: Any) -> Any:
-    """``make(*args, **kwargs)``; a rejected parameter becomes a StepTypeError naming the node.
-
-    ``from_node`` checks the parameters that come from a function's ``params`` before building
-    (a constructor that raises leaves a half-built unit, which Amaranth would report as unused);
-    the others come from token formats that ``TokenFormat.for_elem`` has already checked.
-    """
-    try:
-        return make(*args, **kwargs)
-    except (TypeError, ValueError) as exc:
-        raise node.error(None, str(exc)) from exc
+        return node_call(node, cls, in_format=ins[0], rank=node.rank, elem_bits=out.elem_bits)
