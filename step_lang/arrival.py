@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
 
 from .errors import StepValueError
 
@@ -69,6 +72,23 @@ class FixedOrder(ArrivalPolicy):
         self.order = list(order)
         self._pos = 0
         self._ended: set[int] = set()
+
+    @classmethod
+    def from_selectors(cls, tokens: Sequence[Any]) -> FixedOrder:
+        """The order an EagerMerge chose, from the tokens of its ``sel`` output (one-hot
+        selectors; stop and done tokens are skipped): replaying it makes the interpreter's
+        run that of a simulator or of the hardware."""
+        order = []
+        for k, tok in enumerate(tokens):
+            if not isinstance(tok, np.ndarray):
+                continue
+            hot = np.flatnonzero(tok)
+            if hot.size != 1:
+                raise StepValueError(
+                    f"FixedOrder.from_selectors: token {k} is not a one-hot selector: {tok!r}"
+                )
+            order.append(int(hot[0]))
+        return cls(order)
 
     def finished(self, i: int) -> None:
         self._ended.add(i)

@@ -980,7 +980,7 @@ def test_stored_result_independent_of_arrival_policy(case):
     for pol in pols:
         res = interpret(g, memory, inputs=inputs, merge_policy=pol)
         assert np.array_equal(res.memory["Y"], expected), type(pol).__name__
-        merged_sel = [int(np.flatnonzero(s)[0]) for s in from_tokens(res.tokens(msel), 0)]
+        merged_sel = FixedOrder.from_selectors(res.tokens(msel)).order
         assert sorted(merged_sel) == sorted(route)
         orders.add(tuple(merged_sel))
     assert tuple(interleave) in orders  # FixedOrder really imposed its order

@@ -154,3 +154,52 @@ def test_a_report_names_the_first_differing_element():
     none = ValidationReport("g", HwConfig(), "always", ["y"], [], 40, 49,
                             rtl_error="not elaborated: Map 'f': no hardware")  # fmt: skip
     assert "RTL       not elaborated: Map 'f': no hardware" in str(none) and not none.ok
+
+
+def test_each_reader_is_compared_with_the_merge_order_it_chose():
+    """An EagerMerge's output order is the arrival order: ``validate`` compares each reader with
+    the interpreter replaying the order that reader's merge chose (its ``sel`` tokens)."""
+    import numpy as np
+
+    from step_hw.config import HwConfig
+    from step_hw.cosim.report import _References
+    from step_lang import (
+        DONE,
+        EagerMerge,
+        Graph,
+        Map,
+        Parallelize,
+        Sink,
+        Source,
+        StreamType,
+        Tile,
+        numerics,
+    )
+    from step_lang.passes import lower
+
+    g = Graph("dealt")
+    x = Source(g, StreamType(Tile("int16", 1, 2), (4,)), name="x").out
+    fns = numerics.functions(HwConfig())
+    parts = Parallelize(x, 2, 0, name="deal").outputs  # x0, x2 to out0; x1, x3 to out1
+    merge = EagerMerge([Map(p, p, fn=fns.add, name=f"twice{i}").out for i, p in enumerate(parts)],
+                       name="merge")  # fmt: skip
+    Sink(merge.outputs[0], name="y")
+    Sink(merge.outputs[1], name="order")
+    inputs = {"x": [np.full((1, 2), v, np.int16) for v in (1, 2, 3, 4)] + [DONE]}
+    refs = _References(g, {}, inputs, lower(g), {"y": "merge.data", "order": "merge.sel"})
+
+    def sel(*order):
+        return [np.eye(2, dtype=bool)[i] for i in order] + [DONE]
+
+    for order, want in [((0, 0, 1, 1), (2, 6, 4, 8)), ((1, 0, 1, 0), (4, 2, 8, 6))]:
+        _, sinks = refs.of({"merge.sel": sel(*order)})
+        assert [int(t[0, 0]) for t in sinks["y"][:-1]] == list(want)
+        assert [int(np.flatnonzero(t)[0]) for t in sinks["order"][:-1]] == list(order)
+    assert len(refs._runs) == 3  # the plain run, then one per distinct order
+    refs.of({"merge.sel": sel(1, 0, 1, 0)})
+    assert len(refs._runs) == 3
+    # An order that cannot be replayed (three chunks from input 1, which has two; a selector
+    # that is not one-hot): the plain run, from which such a reader's tokens differ.
+    plain = refs.of({})
+    for bad in (sel(1, 1, 1, 0), [np.array([True, True]), DONE]):
+        assert refs.of({"merge.sel": bad})[0] is plain[0]
