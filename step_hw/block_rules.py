@@ -31,6 +31,7 @@ Bounds = dict[Any, int]
 
 __all__ = [
     "RETILE_FUNCTIONS",
+    "TUPLE_MOVERS",
     "buffer_extent",
     "bufferize_rule",
     "check_fetch",
@@ -39,6 +40,7 @@ __all__ = [
     "merge_rule",
     "reshape_rule",
     "streamify_rule",
+    "tuple_rule",
     "unit_tiles_rule",
     "zip_rule",
 ]
@@ -61,6 +63,25 @@ def zip_rule(node: ops.Zip, config: HwConfig, bounds: Bounds | None = None) -> N
     for port, s in zip(node.input_names, node.inputs, strict=True):
         if isinstance(s.elem, TupleType):
             raise node.error(port, "no hardware block: nested tuples have no hardware encoding")
+
+
+#: The blocks that move a Zip's tuples (``step_hw.shape``: they rewrite stop tokens and never
+#: look into the data) and the Zip itself (:func:`zip_rule`); every other block, and a Sink's
+#: top-level port, has no encoding for a tuple (:func:`tuple_rule`).
+TUPLE_MOVERS = (ops.Flatten, ops.Reshape, ops.Promote, ops.Expand, ops.RepeatStatic, ops.Zip)
+
+
+def tuple_rule(node: Any, config: HwConfig) -> None:
+    """Only :data:`TUPLE_MOVERS` read a stream of tuples (a Zip's output): a compute unit takes
+    its operands as separate streams (``Map(a, b)``, not ``Map(Zip(a, b))``), and a router, a
+    buffer, a store or a Sink has no tuple encoding. The message is the one the block's
+    ``from_node`` gives (:meth:`TokenFormat.for_elem`)."""
+    if isinstance(node, TUPLE_MOVERS) or node.is_feedback:
+        return
+    top = isinstance(node, ops.Sink)  # a top-level port: named by its node alone
+    for port, s in zip(node.input_names, node.inputs, strict=True):
+        if isinstance(s.elem, TupleType):
+            TokenFormat.for_elem(s.elem, config, where=where(node, None if top else port))
 
 
 def merge_rule(
@@ -232,7 +253,8 @@ RULES: dict[type, Callable[[Any, HwConfig, Bounds | None], None]] = {
 
 def check_node(node: Any, config: HwConfig, bounds: Bounds | None = None) -> None:
     """Raise :class:`~step_lang.errors.StepTypeError` naming the node and the port if the rule
-    of ``node``'s block refuses it: the rule of its class (:data:`RULES`); for a node with a
+    of ``node``'s block refuses it: a tuple input outside :data:`TUPLE_MOVERS`
+    (:func:`tuple_rule`); the rule of its class (:data:`RULES`); for a node with a
     function, that a block computes it with the configuration's numerics
     (:func:`step_hw.unit_functions.block_for`); for a block built from the function's
     parameters, that they fit it (:data:`step_hw.function_params.FUNCTION_PARAMS`); for a compute
@@ -241,6 +263,7 @@ def check_node(node: Any, config: HwConfig, bounds: Bounds | None = None) -> Non
     ``bounds``: the graph's symbol bounds (:func:`step_hw.dyntile.symbol_bounds`), which a
     caller that checks every node computes once (a graph of 321 nodes took 0.5 s when each
     buffer's rule computed them); ``None``: computed where a rule needs them."""
+    tuple_rule(node, config)
     for cls, rule in RULES.items():
         if isinstance(node, cls):
             rule(node, config, bounds)

@@ -42,7 +42,7 @@ import numpy as np
 
 from step_lang.errors import StepTypeError
 from step_lang.tokens import DONE, Stop, Token
-from step_lang.types import ElemType, Selector, Tile
+from step_lang.types import ElemType, Selector, Tile, TupleType
 
 from .config import HwConfig
 
@@ -139,7 +139,13 @@ class TokenFormat:
                        elem_bits=elem.dtype.nbytes * 8 if elem.dtype.kind != "bool" else 1,
                        level_bits=config.level_bits, dynamic=dynamic,
                        float_dtype=elem.dtype.name if floating else None)  # fmt: skip
-        raise StepTypeError(f"{where}: element {elem} has no hardware encoding")
+        hint = (
+            " (only shape blocks move a Zip's tuples; give a compute unit its operands as "
+            "separate streams, Map(a, b), not Map(Zip(a, b)))"
+            if isinstance(elem, TupleType)
+            else ""
+        )
+        raise StepTypeError(f"{where}: element {elem} has no hardware encoding{hint}")
 
     # -- Amaranth ---------------------------------------------------------------------------------
 
