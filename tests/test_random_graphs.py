@@ -1,11 +1,14 @@
 """Random multi-operator graphs: the interpreter and the simulator agree token for token.
 
-Hypothesis draws a Source of integer tiles, an optional route (Partition by a selector stream,
-a Map per branch, Reassemble by the same selectors) and a chain of shape, memory and
-higher-order operators, each drawn among those that fit the current stream. Every stream of the
-graph must carry the same tokens in ``interpret`` and in ``simulate`` under both timing profiles
-(``paper`` and ``rtl``): timing may differ, values, stops and their order may not. The graphs
-compute with the hardware's arithmetic (``numerics.functions``), which the ``rtl`` profile needs.
+Hypothesis draws a Source of integer tiles, an optional route (two branches with a Map each:
+Partition by a selector stream and Reassemble by the same selectors, or Partition or
+Parallelize and an EagerMerge in arrival order) and a chain of shape, memory and higher-order
+operators (Map, Map of a Zip, RetileStreamify, Accum, Scan, ...), each drawn among those that
+fit the current stream. Every stream of the graph must carry the same tokens in ``interpret``
+and in ``simulate`` under both timing profiles (``paper`` and ``rtl``): timing may differ,
+values, stops and their order may not; where an EagerMerge chooses by arrival, the interpreter
+replays the order the profile chose. The graphs compute with the hardware's arithmetic
+(``numerics.functions``), which the ``rtl`` profile needs.
 
 :func:`memory_graphs` draws graphs around off-chip memory instead (a matrix, or a 3-D tensor of
 one or two matrices): a linear load (row-major, column-major, or re-reading the tensor or each
@@ -32,12 +35,15 @@ from step_lang import (
     DONE,
     Accum,
     Bufferize,
+    EagerMerge,
     Expand,
+    FixedOrder,
     Flatten,
     Graph,
     LinearOffChipLoad,
     LinearOffChipStore,
     Map,
+    Parallelize,
     Partition,
     Promote,
     RandomOffChipLoad,
@@ -45,6 +51,7 @@ from step_lang import (
     Reassemble,
     RepeatStatic,
     Reshape,
+    RetileStreamify,
     Scan,
     Selector,
     Sink,
@@ -53,6 +60,7 @@ from step_lang import (
     Streamify,
     StreamType,
     Tile,
+    Zip,
     interpret,
     numerics,
 )
@@ -109,7 +117,7 @@ def _unary_stage(draw, x, k: int, empty: bool, fns: Any = F):
     issue).
     """
     r = x.rank
-    options = ["map_add", "repeat", "promote", "reshape", "expand"]
+    options = ["map_add", "zip", "retile", "repeat", "promote", "reshape", "expand"]
     if r >= 1:
         options += ["accum", "scan", "flatten", "buffer"]
     if r >= 3:  # keep streams small: no further rank growth
@@ -124,6 +132,10 @@ def _unary_stage(draw, x, k: int, empty: bool, fns: Any = F):
     name = f"{op}{k}"
     if op == "map_add":
         return Map(x, x, fn=fns.add, name=name).out  # fan-out: a Broadcast is inserted
+    if op == "zip":  # pairs of x with itself, added by a Map of the tuples
+        return Map(Zip(x, x, name=f"pair{k}").out, fn=fns.add, name=name).out
+    if op == "retile":  # every tile into its rows or its columns
+        return RetileStreamify(x, split=draw(st.sampled_from(["rows", "cols"])), name=name).out
     if op == "scan":
         return Scan(x, fn=fns.accum_add, rank=draw(st.integers(1, r)), name=name).out
     if op == "accum":
@@ -146,6 +158,38 @@ def _unary_stage(draw, x, k: int, empty: bool, fns: Any = F):
     return Streamify(bz, repeat=(draw(st.integers(1, 2)),), name=name).out
 
 
+#: How :func:`_route` splits a stream into two branches and joins them again.
+ROUTES = ("reassemble", "merge", "parallel")
+
+
+def _route(draw, g: Graph, x, rank: int, inputs: dict[str, Any], fns: Any):
+    """``x``'s chunks of ``rank`` inner dims through two branches (``Map`` of ``add`` and of
+    ``sub`` on each chunk with itself) and back, in one of three ways (:data:`ROUTES`):
+    ``Partition`` by a selector stream (``inputs["sel"]``: one or both branches per chunk) and
+    ``Reassemble`` by the same selectors; the same ``Partition`` and an ``EagerMerge`` in
+    arrival order; or ``Parallelize`` (chunks dealt round robin) and an ``EagerMerge``. An
+    EagerMerge's ``sel`` output goes to a Sink (``merge_sel``): the order it chose, which the
+    interpreter replays (:func:`_agree`)."""
+    kind = draw(st.sampled_from(ROUTES))
+    if kind == "parallel":
+        parts = Parallelize(x, 2, rank, name="deal").outputs
+    else:
+        outer = tuple(int(d) for d in x.shape[: len(x.shape) - rank])
+        sel = Source(g, StreamType(Selector(2), outer), name="sel").out
+        choice = st.sampled_from([(1, 0), (0, 1), (1, 1)])
+        inputs["sel"] = nest_leaves(outer, lambda: np.array(draw(choice), bool))
+        parts = Partition(x, sel, rank=rank, name="part").outputs
+    branches = [
+        Map(parts[0], parts[0], fn=fns.add, name="twice").out,
+        Map(parts[1], parts[1], fn=fns.sub, name="zero").out,
+    ]
+    if kind == "reassemble":
+        return Reassemble(branches, sel, name="gather").out
+    merge = EagerMerge(branches, name="merge")
+    Sink(merge.outputs[1], name="merge_sel")
+    return merge.outputs[0]
+
+
 @st.composite
 def graphs(draw, elem: Tile = ELEM, fns: Any = F):
     """``(graph, inputs)``: a random graph of ``elem`` tiles (1x2) and the tokens of its Sources;
@@ -161,18 +205,8 @@ def graphs(draw, elem: Tile = ELEM, fns: Any = F):
     shape = (outer, inner[0]) if len(set(inner)) == 1 and inner[0] else (outer, ragged("len"))
     x = Source(g, StreamType(elem, shape), name="x").out
     inputs: dict[str, Any] = {"x": data}
-    if draw(st.booleans()):  # route each vector to one or both of two branches and back
-        bits = draw(
-            st.lists(st.sampled_from([(1, 0), (0, 1), (1, 1)]), min_size=outer, max_size=outer)
-        )
-        sel = Source(g, StreamType(Selector(2), (outer,)), name="sel").out
-        inputs["sel"] = [np.array(b, bool) for b in bits]
-        part = Partition(x, sel, rank=1, name="part")
-        branches = [
-            Map(part.outputs[0], part.outputs[0], fn=fns.add, name="twice").out,
-            Map(part.outputs[1], part.outputs[1], fn=fns.sub, name="zero").out,
-        ]
-        x = Reassemble(branches, sel, name="gather").out
+    if draw(st.booleans()):  # each vector through two branches and back
+        x = _route(draw, g, x, 1, inputs, fns)
     for k in range(draw(st.integers(1, 4))):
         x = _unary_stage(draw, x, k, empty=0 in inner, fns=fns)
     Sink(x, name="sink")
@@ -259,18 +293,8 @@ def memory_graphs(draw, dtype: str = "int16", fns: Any = F):
             np.full((1, 1), draw(st.integers(0, units - 1)), np.int32) for _ in range(n)
         ]
         x = RandomOffChipLoad(src, a, tile=(th, tw), fetch=fetch, name="rld").out
-    if draw(st.booleans()):  # single tiles or innermost vectors to one or both branches and back
-        rank = draw(st.integers(0, min(1, x.rank)))
-        outer = tuple(int(d) for d in x.shape[: len(x.shape) - rank])
-        sel = Source(g, StreamType(Selector(2), outer), name="sel").out
-        choice = st.sampled_from([(1, 0), (0, 1), (1, 1)])
-        inputs["sel"] = nest_leaves(outer, lambda: np.array(draw(choice), bool))
-        part = Partition(x, sel, rank=rank, name="part")
-        branches = [
-            Map(part.outputs[0], part.outputs[0], fn=fns.add, name="twice").out,
-            Map(part.outputs[1], part.outputs[1], fn=fns.sub, name="zero").out,
-        ]
-        x = Reassemble(branches, sel, name="gather").out
+    if draw(st.booleans()):  # single tiles or innermost vectors through two branches and back
+        x = _route(draw, g, x, draw(st.integers(0, min(1, x.rank))), inputs, fns)
     for k in range(draw(st.integers(0, 3))):
         x = _unary_stage(draw, x, k, empty=False, fns=fns)
     tiles_out = x.type.cardinality
@@ -326,8 +350,9 @@ def _agree(
     ``config``), carries the interpreter's tokens, and every off-chip tensor ends equal. The
     rtl profile refuses a graph only for a rule of the hardware (``step_hw.graph_rules``: e.g. a
     buffer with no bound, a fetch block not consecutive in its tensor), with that rule's
-    message."""
-    want = interpret(g, memory, inputs=inputs)
+    message. Where an EagerMerge chooses by arrival, the interpreter replays the order the
+    profile's run chose (its ``sel`` stream)."""
+    merges = [n.name for n in lower(g).nodes.values() if isinstance(n, EagerMerge)]
     for profile in (None, RtlProfile(config)):
         try:
             got = simulate(g, memory, inputs=inputs, profile=profile)
@@ -337,6 +362,8 @@ def _agree(
             with pytest.raises(StepTypeError, match="^" + re.escape(str(exc)) + "$"):
                 check_graph(lower(g), config)
             continue
+        orders = {m: FixedOrder.from_selectors(got.streams[f"{m}.sel"]) for m in merges}
+        want = interpret(g, memory, inputs=inputs, merge_policy=orders)
         label = type(profile).__name__ if profile else "paper"
         assert set(got.streams) <= {k for k in want.streams if isinstance(k, str)}
         for name, tokens in got.streams.items():

@@ -4,7 +4,8 @@ count is the RTL's to the cycle.
 
 The graphs are those of ``tests/test_random_graphs.py`` drawn with the hardware's int16
 arithmetic (``numerics.functions(HwConfig())``): ``graphs`` (a Source of 1x2 tiles, an optional
-Partition/Reassemble route, a chain of shape, buffer and higher-order operators, a Sink), kept
+route: Partition and Reassemble, or Partition or Parallelize into an EagerMerge whose order
+``validate`` replays for each reader; a chain of shape, buffer and higher-order operators, a Sink), kept
 when they elaborate and hold at least two operators besides Sources and Sinks; and
 ``memory_graphs`` (linear loads, once or per element of a reference stream, random loads and
 stores around the same stages, the graph's own
