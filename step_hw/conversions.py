@@ -10,7 +10,9 @@ An entry is keyed by :func:`step_hw.design_key.design_key` (the lowered graph, t
 shapes the text: the source code of ``step_lang`` and ``step_hw`` and the versions of Amaranth
 and the Yosys it runs (``build/convert/<version>/``; ``STEP_CONVERT_BUILD`` wins). A graph
 without a key (a value without a stable description, an operator defined outside the library) is
-never cached. Storing an entry removes the folders of other versions. Each entry is the Verilog
+never cached. Storing an entry removes the folders of other versions but the one stored in last
+(a run that started before an edit of the sources keeps its folder while the edited sources store
+theirs); a folder removed under a store is made again. Each entry is the Verilog
 (gzip) and the description with the seconds the elaboration took (JSON); both are written whole
 (a temporary file renamed), and an entry that cannot be read is converted again. One process at a
 time converts a design (:func:`claim`); the others wait and read its entry. Pure Python, no
@@ -88,14 +90,24 @@ def lookup(key: str) -> Conversion | None:
 
 
 def _folder() -> Path:
-    """This version's folder, made on first use; the folders of other versions are removed then."""
+    """This version's folder, made on first use; the folders of other versions are removed then,
+    except the one stored in last (newest modification time): the folder of a run of the
+    sources before an edit, still converting, which would otherwise remove this one in turn."""
     folder = _root() / version()
     if not folder.is_dir():
-        for old in _root().glob("*") if _root().is_dir() else ():
-            if old.is_dir() and old.name != folder.name:
-                shutil.rmtree(old, ignore_errors=True)
+        others = [p for p in _root().glob("*") if p.is_dir()] if _root().is_dir() else []
+        others.sort(key=_modified, reverse=True)
+        for old in others[1:]:
+            shutil.rmtree(old, ignore_errors=True)
         folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+def _modified(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:  # removed meanwhile
+        return 0.0
 
 
 @contextmanager
@@ -110,15 +122,23 @@ def claim(key: str) -> Iterator[None]:
 
 
 def store(key: str, conversion: Conversion) -> None:
-    """Keep ``conversion`` under ``key``; remove the folders of other versions."""
-    _folder()
+    """Keep ``conversion`` under ``key``; remove the folders of older versions (:func:`_folder`).
+    If another version's process removes this version's folder meanwhile, it is made again."""
     text_file, desc_file = _files(key)
-    for path, data in (
+    files = (
         (text_file, gzip.compress(conversion.text.encode(), compresslevel=1)),
         # last: an entry is complete once it exists
         (
             desc_file,
             json.dumps({"desc": conversion.desc, "elaborate_s": conversion.elaborate_s}).encode(),
         ),
-    ):
-        write_atomically(path, data)
+    )
+    for attempt in range(3):
+        _folder()
+        try:
+            for path, data in files:
+                write_atomically(path, data)
+            return
+        except FileNotFoundError:
+            if attempt == 2:
+                raise

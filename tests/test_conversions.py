@@ -90,12 +90,44 @@ def test_an_unreadable_entry_is_converted_again(counted, tmp_path):
     assert counted == ["t", "t"]
 
 
-def test_storing_removes_the_entries_of_other_versions(counted, tmp_path):
-    stale = tmp_path / "convert" / "0123456789abcdef"
-    stale.mkdir(parents=True)
-    (stale / "x.json").write_text("{}")
+def test_storing_removes_the_entries_of_other_versions_but_the_newest(counted, tmp_path):
+    """The newest other version stays: a run of the sources before an edit, still storing its
+    conversions (both runs would otherwise remove each other's folders, and a store failed)."""
+    import os
+
+    stored_at = {
+        "0123456789abcdef": 1_000_010,
+        "fedcba9876543210": 1_000_030,
+        "00000000000000aa": 1_000_020,
+    }
+    for name, when in stored_at.items():
+        stale = tmp_path / "convert" / name
+        stale.mkdir(parents=True)
+        (stale / "x.json").write_text("{}")
+        os.utime(stale, (when, when))
     elaborate.convert(_graph(), HwConfig(), name="t")
-    assert [p.name for p in (tmp_path / "convert").iterdir()] == [conversions.version()]
+    kept = sorted(p.name for p in (tmp_path / "convert").iterdir())
+    assert kept == sorted([conversions.version(), "fedcba9876543210"])
+
+
+def test_a_folder_removed_while_storing_is_made_again(counted, tmp_path, monkeypatch):
+    """Another version's process may remove this version's folder between its creation and a
+    write (it happened to a ``make validate`` run while the tests of edited sources ran)."""
+    import shutil
+
+    real, calls = conversions.write_atomically, []
+
+    def removed_first(path, data):
+        calls.append(path.name)
+        if len(calls) == 1:
+            shutil.rmtree(path.parent)
+        real(path, data)
+
+    monkeypatch.setattr(conversions, "write_atomically", removed_first)
+    text, _ = elaborate.convert(_graph(), HwConfig(), name="t")
+    key = design_key(_graph(), HwConfig(), "t")
+    assert calls == [f"{key}.v.gz", f"{key}.v.gz", f"{key}.json"]
+    assert conversions.lookup(key).text == text
 
 
 def test_a_graph_without_a_key_is_never_stored(counted, tmp_path, monkeypatch):
