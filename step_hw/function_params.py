@@ -7,9 +7,10 @@ built from a function's ``params`` and the node's token formats. Each ``*_params
 here returns the keyword arguments of its block's constructor, or raises
 :class:`~step_lang.errors.StepTypeError` naming the node and the offending parameter (before the
 block exists: a constructor that raised would leave a half-built block, which Amaranth reports
-as never used). The blocks' ``from_node`` build with them, and :func:`step_hw.block_rules.check_node` calls them (by the block
-name :func:`step_hw.unit_functions.block_for` gives), so that the ``rtl`` timing profile refuses
-such a node with the elaborator's message before it times it. No Amaranth here.
+as never used). The blocks' ``from_node`` build with them, and
+:func:`step_hw.block_rules.check_node` calls them (by the block name
+:func:`step_hw.unit_functions.block_for` gives), so that the ``rtl`` timing profile refuses such a
+node with the elaborator's message before it times it. No Amaranth here.
 """
 
 from __future__ import annotations
