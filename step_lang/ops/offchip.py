@@ -250,9 +250,8 @@ class LinearOffChipLoad(_OffChip):
         )
 
     def execute(self, io: Any) -> Iterator[Any]:
-        block = self._block(io)
         if not self.inputs:
-            for t in block:
+            for t in self._block(io):
                 yield from io.send(0, t)
             yield from io.send(0, DONE)
             return
