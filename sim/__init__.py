@@ -61,6 +61,10 @@ def simulate(
             :class:`~step_lang.errors.StepValueError`. The graph itself is not changed.
         trace: record busy/stall spans for :func:`write_trace`, and the cycle each token entered
             each queue (``SimResult.sends``).
+
+    Raises :class:`~step_lang.errors.SimDeadlock` when the graph deadlocks and
+    :class:`~step_lang.errors.StepRaceError` when two off-chip accesses of the same elements,
+    one a write, are not ordered by any stream (:mod:`step_lang.races`).
     """
     if profile is not None and not isinstance(profile, TimingProfile):
         raise TypeError(

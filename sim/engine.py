@@ -31,6 +31,7 @@ from step_lang.meta import MetaTile
 from step_lang.ops import LinearOffChipLoad, RandomOffChipLoad
 from step_lang.ops.offchip import tile_index
 from step_lang.passes import lower
+from step_lang.races import RaceCheck
 from step_lang.tokens import Token
 
 from .memory import FluidMemory
@@ -43,6 +44,7 @@ __all__ = ["Engine", "SimIO"]
 class _Chan:
     __slots__ = (
         "cap",
+        "clocks",
         "first_in",
         "first_out",
         "frees",
@@ -51,6 +53,7 @@ class _Chan:
         "hwm",
         "last_in",
         "latency",
+        "merged",
         "n_in",
         "name",
         "occ",
@@ -64,6 +67,8 @@ class _Chan:
     def __init__(self, name: str, cap: int, latency: int, record: bool):
         self.name, self.cap, self.latency = name, cap, latency
         self.q: deque[tuple[float, Token]] = deque()
+        self.clocks: deque = deque()  # the senders' clocks, when the run checks for races
+        self.merged: int | None = None  # the clock the consumer merged last
         self.occ = 0
         self.hwm = 0
         self.recv_waiter: tuple[_Proc, int] | None = None
@@ -128,6 +133,9 @@ class SimIO:
         self.engine, self.proc, self.node = engine, proc, proc.node
         self.inputs, self.outputs = inputs, outputs
         self._timing = timing = proc.timing
+        self._races = races = engine.races
+        self._index = races.node_index[self.node.name] if races is not None else -1
+        self._offered = races is not None and engine.profile.acts_on_offered_tokens
         self.visible = 0.0  # when the token last received became visible to this node
         # Optional hooks of timings that model pipelines in absolute time (sim.profiles.rtl);
         # looked up once, so profiles without them pay nothing per token.
@@ -158,6 +166,11 @@ class SimIO:
             else:
                 yield ("recv", ch)
         self.visible, tok = ch.q.popleft()
+        if self._races is not None:
+            clock = ch.clocks.popleft()
+            if clock is not ch.merged:  # a run of tokens with one clock: merged once
+                self._races.received(self._index, clock)
+                ch.merged = clock
         if eng.counts(tok):
             if ch.release:  # the slot takes a new token only some cycles after this one left
                 hold = self._hold(i, tok) if self._hold is not None else 0
@@ -219,6 +232,10 @@ class SimIO:
                 ch.first_in = eng.now
         visible = eng.now + ch.latency
         ch.q.append((visible, token))
+        if self._races is not None:
+            if self._offered:
+                self._observe()
+            ch.clocks.append(self._races.sent(self._index))
         if self._sent is not None:
             self._sent(j, token)
         if ch.history is not None:
@@ -230,6 +247,18 @@ class SimIO:
             ch.recv_waiter = None
             eng.push(visible, proc, ep)
 
+    def _observe(self) -> None:
+        """Count the head token of every input that offers one now as seen by the node (race
+        checking), under a profile that ``acts_on_offered_tokens``: its timing may act on an
+        offered token before it takes it (the rtl profile's routers forward a token in the cycle
+        they take it, and take it after), so a send or an access is ordered after every token
+        offered to the node, not only after the tokens it took."""
+        now, races, me = self.engine.now, self._races, self._index
+        for ch in self.inputs:
+            if ch.q and ch.q[0][0] <= now and ch.clocks[0] is not ch.merged:
+                races.received(me, ch.clocks[0])
+                ch.merged = ch.clocks[0]
+
     def _charge(self, cost: int | MemRequest) -> Iterator[Any]:
         if isinstance(cost, MemRequest):
             yield ("mem", cost)
@@ -239,12 +268,20 @@ class SimIO:
     # -- memory and context ---------------------------------------------------------------------
 
     def read_tile(self, t: OffChipTensor, tile: tuple[int, int], k: int) -> Any:
+        if self._races is not None:
+            if self._offered:
+                self._observe()
+            self._races.read(self._index, t, tile, k)
         arr = self.engine.memory[t.name]
         if isinstance(arr, _MetaTensor):
             return MetaTile(tile, t.dtype.numpy)
         return np.array(arr[tile_index(t.shape, tile, k)], copy=True)
 
     def write_tile(self, t: OffChipTensor, tile: tuple[int, int], k: int, value: Any) -> None:
+        if self._races is not None:
+            if self._offered:
+                self._observe()
+            self._races.write(self._index, t, tile, k)
         arr = self.engine.memory[t.name]
         if isinstance(arr, _MetaTensor) or isinstance(value, MetaTile):
             if not isinstance(arr, _MetaTensor):
@@ -325,6 +362,7 @@ class Engine:
         self.write_bytes = 0
         self.spans: list[tuple[str, str, int, int]] = []
         self.counts = profile.counts_against_capacity
+        self.races = RaceCheck.for_graph(graph)
         order = graph.topo_order()
         self.chans: dict[Stream, _Chan] = {}
         for node in order:

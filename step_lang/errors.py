@@ -11,6 +11,7 @@ __all__ = [
     "StepDeadlock",
     "StepError",
     "StepGraphError",
+    "StepRaceError",
     "StepRuntimeError",
     "StepTypeError",
     "StepValueError",
@@ -35,6 +36,11 @@ class StepGraphError(StepError):
 
 class StepRuntimeError(StepError):
     """Data seen while executing a graph contradicts its declared types or an operator's contract."""
+
+
+class StepRaceError(StepRuntimeError):
+    """Two off-chip accesses to the same elements, at least one a write, that no stream orders:
+    the result would depend on timing (see :mod:`step_lang.races`)."""
 
 
 class StepDeadlock(StepError):

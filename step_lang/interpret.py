@@ -8,7 +8,9 @@ Feedback loops and data-dependent routing need nothing special. EagerMerge's cho
 inputs comes from an :class:`~step_lang.arrival.ArrivalPolicy`.
 
 After the run every stream is checked against its declared type (see :mod:`step_lang.observe`),
-which also yields the values the dynamic dims took.
+which also yields the values the dynamic dims took. During it, every off-chip access to a tensor
+that a store writes is checked against the others (:mod:`step_lang.races`): two that no stream
+orders raise :class:`~step_lang.errors.StepRaceError`, since their outcome depends on timing.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .ops.misc import Source
 from .ops.offchip import tile_index
 from .ops.routing import EagerMerge
 from .passes import lower
+from .races import RaceCheck
 from .tokens import DONE, Token, to_tokens
 
 __all__ = ["InterpretResult", "NodeIO", "interpret"]
@@ -41,6 +44,8 @@ class _Channel:
         self.queue: deque[Token] = deque()
         self.history: list[Token] = []
         self.closed = False
+        self.clocks: deque = deque()  # the senders' clocks, when the run checks for races
+        self.merged: int | None = None  # the clock the consumer merged last
 
 
 class NodeIO:
@@ -51,6 +56,8 @@ class NodeIO:
         self.node = node
         self.inputs = inputs
         self.outputs = outputs
+        self._races = run.races
+        self._index = run.races.node_index[node.name] if run.races is not None else -1
 
     def recv(self, i: int) -> Iterator[str]:
         """Generator: wait for and pop the next token of input ``i``."""
@@ -58,6 +65,11 @@ class NodeIO:
         while not ch.queue:
             yield f"input '{self.node.input_names[i]}' ({ch.stream.name})"
         self._run.moves += 1
+        if self._races is not None:
+            clock = ch.clocks.popleft()
+            if clock is not ch.merged:  # a run of tokens with one clock: merged once
+                self._races.received(self._index, clock)
+                ch.merged = clock
         return ch.queue.popleft()
 
     def peek(self, i: int) -> Iterator[str]:
@@ -65,6 +77,8 @@ class NodeIO:
         ch = self.inputs[i]
         while not ch.queue:
             yield f"input '{self.node.input_names[i]}' ({ch.stream.name})"
+        if self._races is not None:
+            self._races.received(self._index, ch.clocks[0])
         return ch.queue[0]
 
     def has(self, i: int) -> bool:
@@ -73,7 +87,10 @@ class NodeIO:
 
     def head(self, i: int) -> Token:
         """The next token of input ``i`` (which must hold one)."""
-        return self.inputs[i].queue[0]
+        ch = self.inputs[i]
+        if self._races is not None:
+            self._races.received(self._index, ch.clocks[0])
+        return ch.queue[0]
 
     def send(self, j: int, token: Token) -> Iterator[str]:
         """Generator: append a token to output ``j`` (never blocks: queues are unbounded)."""
@@ -91,6 +108,8 @@ class NodeIO:
             ch.closed = True
         ch.queue.append(token)
         ch.history.append(token)
+        if self._races is not None:
+            ch.clocks.append(self._races.sent(self._index))
         self._run.moves += 1
         return
         yield  # a generator, like the simulator's blocking send
@@ -101,12 +120,16 @@ class NodeIO:
 
     def read_tile(self, t: OffChipTensor, tile: tuple[int, int], k: int) -> np.ndarray:
         """A copy of tile number ``k`` of tensor ``t`` in ``tile``-shaped tiles."""
+        if self._races is not None:
+            self._races.read(self._index, t, tile, k)
         return np.array(self._run.memory[t.name][tile_index(t.shape, tile, k)], copy=True)
 
     def write_tile(
         self, t: OffChipTensor, tile: tuple[int, int], k: int, value: np.ndarray
     ) -> None:
         """Overwrite tile number ``k`` of tensor ``t``."""
+        if self._races is not None:
+            self._races.write(self._index, t, tile, k)
         self._run.memory[t.name][tile_index(t.shape, tile, k)] = value
         self._run.written.add(t.name)
 
@@ -167,6 +190,7 @@ class _Run:
         self.written: set[str] = set()
         self.moves = 0
         self._policy = policy
+        self.races = RaceCheck.for_graph(graph)
 
     def source_tokens(self, node: Node) -> list[Token]:
         return source_tokens(node, self.inputs)
@@ -252,7 +276,9 @@ def interpret(
     ``inputs`` feeds Source nodes by name (token lists ending with ``DONE``, or nested lists).
     ``merge_policy`` is one policy for every EagerMerge or a mapping from node name to policy
     (default :class:`~step_lang.arrival.LowestIndexFirst`). With ``check`` every stream is checked
-    against its declared type afterwards.
+    against its declared type afterwards. Two off-chip accesses of the same elements, one a
+    write, that no stream orders raise :class:`~step_lang.errors.StepRaceError`
+    (:mod:`step_lang.races`).
     """
     graph = lower(graph)
     inputs = check_inputs(graph, inputs)
