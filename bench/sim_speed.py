@@ -4,9 +4,12 @@ recorded routing, Fig. 8 SwiGLU at 16 x 16 tiles; hardware-tiled onto 16 x 16 BF
 HBM-like memory).
 
 Writes ``build/bench/sim_speed.json``:
-``{"cases": [{"name", "profile", "wall_s", "target_s", "events_per_s", "sim_cycles"}]}``.
-Graph construction and input preparation are outside the timed region; the simulation itself
-(engine set-up included) is inside.
+``{"cases": [{"name", "profile", "wall_s", "target_s", "events_per_s", "sim_cycles",
+"race_watched"}]}``. Graph construction and input preparation are outside the timed region; the
+simulation itself (engine set-up included) is inside. ``race_watched`` counts the loads and
+stores the memory-race check (:mod:`step_lang.races`) follows; where it is not zero,
+``race_check_cpu_s`` holds the CPU seconds of the fastest of three runs with the check and of
+three without it.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from typing import Any
 
 from examples import attention, moe, traces
 from sim import PaperProfile, simulate
+from step_lang import races
+from step_lang.passes import lower
 
 
 def _moe_case(cfg: moe.MoEConfig, batch: int, schedule: moe.MoESchedule):
@@ -65,6 +70,23 @@ CASES = [
 ]
 
 
+def _race_check_cost(graph, memory, profile, repeats: int = 3) -> tuple[float, float]:
+    """The fastest of ``repeats`` runs with the memory-race check and of as many without it,
+    alternating (a single pair is within this machine's run-to-run noise)."""
+    check = races.RaceCheck.for_graph
+    best = {True: float("inf"), False: float("inf")}
+    try:
+        for _ in range(repeats):
+            for on in (False, True):
+                races.RaceCheck.for_graph = check if on else classmethod(lambda cls, graph: None)
+                t0 = time.process_time()
+                simulate(graph, memory, functional=False, profile=profile)
+                best[on] = min(best[on], time.process_time() - t0)
+    finally:
+        races.RaceCheck.for_graph = check
+    return best[True], best[False]
+
+
 def main() -> None:
     out = pathlib.Path("build/bench")
     out.mkdir(parents=True, exist_ok=True)
@@ -74,12 +96,22 @@ def main() -> None:
         t0 = time.perf_counter()
         result = simulate(graph, memory, functional=False, profile=profile)
         wall = time.perf_counter() - t0
-        rows.append(
-            {"name": name, "profile": profile.name, "wall_s": round(wall, 3), "target_s": target,
-             "events_per_s": round(result.events / wall, 1), "sim_cycles": result.cycles}
-        )  # fmt: skip
+        check = races.RaceCheck.for_graph(lower(graph))
+        watched = len(check.slot) if check is not None else 0
+        row = {"name": name, "profile": profile.name, "wall_s": round(wall, 3), "target_s": target,
+               "events_per_s": round(result.events / wall, 1), "sim_cycles": result.cycles,
+               "race_watched": watched}  # fmt: skip
+        note = ""
+        if watched:
+            checked, unchecked = _race_check_cost(graph, memory, profile)
+            row["race_check_cpu_s"] = {"with": round(checked, 3), "without": round(unchecked, 3)}
+            note = (
+                f"  (race check of {watched} loads and stores: {checked:.2f} s CPU, "
+                f"{unchecked:.2f} s without; fastest of 3 each)"
+            )
+        rows.append(row)
         print(
-            f"{name:<28} {wall:7.2f} s (target {target:4.0f} s)  {result.cycles:>12} cycles  {result.events:>8} events"
+            f"{name:<28} {wall:7.2f} s (target {target:4.0f} s)  {result.cycles:>12} cycles  {result.events:>8} events{note}"
         )
     (out / "sim_speed.json").write_text(json.dumps({"cases": rows}, indent=2) + "\n")
 
