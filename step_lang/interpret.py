@@ -77,8 +77,6 @@ class NodeIO:
         ch = self.inputs[i]
         while not ch.queue:
             yield f"input '{self.node.input_names[i]}' ({ch.stream.name})"
-        if self._races is not None:
-            self._races.received(self._index, ch.clocks[0])
         return ch.queue[0]
 
     def has(self, i: int) -> bool:
@@ -87,10 +85,7 @@ class NodeIO:
 
     def head(self, i: int) -> Token:
         """The next token of input ``i`` (which must hold one)."""
-        ch = self.inputs[i]
-        if self._races is not None:
-            self._races.received(self._index, ch.clocks[0])
-        return ch.queue[0]
+        return self.inputs[i].queue[0]
 
     def send(self, j: int, token: Token) -> Iterator[str]:
         """Generator: append a token to output ``j`` (never blocks: queues are unbounded)."""
