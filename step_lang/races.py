@@ -12,9 +12,9 @@ there, with vector clocks (happens-before, as in dynamic race detectors such as 
 every token carries its sender's clock, a receiver takes the element-wise maximum, and every
 tile access is checked against the last write and the reads since of the same elements. Its
 model of a node is the interpreter's: whatever a node took before an access or a send is
-ordered before it. The
-hardware blocks keep that order (a load starts a walk on its reference token and reads an
-address once it arrived; a store acknowledges a write after the memory's write response).
+ordered before it. The hardware blocks keep that order (a load starts a walk on its reference
+token and reads an address once it arrived; a store acknowledges a write after the memory's
+write response).
 
 Only tensors that a store writes and another node also accesses are watched, at the largest
 grid that all their accessors' tiles align to; a graph without such a tensor pays nothing.
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 
-from .errors import StepRaceError, op_message
+from .errors import StepRaceError, StepRuntimeError, op_message
 from .graph import Graph, Node, OffChipTensor
 from .ops.offchip import (
     LinearOffChipLoad,
@@ -188,9 +188,12 @@ class RaceCheck:
         if self._sent_since_access[node]:
             if _PackedClocks.at(clock, slot) == _EPOCH_MAX:
                 me = self.graph.nodes[self.names[node]]
-                raise StepRaceError(
+                raise StepRuntimeError(
                     op_message(
-                        me.kind, me.name, None, f"more than {_EPOCH_MAX} race-checked accesses"
+                        me.kind,
+                        me.name,
+                        None,
+                        f"{_EPOCH_MAX} accesses after sends: the race check's counter is full",
                     )
                 )
             clock += _PackedClocks.unit(slot)
@@ -250,6 +253,12 @@ class RaceCheck:
             why = (
                 "no stream carries that read's tile (or a token that waited for it) to this "
                 "write: the value read depends on timing"
+            )
+        elif verb == "reads" and isinstance(other, LinearOffChipStore):
+            why = (
+                "no stream can order a read after that write (a LinearOffChipStore has no ack "
+                "output; a RandomOffChipStore's acks can gate the read): the value read depends "
+                "on timing"
             )
         elif verb == "reads":
             why = (

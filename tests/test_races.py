@@ -236,6 +236,20 @@ def test_a_linear_store_races_with_any_load_of_its_tensor():
     Sink(LinearOffChipLoad(x, tile=(4, 4), name="ld").out)
     with pytest.raises(StepRaceError, match=r"LinearOffChipLoad 'ld'|which LinearOffChipLoad 'ld'"):
         interpret(g, inputs={"d": _tiles(2, 1.0)})
+    # a read after the store's write in the interpreter's run: it says why nothing can order it
+    g = Graph("linear_then_read")
+    x = g.tensor("x", (8, 4), "int16")
+    d = Source(g, StreamType(Tile("int16", 4, 4), (2,)), name="d").out
+    LinearOffChipStore(d, x, name="st")
+    Sink(LinearOffChipLoad(x, tile=(4, 4), out_shape=(1,), ref=d, name="ld").out)
+    with pytest.raises(StepRaceError) as err:
+        interpret(g, inputs={"d": _tiles(2, 1.0)})
+    assert str(err.value) == (
+        "LinearOffChipLoad 'ld': reads tile 0 (4x4 tiles) of tensor 'x', which "
+        "LinearOffChipStore 'st' writes, and no stream can order a read after that write (a "
+        "LinearOffChipStore has no ack output; a RandomOffChipStore's acks can gate the read): "
+        "the value read depends on timing"
+    )
 
 
 # -- ordered accesses pass, with the values of their order -----------------------------------------
