@@ -1,7 +1,7 @@
 """Simulator speed at full model size (timing-only mode): the paper profile on the paper's
 layers, the rtl profile on ``make validate``'s paper-size designs (16-expert MoE on the first
-recorded routing, Fig. 8 SwiGLU at 16 x 16 tiles; hardware-tiled onto 16 x 16 BF16 tiles, the
-HBM-like memory).
+recorded routing, Fig. 8 SwiGLU at 16 x 16 tiles, dynamic decode attention of 16 requests on
+the first recorded KV batch; hardware-tiled onto 16 x 16 BF16 tiles, the HBM-like memory).
 
 Writes ``build/bench/sim_speed.json``:
 ``{"cases": [{"name", "profile", "wall_s", "target_s", "events_per_s", "sim_cycles",
@@ -67,6 +67,11 @@ CASES = [
     ("moe16_static_tm1_rtl", 10.0, lambda: _validate_case("moe_scale", schedule="static_tm1")),
     ("moe16_dynamic_tm2_rtl", 10.0, lambda: _validate_case("moe_scale", schedule="dynamic_tm2")),
     ("fig8_16x16_rtl", 60.0, lambda: _validate_case("fig8", tile_b=16, tile_i=16)),
+    (
+        "attention16_dynamic_rtl",
+        5.0,
+        lambda: _validate_case("attention_scale", schedule="dynamic"),
+    ),
 ]
 
 

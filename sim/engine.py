@@ -135,7 +135,12 @@ class SimIO:
         self._timing = timing = proc.timing
         self._races = races = engine.races
         self._index = races.node_index[self.node.name] if races is not None else -1
+        # Race checking under a profile that acts on offered tokens (see ``_took``): per input,
+        # the (token, clock) pairs the timing took from the queue and the node has not taken
+        # yet, and whether the node took the head token before the timing took it.
         self._offered = races is not None and engine.profile.acts_on_offered_tokens
+        self._popped: list[deque] = [deque() for _ in inputs]
+        self._credited = [False] * len(inputs)
         self.visible = 0.0  # when the token last received became visible to this node
         # Optional hooks of timings that model pipelines in absolute time (sim.profiles.rtl);
         # looked up once, so profiles without them pay nothing per token.
@@ -145,6 +150,8 @@ class SimIO:
         attach = getattr(timing, "attach", None)
         if attach is not None:
             attach(self)
+        if self._offered:
+            self.recv = self._crediting(self.recv)  # the timing's wrapper, if any, inside
 
     # -- streams --------------------------------------------------------------------------------
 
@@ -168,7 +175,12 @@ class SimIO:
         self.visible, tok = ch.q.popleft()
         if self._races is not None:
             clock = ch.clocks.popleft()
-            if clock is not ch.merged:  # a run of tokens with one clock: merged once
+            if self._offered:
+                if self._credited[i]:
+                    self._credited[i] = False
+                else:
+                    self._popped[i].append((tok, clock))
+            elif clock is not ch.merged:  # a run of tokens with one clock: merged once
                 self._races.received(self._index, clock)
                 ch.merged = clock
         if eng.counts(tok):
@@ -233,9 +245,8 @@ class SimIO:
         visible = eng.now + ch.latency
         ch.q.append((visible, token))
         if self._races is not None:
-            if self._offered:
-                self._observe()
-            ch.clocks.append(self._races.sent(self._index))
+            clock = self._races.sent(self._index)
+            ch.clocks.append(self._forwarded(token, clock) if self._offered else clock)
         if self._sent is not None:
             self._sent(j, token)
         if ch.history is not None:
@@ -247,17 +258,49 @@ class SimIO:
             ch.recv_waiter = None
             eng.push(visible, proc, ep)
 
-    def _observe(self) -> None:
-        """Count the head token of every input that offers one now as seen by the node (race
-        checking), under a profile that ``acts_on_offered_tokens``: its timing may act on an
-        offered token before it takes it (the rtl profile's routers forward a token in the cycle
-        they take it, and take it after), so a send or an access is ordered after every token
-        offered to the node, not only after the tokens it took."""
-        now, races, me = self.engine.now, self._races, self._index
-        for ch in self.inputs:
-            if ch.q and ch.q[0][0] <= now and ch.clocks[0] is not ch.merged:
-                races.received(me, ch.clocks[0])
-                ch.merged = ch.clocks[0]
+    # -- race checking under a profile that acts on offered tokens ------------------------------
+    #
+    # The rtl profile's timings wrap the node's ``recv`` and ``send`` (``attach``): a block may
+    # hand the node a token still in its queue and take it later (routers take a token in the
+    # cycle they forward it), take tokens ahead of the node (a load's addresses), or forward a
+    # token before the node sends it. The race check must see what the *node* took, as in the
+    # interpreter: the queue's clocks are credited when the node's ``recv`` returns the token,
+    # found by identity among the tokens the timing took and the head of the queue.
+
+    def _crediting(self, recv: Any) -> Any:
+        def take(i: int) -> Iterator[Any]:
+            token = yield from recv(i)
+            self._took(i, token)
+            return token
+
+        return take
+
+    def _took(self, i: int, token: Any) -> None:
+        """The node's ``recv`` returned ``token`` from input ``i``: merge its clock (and those of
+        tokens the timing took before it, which the node can only have passed over)."""
+        races, me, popped = self._races, self._index, self._popped[i]
+        while popped:
+            taken, clock = popped.popleft()
+            races.received(me, clock)
+            if taken is token:
+                return
+        # Not among them: the head, which the node took before the timing did (or, should the
+        # timing have handed the node a token of its own making, the one it stands for).
+        ch = self.inputs[i]
+        if ch.q and not self._credited[i] and ch.q[0][0] <= self.engine.now:
+            races.received(me, ch.clocks[0])
+            self._credited[i] = True
+
+    def _forwarded(self, token: Any, clock: int) -> int:
+        """The clock of ``token`` sent now: the node's, and that of the same token on an input
+        if the timing forwards it before the node took it."""
+        for i, ch in enumerate(self.inputs):
+            for taken, theirs in self._popped[i]:
+                if taken is token:
+                    return self._races.join(clock, theirs)
+            if ch.q and ch.q[0][1] is token and not self._credited[i]:
+                return self._races.join(clock, ch.clocks[0])
+        return clock
 
     def _charge(self, cost: int | MemRequest) -> Iterator[Any]:
         if isinstance(cost, MemRequest):
@@ -269,8 +312,6 @@ class SimIO:
 
     def read_tile(self, t: OffChipTensor, tile: tuple[int, int], k: int) -> Any:
         if self._races is not None:
-            if self._offered:
-                self._observe()
             self._races.read(self._index, t, tile, k)
         arr = self.engine.memory[t.name]
         if isinstance(arr, _MetaTensor):
@@ -279,8 +320,6 @@ class SimIO:
 
     def write_tile(self, t: OffChipTensor, tile: tuple[int, int], k: int, value: Any) -> None:
         if self._races is not None:
-            if self._offered:
-                self._observe()
             self._races.write(self._index, t, tile, k)
         arr = self.engine.memory[t.name]
         if isinstance(arr, _MetaTensor) or isinstance(value, MetaTile):

@@ -172,6 +172,10 @@ class RaceCheck:
             self._sent_since_access[node] = True
         return self.clocks[node]
 
+    def join(self, a: int, b: int) -> int:
+        """The element-wise maximum of two clocks (what follows both)."""
+        return self._packed.maximum(a, b)
+
     def received(self, node: int, clock: int) -> None:
         """``node`` took a token carrying ``clock``."""
         mine = self.clocks[node]

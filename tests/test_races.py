@@ -21,6 +21,7 @@ from step_lang import (
     Promote,
     RandomOffChipLoad,
     RandomOffChipStore,
+    RepeatStatic,
     Sink,
     Source,
     StepRaceError,
@@ -217,6 +218,27 @@ def test_a_store_unordered_with_an_earlier_read_races(reader):
     }
     with pytest.raises(StepRaceError, match=r"'d': writes tile 1 .* 'c' reads|'c': reads tile 1"):
         RUNNERS[reader](load_then_store(in_place=False), _memory(), inputs)
+
+
+@pytest.mark.parametrize("reader", RUNNERS)
+def test_a_write_that_waits_for_an_earlier_read_only_races_with_the_later_one(reader):
+    """Load ``c`` reads tiles 0 then 1; each tile, repeated twice, is written by ``d`` to
+    tiles 1, 3, 0, 2: d's first write (tile 1) waits only for the read of tile 0, so it races
+    with the read of tile 1, even where a block already holds tile 1 when it sends the copy of
+    tile 0 (the rtl profile's RepeatStatic)."""
+    g = Graph("repeat_back")
+    x = g.tensor("x", (4 * N_TILES, 4), "int16")
+    loaded = RandomOffChipLoad(Source(g, ADDR("nc"), name="c_addr").out, x, tile=(4, 4), name="c")
+    twice = RepeatStatic(loaded.out, 2, name="copies").out
+    d_addr = Source(g, StreamType(Tile("int32", 1, 1), (regular("nc"), 2)), name="d_addr").out
+    Sink(RandomOffChipStore(d_addr, twice, x, name="d").out, name="d_ack")
+    inputs = {"c_addr": _addresses([0, 1]), "d_addr": [[np.array([[a]], np.int32) for a in pair]
+                                                       for pair in ((1, 3), (0, 2))]}  # fmt: skip
+    with pytest.raises(StepRaceError, match=r"tile 1 \(4x4 tiles\)"):
+        RUNNERS[reader](g, _memory(), inputs)
+    inputs["d_addr"] = [[np.array([[a]], np.int32) for a in pair] for pair in ((0, 3), (1, 2))]
+    got = RUNNERS[reader](g, _memory(), inputs)  # each write after the read of its tile
+    assert got.memory["x"][::4, 0].tolist() == [0, 1, 1, 0]
 
 
 def test_tiles_of_different_shapes_overlap_by_their_elements():

@@ -84,8 +84,9 @@ class TimingProfile:
     channel_depth = 2
     channel_latency = 1
     slot_release = 0  # cycles from a token leaving a queue to its slot accepting another
-    #: whether a node's timing may send, or access memory, on a token its input offers before
-    #: taking it (then the memory-race check counts offered tokens as seen: ``SimIO._observe``)
+    #: whether a node's timing wraps its ``recv``/``send`` so that queues give up tokens at
+    #: other times than the node takes them (then the memory-race check credits a token's clock
+    #: when the node takes it, found by identity: ``SimIO._took``)
     acts_on_offered_tokens = False
 
     def memory_config(self) -> MemoryConfig:  # pragma: no cover - abstract

@@ -43,8 +43,8 @@ class RtlProfile(TimingProfile):
 
     name = "rtl"
     slot_release = contract.QUEUE_SLOT_RELEASE  # a FIFO's `w_rdy` is a register
-    acts_on_offered_tokens = True  # routers forward a token in the cycle they take it, and
-    # blocks plan on the head of their input queues
+    acts_on_offered_tokens = True  # routers forward a token in the cycle they take it, loads
+    # take addresses ahead of the node
     config: HwConfig = field(default_factory=HwConfig)
     memory_latency: int = _AXI_RAM.latency  # AR handshake to the first R beat
     write_response: int = _AXI_RAM.write_response  # last W beat to the B response
