@@ -76,6 +76,31 @@ def tile_index(shape: Sequence[int], tile: tuple[int, int], k: int) -> tuple:
     )
 
 
+class _TileAt:
+    """A tile of a load's walk or block, read when it is sent: the hardware streams a walk and
+    a fetch block (a tile leaves once its bursts arrived, before later tiles are read), so a
+    store that writes a later tile after taking an earlier one races with the read
+    (:mod:`step_lang.races`); reading the whole walk first would order every read before every
+    send."""
+
+    __slots__ = ("number",)
+
+    def __init__(self, number: int):
+        self.number = number
+
+
+def _sending_tiles(node: Any, io: Any) -> Any:
+    """``put`` for a load's :class:`~step_lang.stoprules.BlockWriter` or walk: reads each
+    :class:`_TileAt` as it is sent."""
+
+    def put(token: Any) -> Iterator[Any]:
+        if isinstance(token, _TileAt):
+            token = io.read_tile(node.tensor, node.tile, token.number)
+        yield from io.send(0, token)
+
+    return put
+
+
 def _row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
     strides, acc = [], 1
     for n in reversed(shape):
@@ -244,22 +269,20 @@ class LinearOffChipLoad(_OffChip):
         """The tensor tile read for element ``m`` of ``out_shape``: ``base + m . stride``."""
         return self.base + sum(i * s for i, s in zip(m, self.stride, strict=True))
 
-    def _block(self, io: Any) -> list:
-        return grid_tokens(
-            self.out_shape, lambda m: [io.read_tile(self.tensor, self.tile, self.tile_number(m))]
-        )
+    def _walk(self) -> list:
+        """The walk's tokens, its tiles as :class:`_TileAt` (read as they are sent)."""
+        return grid_tokens(self.out_shape, lambda m: [_TileAt(self.tile_number(m))])
 
     def execute(self, io: Any) -> Iterator[Any]:
+        put = _sending_tiles(self, io)
         if not self.inputs:
-            for t in self._block(io):
-                yield from io.send(0, t)
+            for t in self._walk():
+                yield from put(t)
             yield from io.send(0, DONE)
             return
-        writer = BlockWriter(
-            lambda t: io.send(0, t), len(self.out_shape), input_rank=self.inputs[0].rank
-        )
-        # re-read for every reference element: stores may have changed memory
-        yield from expand_each(io, writer, lambda tok: writer.block(self._block(io)))
+        writer = BlockWriter(put, len(self.out_shape), input_rank=self.inputs[0].rank)
+        # read again for every reference element: stores may have changed memory
+        yield from expand_each(io, writer, lambda tok: writer.block(self._walk()))
 
 
 class LinearOffChipStore(_OffChip):
@@ -443,18 +466,13 @@ class RandomOffChipLoad(_OffChip):
             yield from io.send(0, io.read_tile(self.tensor, self.tile, k))
 
     def _execute_blocks(self, io: Any) -> Iterator[Any]:
-        writer = BlockWriter(lambda t: io.send(0, t), 2, input_rank=self.inputs[0].rank)
+        writer = BlockWriter(_sending_tiles(self, io), 2, input_rank=self.inputs[0].rank)
 
         def block(tok: Any) -> Iterator[Any]:
             k = _checked_address(io, self, tok, "raddr")
             tiles = block_tiles(self.tensor.shape, self.tile, self.fetch, k)
             yield from writer.block(
-                grid_tokens(
-                    self.fetch,
-                    lambda m: [
-                        io.read_tile(self.tensor, self.tile, tiles[m[0] * self.fetch[1] + m[1]])
-                    ],
-                )
+                grid_tokens(self.fetch, lambda m: [_TileAt(tiles[m[0] * self.fetch[1] + m[1]])])
             )
 
         yield from expand_each(io, writer, block)
