@@ -33,6 +33,7 @@ from .ops.offchip import (
     LinearOffChipStore,
     RandomOffChipLoad,
     RandomOffChipStore,
+    tile_index,
 )
 
 __all__ = ["RaceCheck", "memory_accessors"]
@@ -73,30 +74,20 @@ class _Shadow:
         self.written: dict[int, tuple[int, int]] = {}
         #: cell to {slot of a reader: its epoch at its last read since the last write}
         self.reads: dict[int, dict[int, int]] = {}
-        self._plans: dict[tuple[int, int], tuple] = {}  # per tile shape
 
     def cells(self, tile: tuple[int, int], k: int) -> list[int]:
-        """The cells of tile number ``k`` in ``tile``-shaped tiles (row-major over the tensor's
-        tiled shape, as :func:`~step_lang.ops.offchip.tile_index`)."""
-        plan = self._plans.get(tile)
-        if plan is None:
-            *_, r, c = self.tensor.shape
-            grid_r, grid_c = self.grid[-2:]
-            plan = self._plans[tile] = (
-                r // tile[0],  # tiles per column of the tensor
-                c // tile[1],  # tiles per row
-                tile[0] // self.rows,  # cells per tile, down
-                tile[1] // self.cols,  # and across
-                grid_r * grid_c,  # cells per outer index
-                grid_c,
-            )
-        per_col, per_row, down, across, plane, width = plan
-        outer, k = divmod(k, per_col * per_row)
-        row, col = divmod(k, per_row)
-        first = outer * plane + row * down * width + col * across
-        if down == across == 1:
-            return [first]
-        return [first + i * width + j for i in range(down) for j in range(across)]
+        """The cells of tile number ``k`` in ``tile``-shaped tiles (:func:`tile_index`)."""
+        *outer, rows, cols = tile_index(self.tensor.shape, tile, k)
+        *outer_dims, height, width = self.grid
+        plane = 0
+        for i, n in zip(outer, outer_dims, strict=True):
+            plane = plane * n + i
+        first = plane * height * width
+        return [
+            first + row * width + col
+            for row in range(rows.start // self.rows, rows.stop // self.rows)
+            for col in range(cols.start // self.cols, cols.stop // self.cols)
+        ]
 
 
 _FIELD = 32  # bits of one epoch in a packed clock

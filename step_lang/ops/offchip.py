@@ -7,6 +7,7 @@ tiles. Reads past the last tile are rejected when the graph is built (static) or
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -64,16 +65,19 @@ def tiled_shape(
 
 
 def tile_index(shape: Sequence[int], tile: tuple[int, int], k: int) -> tuple:
-    """The numpy index of tile number ``k`` (row-major over the tiled shape) of a tensor."""
+    """The numpy index of tile number ``k`` (row-major over the tiled shape) of a tensor: its
+    outer indices and the row and column slices (``ValueError`` past the last tile)."""
     *outer, r, c = shape
     tr, tc = tile
     tiled = (*outer, r // tr, c // tc)
-    idx = np.unravel_index(k, tiled)
-    return (
-        *idx[:-2],
-        slice(idx[-2] * tr, (idx[-2] + 1) * tr),
-        slice(idx[-1] * tc, (idx[-1] + 1) * tc),
-    )
+    if not 0 <= k < math.prod(tiled):
+        raise ValueError(f"tile {k} is past the {math.prod(tiled)} tiles of shape {list(tiled)}")
+    idx = []
+    for n in reversed(tiled):
+        k, i = divmod(k, n)
+        idx.append(i)
+    *outer_idx, row, col = reversed(idx)
+    return (*outer_idx, slice(row * tr, (row + 1) * tr), slice(col * tc, (col + 1) * tc))
 
 
 class _TileAt:
