@@ -868,9 +868,45 @@ def main(argv: list[str] | None = None) -> None:
                 failed.add(p.design)
             continue
         points.append(r)
-    write_summary(points, missing, walls, time.perf_counter() - t_start, args.tier, memory, out)
+    if not points:
+        # nothing measured (every point uncached under --cached-only, or failed): the last
+        # run's summary and speed file stay as they are rather than be replaced by empty ones
+        why = missing[0] if missing else "no point matches --only, --where and --depths"
+        raise SystemExit(f"validate: none of {len(tasks)} points ran: {why[:300]}")
+    run = selection(args, complete=not missing and _unfiltered(args))
+    write_summary(
+        points, missing, walls, time.perf_counter() - t_start, args.tier, memory, out, run
+    )
     if fatal:
         raise SystemExit("validate: some points failed (summary.json's missing)")
+
+
+def selection(args: argparse.Namespace, complete: bool) -> dict[str, Any]:
+    """What a run measured, kept in summary.json and the speed file: its sweeps, filters and
+    depth settings, whether the RTL came from the cache only, and ``complete`` (every point of
+    every sweep at both depth settings ran), so that a partial or cached run's wall time is not
+    read as ``make validate``'s."""
+    return {
+        "only": args.only.split(","),
+        "where": args.where,
+        "limit": args.limit,
+        "depths": args.depths.split(","),
+        "cached_only": args.cached_only,
+        "fresh": args.fresh,
+        "jobs": args.jobs,
+        "complete": complete,
+    }
+
+
+def _unfiltered(args: argparse.Namespace) -> bool:
+    """``args`` select every point of ``make validate``: all sweeps, both depth settings, no
+    ``--where`` or ``--limit``."""
+    return (
+        set(args.only.split(",")) == set(SWEEPS)
+        and set(args.depths.split(",")) == set(DEPTHS)
+        and not args.where
+        and not args.limit
+    )
 
 
 def _matches(p: Point, where: list[str]) -> bool:
@@ -954,8 +990,9 @@ def _run_all(
     return [r for r, _, _ in timed], {n: end - start for n, (start, end) in spans.items()}
 
 
-def write_summary(points, missing, walls, wall, tier, memory, out) -> None:
-    """summary.json, the scatter, the Fig. 8 grid and the speed file; print the statistics."""
+def write_summary(points, missing, walls, wall, tier, memory, out, run=None) -> None:
+    """summary.json, the scatter, the Fig. 8 grid and the speed file; print the statistics.
+    ``run`` (:func:`selection`) says what the run measured."""
     speed = [{"workload": p["workload"], "params": p["params"], **p.pop("_speed")} for p in points]
     summary = {
         "tier": tier,
@@ -971,6 +1008,7 @@ def write_summary(points, missing, walls, wall, tier, memory, out) -> None:
         "missing": missing,
         "sweep_wall_s": walls,
         "wall_s": wall,
+        "run": run,
     }
     if any(p["workload"] == "fig8" for p in points):
         summary["fig8_grid"] = fig8_grid(points)
@@ -980,7 +1018,8 @@ def write_summary(points, missing, walls, wall, tier, memory, out) -> None:
     (
         SPEED if tier == "axi" else SPEED.with_name(f"validate_speed_fast_{memory.tag}.json")
     ).write_text(
-        json.dumps({"wall_s": wall, "sweep_wall_s": walls, "points": speed}, indent=1) + "\n"
+        json.dumps({"run": run, "wall_s": wall, "sweep_wall_s": walls, "points": speed}, indent=1)
+        + "\n"
     )
     if points:
         plot(points, out / "validate.png")

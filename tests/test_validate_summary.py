@@ -294,3 +294,57 @@ def test_a_designs_default_and_sized_points_share_one_interpretation(monkeypatch
     other = dataclasses.replace(p, params={**p.params, "schedule": "dynamic"})
     V.reference_outputs(other, outputs)
     assert len(calls) == 1  # another point is interpreted
+
+
+def _fake_sweeps(monkeypatch, tmp_path, run):
+    """``main`` over two fake sweeps of one point per depth setting, ``run(name, index)`` giving
+    each point's result, writing into ``tmp_path``."""
+    monkeypatch.setattr(V, "OUT", tmp_path)
+    monkeypatch.setattr(V, "SPEED", tmp_path / "validate_speed.json")
+    monkeypatch.setattr(V, "SWEEPS", {"first": None, "second": None})
+
+    def points(name, depths, memory):
+        return [V.Point(name, {"depths": d}, None, {}, None, f"{name}_{d}") for d in depths]
+
+    monkeypatch.setattr(V, "_sweep_points", points)
+    monkeypatch.setattr(
+        V, "_run_all", lambda tasks, options, jobs: ([run(*t) for t in tasks], {"first": 1.0})
+    )
+    monkeypatch.setattr(V, "plot", lambda points, path: None)
+
+
+def _measured(name, index):
+    return {"workload": name, "params": {"depths": ("default", "sized")[index]}, "rtl_cycles": 100,
+            "sim_cycles": 100, "paper_cycles": 90, "_speed": {"sim_s": 0.1}}  # fmt: skip
+
+
+def test_a_run_that_measures_nothing_keeps_the_last_summary(monkeypatch, tmp_path):
+    # e.g. --cached-only after the simulator changed (no sizing cached): an error naming the
+    # first skipped point, and the last run's summary and speed file stay
+    def uncached(name, index):
+        return {"error": f"{name}_{index}: NotCached: no cached sizing", "fatal": False}
+
+    _fake_sweeps(monkeypatch, tmp_path, uncached)
+    (tmp_path / "summary.json").write_text("last run\n")
+    with pytest.raises(SystemExit, match=r"none of 4 points ran: first_0: NotCached: no cached"):
+        V.main(["--cached-only"])
+    assert (tmp_path / "summary.json").read_text() == "last run\n"
+    assert not (tmp_path / "validate_speed.json").exists()
+    with pytest.raises(SystemExit, match="no point matches --only, --where and --depths"):
+        V.main(["--where", "tile_b=7"])
+
+
+def test_the_speed_file_says_whether_the_run_measured_every_point(monkeypatch, tmp_path):
+    _fake_sweeps(monkeypatch, tmp_path, _measured)
+    V.main([])
+    speed = json.loads((tmp_path / "validate_speed.json").read_text())
+    assert speed["run"]["complete"] is True and speed["run"]["cached_only"] is False
+    assert [p["workload"] for p in speed["points"]] == ["first", "first", "second", "second"]
+    assert json.loads((tmp_path / "summary.json").read_text())["run"] == speed["run"]
+    for partial in (["--only", "second"], ["--depths", "default"], ["--limit", "1"]):
+        V.main(partial)
+        run = json.loads((tmp_path / "validate_speed.json").read_text())["run"]
+        assert run["complete"] is False, partial
+    V.main(["--cached-only"])  # every point from the cache: a warm run, complete
+    run = json.loads((tmp_path / "validate_speed.json").read_text())["run"]
+    assert run == {**speed["run"], "cached_only": True}
