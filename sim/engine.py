@@ -141,6 +141,7 @@ class SimIO:
         self._offered = races is not None and engine.profile.acts_on_offered_tokens
         self._popped: list[deque] = [deque() for _ in inputs]
         self._credited = [False] * len(inputs)
+        self._ordered = True  # False inside ``recv_unordered``
         self.visible = 0.0  # when the token last received became visible to this node
         # Optional hooks of timings that model pipelines in absolute time (sim.profiles.rtl);
         # looked up once, so profiles without them pay nothing per token.
@@ -180,7 +181,7 @@ class SimIO:
                     self._credited[i] = False
                 else:
                     self._popped[i].append((tok, clock))
-            elif clock is not ch.merged:  # a run of tokens with one clock: merged once
+            elif self._ordered and clock is not ch.merged:  # a run of one clock: merged once
                 self._races.received(self._index, clock)
                 ch.merged = clock
         if eng.counts(tok):
@@ -199,6 +200,17 @@ class SimIO:
         if cost:
             yield from self._charge(cost)
         return tok
+
+    def recv_unordered(self, i: int) -> Iterator[Any]:
+        """Generator: :meth:`recv` without ordering the node after the token's sender for the
+        race check (``step_lang.interpret.NodeIO.recv_unordered``). Under a profile that acts on
+        offered tokens the token is not credited; its clock is merged with the next token the
+        node takes from that input, whose sender sent it later."""
+        self._ordered = False
+        try:
+            return (yield from self.recv(i))
+        finally:
+            self._ordered = True
 
     def peek(self, i: int) -> Iterator[Any]:
         ch, eng = self.inputs[i], self.engine
@@ -270,7 +282,8 @@ class SimIO:
     def _crediting(self, recv: Any) -> Any:
         def take(i: int) -> Iterator[Any]:
             token = yield from recv(i)
-            self._took(i, token)
+            if self._ordered:
+                self._took(i, token)
             return token
 
         return take

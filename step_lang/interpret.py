@@ -58,6 +58,7 @@ class NodeIO:
         self.outputs = outputs
         self._races = run.races
         self._index = run.races.node_index[node.name] if run.races is not None else -1
+        self._ordered = True  # False inside ``recv_unordered``
 
     def recv(self, i: int) -> Iterator[str]:
         """Generator: wait for and pop the next token of input ``i``."""
@@ -67,10 +68,23 @@ class NodeIO:
         self._run.moves += 1
         if self._races is not None:
             clock = ch.clocks.popleft()
-            if clock is not ch.merged:  # a run of tokens with one clock: merged once
+            # a run of tokens with one clock is merged once
+            if self._ordered and clock is not ch.merged:
                 self._races.received(self._index, clock)
                 ch.merged = clock
         return ch.queue.popleft()
+
+    def recv_unordered(self, i: int) -> Iterator[str]:
+        """Generator: :meth:`recv` a token that no later action of the node depends on, which
+        it takes whenever it arrives (the closing stop an Expand only checks): taking it does
+        not order the node after the token's sender for the race check
+        (:mod:`step_lang.races`), which would make the verdict depend on when the token came.
+        The sender's later tokens on that input, which the node waits for, order it."""
+        self._ordered = False
+        try:
+            return (yield from self.recv(i))
+        finally:
+            self._ordered = True
 
     def peek(self, i: int) -> Iterator[str]:
         """Generator: wait for the next token of input ``i`` without popping it."""

@@ -13,6 +13,7 @@ from sim.profiles import RtlProfile
 from step_hw.config import HwConfig
 from step_lang import (
     Accum,
+    Expand,
     Flatten,
     Graph,
     LinearOffChipLoad,
@@ -239,6 +240,35 @@ def test_a_write_that_waits_for_an_earlier_read_only_races_with_the_later_one(re
     inputs["d_addr"] = [[np.array([[a]], np.int32) for a in pair] for pair in ((0, 3), (1, 2))]
     got = RUNNERS[reader](g, _memory(), inputs)  # each write after the read of its tile
     assert got.memory["x"][::4, 0].tolist() == [0, 1, 1, 0]
+
+
+@pytest.mark.parametrize("reader", RUNNERS)
+def test_a_stop_taken_whenever_it_comes_orders_nothing(reader):
+    """Load ``c`` sends tiles 0 and 1 of one fetch block; an Expand sends each over a
+    reference and takes the element's closing stop whenever it arrives, which a Promote sends
+    only once it has tile 1. Store ``d`` writes the first copy (tile 0's) to tile 1: the write
+    waits for tile 0 only and races with the read of tile 1 in every reader, whether or not
+    the stop came before the copy left (found by tests/test_random_graphs.py, where the
+    interpreter's Expand took it first and ordered the write after the read)."""
+    g = Graph("expand_back")
+    x = g.tensor("x", (4, 2 * 4), "int16")
+    loaded = RandomOffChipLoad(
+        Source(g, ADDR("nc"), name="c_addr").out, x, tile=(4, 4), fetch=(1, 2), name="c"
+    ).out
+    copies = RepeatStatic(loaded, 1, name="copies").out
+    each = Expand(Promote(loaded, 0, name="lift").out, copies, 1, name="each").out
+    d_addr = Source(g, StreamType(Tile("int32", 1, 1), (1, 1, 2, 1)), name="d_addr").out
+    Sink(RandomOffChipStore(d_addr, each, x, name="d").out, name="d_ack")
+    memory = {"x": np.repeat(np.arange(2, dtype=np.int16), 4)[None].repeat(4, 0).reshape(4, 8)}
+
+    def inputs(first: int, second: int) -> dict:
+        return {"c_addr": _addresses([0]),
+                "d_addr": [[[[np.array([[first]], np.int32)], [np.array([[second]], np.int32)]]]]}  # fmt: skip
+
+    with pytest.raises(StepRaceError, match=r"'d': writes tile 1 .* 'c' reads|'c': reads tile 1"):
+        RUNNERS[reader](g, memory, inputs(1, 0))
+    got = RUNNERS[reader](g, memory, inputs(0, 1))  # each tile written back in place
+    assert got.memory["x"].tolist() == memory["x"].tolist()
 
 
 def test_tiles_of_different_shapes_overlap_by_their_elements():

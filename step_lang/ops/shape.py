@@ -363,8 +363,9 @@ class Expand(Node):
                     break
 
     def _closing(self, io: Any) -> Iterator[Any]:
-        """Take the element's closing stop from ``in``."""
-        closing = yield from io.recv(0)
+        """Take the element's closing stop from ``in``: whenever it arrives, so no output waits
+        for it, nor is ordered after it for the race check (``io.recv_unordered``)."""
+        closing = yield from io.recv_unordered(0)
         if not (isinstance(closing, Stop) and partition_closes_chunk(closing.level, self.rank)):
             raise io.fail(
                 "in",
