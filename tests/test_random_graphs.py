@@ -12,7 +12,11 @@ replays the order the profile chose. The graphs compute with the hardware's arit
 
 :func:`memory_graphs` draws graphs around off-chip memory instead (a matrix, or a 3-D tensor of
 one or two matrices): a linear load (row-major, column-major, or re-reading the tensor or each
-tile; once, or once per element of a reference stream of rank 0 to 2) or a random load from a stream of tile or block (``fetch``) addresses, an optional second load added to it, an optional route, a chain of the same stages,
+tile; once, or once per element of a reference stream of rank 0 to 2) or a random load of
+tiles or blocks (``fetch``) at addresses from a list, from KV-cache rows of 0 or more tiles
+(a FlatMap of ``cache_read_addr``: ragged, possibly empty) or from one-hot expert selectors (a
+FlatMap of ``expert_addr``), an optional second load added to it, an optional route, a chain of
+the same stages,
 and a linear store, a random store (distinct or repeated addresses), a random store back into
 the loaded tensor or a Sink, with the graph's own queue depths (1 to 4 tokens) on half of them.
 Their off-chip tensors must also be equal. A store back races with the loads unless every write
@@ -41,6 +45,7 @@ from step_lang import (
     EagerMerge,
     Expand,
     FixedOrder,
+    FlatMap,
     Flatten,
     Graph,
     LinearOffChipLoad,
@@ -249,6 +254,44 @@ def _walk(draw, rows: int, cols: int) -> tuple[tuple[int, ...], tuple[int, ...]]
     return (rows, cols, k), (cols, 1, 0)  # each tile k times
 
 
+#: How :func:`_addresses` makes a random load's addresses.
+ADDRESSINGS = ("list", "cache rows", "experts")
+
+
+def _addresses(draw, g: Graph, units: int, inputs: dict[str, Any]):
+    """A stream of addresses below ``units`` for a random load, made one of three ways
+    (:data:`ADDRESSINGS`): a list from a Source (``raddr``, 1 to 6 addresses); the tiles of
+    1 to 3 KV-cache rows (``numerics.cache_read_addr``: a request index and a tile count each,
+    0 included, per row of ``row`` tiles: a ragged stream, empty when every count is 0), in one
+    or two groups; or each selected expert's ``tiles_per_expert`` tiles from one-hot selectors
+    (``numerics.expert_addr``, over ``experts`` experts after ``base``)."""
+    kind = draw(st.sampled_from(ADDRESSINGS))
+    if kind == "list":
+        n = draw(st.integers(1, 6))
+        inputs["raddr"] = [
+            np.full((1, 1), draw(st.integers(0, units - 1)), np.int32) for _ in range(n)
+        ]
+        return Source(g, StreamType(ADDRESS, (n,)), name="raddr").out
+    if kind == "cache rows":
+        row = draw(st.integers(1, units))
+        shape = draw(st.sampled_from([(1,), (2,), (3,), (2, 1), (2, 2)]))
+        ids = st.integers(0, units // row - 1)
+        inputs["rid"] = nest_leaves(shape, lambda: np.full((1, 1), draw(ids), np.int32))
+        lengths = st.integers(0, row)
+        inputs["rlen"] = nest_leaves(shape, lambda: np.full((1, 1), draw(lengths), np.int32))
+        rid = Source(g, StreamType(ADDRESS, shape), name="rid").out
+        rlen = Source(g, StreamType(ADDRESS, shape), name="rlen").out
+        return FlatMap(rid, rlen, fn=numerics.cache_read_addr(row), name="rows").out
+    per = draw(st.integers(1, units))
+    experts = draw(st.integers(1, units // per))
+    base = draw(st.integers(0, units - experts * per))
+    n = draw(st.integers(1, 4))
+    hot = st.integers(0, experts - 1)
+    inputs["rsel"] = [np.arange(experts) == draw(hot) for _ in range(n)]
+    sel = Source(g, StreamType(Selector(experts), (n,)), name="rsel").out
+    return FlatMap(sel, fn=numerics.expert_addr(per, base), name="experts").out
+
+
 @st.composite
 def memory_graphs(draw, dtype: str = "int16", fns: Any = F):
     """``(graph, memory, inputs)``: a random graph around off-chip memory (module docstring);
@@ -265,6 +308,7 @@ def memory_graphs(draw, dtype: str = "int16", fns: Any = F):
     memory: dict[str, np.ndarray] = {"a": values()}
     inputs: dict[str, Any] = {}
     a = g.tensor("a", shape, dtype)
+    empty = False  # vectors of the load's output may be empty (``_unary_stage``)
     if draw(st.booleans()):
         if batch is None:
             out_shape, stride = _walk(draw, rows, cols)
@@ -289,17 +333,19 @@ def memory_graphs(draw, dtype: str = "int16", fns: Any = F):
         fr = draw(st.sampled_from([d for d in (1, 2, 3) if rows % d == 0]))
         fc = draw(st.sampled_from([d for d in (1, 2, 3) if cols % d == 0]))
         fetch = None if (fr, fc) == (1, 1) and draw(st.booleans()) else (fr, fc)
-        n = draw(st.integers(1, 6))
-        src = Source(g, StreamType(ADDRESS, (n,)), name="raddr").out
         units = (batch or 1) * (rows // fr) * (cols // fc)
-        inputs["raddr"] = [
-            np.full((1, 1), draw(st.integers(0, units - 1)), np.int32) for _ in range(n)
-        ]
+        src = _addresses(draw, g, units, inputs)
         x = RandomOffChipLoad(src, a, tile=(th, tw), fetch=fetch, name="rld").out
-    if draw(st.booleans()):  # single tiles or innermost vectors through two branches and back
-        x = _route(draw, g, x, draw(st.integers(0, min(1, x.rank))), inputs, fns)
+        empty = not all(isinstance(d, int) for d in src.shape)  # a count of 0 empties a row
+    # a route's selectors come from a Source, whose dims are static: its chunks take the
+    # ragged dims in
+    ragged_in = len(x.shape) - next(
+        (i for i, d in enumerate(x.shape) if not isinstance(d, int)), len(x.shape)
+    )
+    if ragged_in <= min(1, x.rank) and draw(st.booleans()):  # tiles or vectors, two branches
+        x = _route(draw, g, x, draw(st.integers(ragged_in, min(1, x.rank))), inputs, fns)
     for k in range(draw(st.integers(0, 3))):
-        x = _unary_stage(draw, x, k, empty=False, fns=fns)
+        x = _unary_stage(draw, x, k, empty=empty, fns=fns)
     tiles_out = x.type.cardinality
     storable = (
         isinstance(tiles_out, int)

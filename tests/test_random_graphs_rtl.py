@@ -7,8 +7,9 @@ arithmetic (``numerics.functions(HwConfig())``): ``graphs`` (a Source of 1x2 til
 route: Partition and Reassemble, or Partition or Parallelize into an EagerMerge whose order
 ``validate`` replays for each reader; a chain of shape, buffer and higher-order operators, a Sink), kept
 when they elaborate and hold at least two operators besides Sources and Sinks; and
-``memory_graphs`` (linear loads, once or per element of a reference stream, random loads and
-stores around the same stages, stores back into the loaded tensor, the graph's own
+``memory_graphs`` (linear loads, once or per element of a reference stream, random loads at
+addresses from a list or from the address generators of KV-cache rows and expert selectors,
+random stores around the same stages, stores back into the loaded tensor, the graph's own
 queue depths on half of them), kept by the same rule when the interpreter finds no memory race
 in them, on the cocotbext-axi tier, on the
 fast tier with the HBM-like memory (``MemoryModel.hbm()``, 64 cycles of latency), and on the
