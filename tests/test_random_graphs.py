@@ -10,6 +10,10 @@ values, stops and their order may not; where an EagerMerge chooses by arrival, t
 replays the order the profile chose. The graphs compute with the hardware's arithmetic
 (``numerics.functions``), which the ``rtl`` profile needs.
 
+:func:`dispatch_graphs` draws the dynamic attention's loop instead: requests dealt to the region
+that frees up first, the regions' done signals fed back through a ``Feedback`` into an
+EagerMerge with the regions' ids (every EagerMerge's order replayed).
+
 :func:`memory_graphs` draws graphs around off-chip memory instead (a matrix, or a 3-D tensor of
 one or two matrices): a linear load (row-major, column-major, or re-reading the tensor or each
 tile; once, or once per element of a reference stream of rank 0 to 2) or a random load of
@@ -44,6 +48,7 @@ from step_lang import (
     Bufferize,
     EagerMerge,
     Expand,
+    Feedback,
     FixedOrder,
     FlatMap,
     Flatten,
@@ -73,7 +78,7 @@ from step_lang import (
     numerics,
 )
 from step_lang import functions as F
-from step_lang.dims import ragged
+from step_lang.dims import ragged, regular
 from step_lang.errors import StepRaceError, StepTypeError
 from step_lang.ops import BufferValue
 from step_lang.passes import lower
@@ -389,6 +394,68 @@ def memory_graphs(draw, dtype: str = "int16", fns: Any = F):
     return g, memory, inputs
 
 
+ID = Tile("int32", 1, 1)
+
+
+@st.composite
+def dispatch_graphs(draw, elem: Tile = ELEM, fns: Any = F):
+    """``(graph, inputs)``: ``n`` requests (``elem`` tiles, ``[n, 1]``) dealt to 1 to 3 regions
+    in the order the regions free up, the loop of the dynamic attention (``examples/attention``)
+    closed by a ``Feedback``: the availability stream is an EagerMerge of the regions' ids (a
+    Source, in a random order) and of the ids the regions send back, one per request done; the
+    first ``n`` of them pick each request's region (``region_select``), the last are cut off. A
+    region adds each request to itself, then optionally scans it or repeats it 2 to 3 times; its
+    done signal is a count of the request's tokens mapped to its id. The regions' results go to
+    Sinks, to an EagerMerge, or back in request order (Reassemble by the same selectors)."""
+    from examples.attention import region_id, region_select
+
+    g = Graph("dispatch")
+    regions, n = draw(st.integers(1, 3)), draw(st.integers(1, 5))
+    values = st.integers(-50, 50)
+    dtype = elem.dtype.numpy
+    inputs: dict[str, Any] = {
+        "x": [[np.array([[draw(values), draw(values)]], dtype)] for _ in range(n)],
+        "seed": [np.full((1, 1), r, np.int32) for r in draw(st.permutations(range(regions)))],
+        "keep": [np.full((1, 1), int(i < n), np.int32) for i in range(n + regions)],
+    }
+    x = Source(g, StreamType(elem, (n, 1)), name="x").out
+    free = Feedback(g, StreamType(ID, (regular("freed"),)), name="free")
+    avail = EagerMerge([Source(g, StreamType(ID, (regions,)), name="seed").out, free.out],
+                       name="avail")  # fmt: skip
+    Sink(avail.output("sel"), name="avail_sel")
+    keep = Source(g, StreamType(ID, (n + regions,)), name="keep").out
+    keep = Map(keep, fn=F.to_selector(1), name="keep_sel").out
+    granted = Partition(avail.output("data"), keep, 0, name="cut").outputs[0]
+    route = Map(granted, fn=region_select(regions), name="route").out
+    results, done = [], []
+    for r, part in enumerate(Partition(x, route, 1, name="deal").outputs):
+        y = Map(part, part, fn=fns.add, name=f"work{r}").out
+        extra = draw(st.sampled_from(["none", "scan", "repeat"]))
+        if extra == "scan":
+            y = Scan(y, fn=fns.accum_add, rank=1, name=f"scan{r}").out
+        elif extra == "repeat":
+            y = RepeatStatic(y, draw(st.integers(2, 3)), name=f"repeat{r}").out
+        results.append(y)
+        count = Accum(y, fn=numerics.accum_count("int32"), rank=len(y.shape) - 1,
+                      name=f"count{r}").out  # fmt: skip
+        done.append(Map(count, fn=region_id(r, "int32"), name=f"done{r}").out)
+    back = EagerMerge(done, name="back")
+    Sink(back.output("sel"), name="back_sel")
+    free.bind(back.output("data"))
+    end = draw(st.sampled_from(["sinks", "merge", "reassemble"]))
+    alike = len({tuple(map(str, y.shape[1:])) for y in results}) == 1  # the same inner dims
+    if end == "reassemble" and alike:
+        Sink(Reassemble(results, route, name="gather").out, name="sink")
+    elif end == "merge" and alike:
+        merged = EagerMerge(results, name="merge")
+        Sink(merged.output("sel"), name="merge_sel")
+        Sink(merged.output("data"), name="sink")
+    else:
+        for r, y in enumerate(results):
+            Sink(y, name=f"sink{r}")
+    return g, inputs
+
+
 _SIM_SETTINGS = {
     "deadline": None,
     "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -446,3 +513,10 @@ def _agree(
 @given(memory_graphs(MEMORY_HW.elem_dtype, numerics.functions(MEMORY_HW)))
 def test_interpreter_and_simulator_agree_on_graphs_with_memory(case):
     _agree(*case, MEMORY_HW)
+
+
+@settings(max_examples=100, **_SIM_SETTINGS)
+@given(dispatch_graphs(fns=numerics.functions(STREAM_HW)))
+def test_interpreter_and_simulator_agree_on_dispatch_loops(case):
+    g, inputs = case
+    _agree(g, {}, inputs, STREAM_HW)

@@ -16,7 +16,9 @@ fast tier with the HBM-like memory (``MemoryModel.hbm()``, 64 cycles of latency)
 fast tier with the paper's memory and every memory operator on one AXI port. Each graph is
 one Verilator build (3 to 20 s, cached by Verilog hash under ``build/cosim/``): 3 fixed graphs
 of each kind and tier in ``make test``, 20 under ``make test-all`` (``derandomize``: the same
-graphs every run).
+graphs every run). ``dispatch_graphs`` (requests dealt to the region that frees up first, a
+loop closed by a Feedback, three EagerMerges at most): 2 in ``make test``, 10 under
+``make test-all``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from step_hw.cosim import validate
 from step_hw.memory_model import MemoryModel
 from step_lang import Sink, Source, Tile, interpret, numerics
 from step_lang.errors import StepRaceError, StepTypeError
-from tests.test_random_graphs import graphs, memory_graphs
+from tests.test_random_graphs import dispatch_graphs, graphs, memory_graphs
 
 CONFIG = HwConfig()
 HW_ELEM = Tile(CONFIG.elem_dtype, 1, 2)
@@ -76,6 +78,9 @@ def _race_free(case) -> bool:
 
 
 HARDWARE_GRAPHS = graphs(elem=HW_ELEM, fns=numerics.functions(CONFIG)).filter(_fits_hardware)
+DISPATCH_GRAPHS = dispatch_graphs(elem=HW_ELEM, fns=numerics.functions(CONFIG)).filter(
+    _fits_hardware
+)
 MEMORY_GRAPHS = (
     memory_graphs(CONFIG.elem_dtype, numerics.functions(CONFIG))
     .filter(_fits_hardware)
@@ -123,6 +128,19 @@ def test_random_graphs_agree_on_the_rtl(case):
 @settings(max_examples=20, **_SETTINGS)
 @given(HARDWARE_GRAPHS)
 def test_more_random_graphs_agree_on_the_rtl(case):
+    _check(case[0], inputs=case[1])
+
+
+@settings(max_examples=2, **_SETTINGS)
+@given(DISPATCH_GRAPHS)
+def test_random_dispatch_loops_agree_on_the_rtl(case):
+    _check(case[0], inputs=case[1])
+
+
+@pytest.mark.slow
+@settings(max_examples=10, **_SETTINGS)
+@given(DISPATCH_GRAPHS)
+def test_more_random_dispatch_loops_agree_on_the_rtl(case):
     _check(case[0], inputs=case[1])
 
 
