@@ -990,7 +990,7 @@ def _run_all(
     return [r for r, _, _ in timed], {n: end - start for n, (start, end) in spans.items()}
 
 
-def write_summary(points, missing, walls, wall, tier, memory, out, run=None) -> None:
+def write_summary(points, missing, walls, wall, tier, memory, out, run) -> None:
     """summary.json, the scatter, the Fig. 8 grid and the speed file; print the statistics.
     ``run`` (:func:`selection`) says what the run measured."""
     speed = [{"workload": p["workload"], "params": p["params"], **p.pop("_speed")} for p in points]
