@@ -16,8 +16,8 @@ simulator with :class:`sim.profiles.RtlProfile`. Sweeps:
 Writes ``build/validate/summary.json`` (points, per-sweep Pearson and mean absolute relative
 error, schedule comparisons), ``build/validate/validate.png`` and
 ``build/bench/validate_speed.json``. RTL results are cached per point and design key
-(``step_hw.design_key``: the lowered graph, its queue depths, the hardware configuration and the
-generator's source) in ``build/validate/points/`` so that re-running after a profile change
+(``step_hw.design_key``: the lowered graph, its built-in queue depths, the hardware configuration and the
+generator's source, and the depths of its run-time queues) in ``build/validate/points/`` so that re-running after a profile change
 costs only the simulator, and a change to the hardware runs the RTL again; ``--fresh`` ignores
 the cache. ``--only swiglu,moe`` picks sweeps.
 
@@ -51,6 +51,7 @@ from step_hw.config import HwConfig
 from step_hw.memory_model import PRESETS, MemoryModel
 from step_hw.paths import write_atomically
 from step_lang import interpret, ops
+from step_lang.passes import lower
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "build" / "validate"
@@ -397,13 +398,19 @@ def reference_outputs(p: Point, outputs: list[str]) -> dict[str, np.ndarray]:
 
 
 def _design(p: Point) -> str:
-    """What the RTL of ``p`` is: its design key (``step_hw.design_key``: the lowered graph with
-    its queue depths, the hardware configuration and the sources of ``step_lang`` and
-    ``step_hw``), so that a cached RTL result is never read for another design or generator."""
+    """What the RTL of ``p`` is and runs with: its design key (``step_hw.design_key``: the
+    lowered graph with its built-in queue depths, the hardware configuration and the sources of
+    ``step_lang`` and ``step_hw``) and the depths of its run-time queues
+    (``HwConfig.queue_capacity``), so that a cached RTL result is never read for another design,
+    generator or depth (a design sized again to other depths within the same capacities)."""
     from step_hw.cosim.harness import TOP
     from step_hw.design_key import design_key, source_version
+    from step_hw.run_time_depths import run_time_depths
 
-    return (design_key(p.make(), p.hardware(), TOP) or f"uncacheable{source_version()}")[:16]
+    graph, config = p.make(), p.hardware()
+    key = design_key(graph, config, TOP) or f"uncacheable{source_version()}"
+    run_time = sorted(run_time_depths(lower(graph), config).items())
+    return hashlib.sha256(json.dumps([key, run_time]).encode()).hexdigest()[:16]
 
 
 #: The packages whose code decides a simulation's result: a change to any file in them

@@ -35,6 +35,7 @@ from step_lang.graph import Graph, Node, OffChipTensor, Stream
 from step_lang.passes import lower
 
 from .config import HwConfig
+from .run_time_depths import built_in_depths
 
 __all__ = ["design_key", "source_version"]
 
@@ -124,10 +125,11 @@ def design_key(graph: Graph, config: HwConfig, top: str) -> str | None:
             "graph": low.name,
             "nodes": nodes,
             "tensors": [_describe(t) for t in low.tensors.values()],
-            # a run-time depth (HwConfig.queue_capacity) is not in the hardware
-            "queue_depths": sorted(
-                (s, d) for s, d in low.queue_depths.items() if s not in dict(config.queue_capacity)
-            ),
+            # every built-in queue by its depth, set or default (a graph's default and sized
+            # depths run on one build: an explicit default, or the depth of a stream without a
+            # queue, must not split its key); a run-time depth (HwConfig.queue_capacity) is
+            # not in the hardware
+            "queue_depths": sorted(built_in_depths(low, config).items()),
             "queue_scale": sorted(low.queue_scale.items()),
         },
         sort_keys=True,

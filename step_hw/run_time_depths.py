@@ -22,12 +22,14 @@ from . import contract
 from .config import HwConfig
 
 __all__ = [
+    "built_in_depths",
     "check_capacities",
     "limit_fields",
     "pack_limits",
     "queue_name",
     "queues",
     "run_description",
+    "run_time_depths",
     "shared_capacities",
 ]
 
@@ -45,6 +47,29 @@ def queues(graph: Graph) -> list[tuple[str, Stream, Node, int]]:
         if not node.is_feedback
         for i, s in enumerate(node.inputs)
     ]
+
+
+def built_in_depths(graph: Graph, config: HwConfig) -> dict[str, int]:
+    """The depth of every queue of the lowered ``graph`` that ``config`` builds in (instance name
+    -> depth): what the queues of its hardware are made of besides ``config.queue_capacity``.
+    A depth the graph sets to its default and one it leaves unset are the same queue, and a
+    stream without a queue (a Feedback's input, carried by a wire) has none."""
+    return {
+        name: contract.queue_depth(graph, s, config)
+        for name, s, _, _ in queues(graph)
+        if contract.queue_capacity(s, config) is None
+    }
+
+
+def run_time_depths(graph: Graph, config: HwConfig) -> dict[str, int]:
+    """The depth the lowered ``graph`` sets each run-time queue of ``config`` to (instance name
+    -> depth): what a run on the design adds to the design (:func:`built_in_depths` is the
+    rest)."""
+    return {
+        name: contract.queue_depth(graph, s, config)
+        for name, s, _, _ in queues(graph)
+        if contract.queue_capacity(s, config) is not None
+    }
 
 
 def limit_fields(graph: Graph, config: HwConfig) -> dict[str, tuple[int, int, int]]:

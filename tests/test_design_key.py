@@ -99,6 +99,30 @@ def test_an_operator_defined_outside_the_library_is_not_cached():
     assert design_key(_doubling(lambda out, t: t), HwConfig(), TOP) is not None
 
 
+def test_a_depth_that_builds_the_same_queues_keeps_the_key():
+    """A depth set to its default, or on a stream without a queue (a Feedback's input: a wire),
+    builds the same hardware, so the key is the same: a design's default and sized graphs
+    (``make validate``) are converted once, not once per setting. The Verilog says so too."""
+    from step_hw.elaborate import _convert
+    from step_lang.passes import lower
+
+    explicit = swiglu.hardware()
+    explicit.queue_depths["load_x.out"] = HwConfig().queue_depth
+    assert design_key(explicit, HwConfig(), TOP) == design_key(swiglu.hardware(), HwConfig(), TOP)
+    assert _convert(explicit, HwConfig(), TOP) == _convert(swiglu.hardware(), HwConfig(), TOP)
+    wired = attention.hardware("dynamic")
+    wired.queue_depths["merge_done.data"] = 1
+    assert any(
+        n.is_feedback and n.inputs[0].name == "merge_done.data" for n in lower(wired).nodes.values()
+    )
+    assert design_key(wired, HwConfig(), TOP) == design_key(
+        attention.hardware("dynamic"), HwConfig(), TOP
+    )
+    # a depth that does change a queue still changes the key
+    explicit.queue_depths["load_x.out"] = HwConfig().queue_depth + 1
+    assert design_key(explicit, HwConfig(), TOP) != design_key(swiglu.hardware(), HwConfig(), TOP)
+
+
 def test_run_time_depths_leave_the_depths_out_of_the_key():
     """The depth of a queue named in ``HwConfig.queue_capacity`` is an input of the design, not
     its hardware: a graph at two such depths has one key; the capacities are part of it, and

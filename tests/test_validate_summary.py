@@ -231,6 +231,31 @@ def test_a_cached_rtl_result_belongs_to_its_design(monkeypatch, tmp_path):
         V.run_point(q, fresh=False, trace=False, cached_only=True)
 
 
+def test_a_cached_rtl_result_belongs_to_its_run_time_depths():
+    # a design sized again may set a run-time queue (HwConfig.queue_capacity) to another depth
+    # within the same capacity: the same build, another run, whose result is not the first's
+    from step_hw.cosim.harness import TOP
+    from step_hw.design_key import design_key
+    from step_hw.run_time_depths import shared_capacities
+
+    p = V.swiglu_points()[0]
+
+    def at(depth: int):
+        g = p.make()
+        g.queue_depths["load_x.out"] = depth
+        return g
+
+    config = dataclasses.replace(
+        p.config, queue_capacity=shared_capacities([at(1), at(5)], p.config)
+    )
+    one, two = (
+        dataclasses.replace(p, make=lambda d=d: at(d), rtl_config=lambda: config) for d in (1, 2)
+    )
+    assert design_key(one.make(), config, TOP) == design_key(two.make(), config, TOP)
+    assert V._design(one) != V._design(two)
+    assert V._design(one) == V._design(dataclasses.replace(one))
+
+
 def test_a_design_is_sized_again_when_the_code_that_sizes_it_changes(monkeypatch):
     # the sizing cache is named by the points and the simulator's sources: a change to a
     # profile or the contract does not read depths another version picked
