@@ -16,10 +16,10 @@ simulator with :class:`sim.profiles.RtlProfile`. Sweeps:
 Writes ``build/validate/summary.json`` (points, per-sweep Pearson and mean absolute relative
 error, schedule comparisons), ``build/validate/validate.png`` and
 ``build/bench/validate_speed.json``. RTL results are cached per point and design key
-(``step_hw.design_key``: the lowered graph, its built-in queue depths, the hardware configuration and the
-generator's source, and the depths of its run-time queues) in ``build/validate/points/`` so that re-running after a profile change
-costs only the simulator, and a change to the hardware runs the RTL again; ``--fresh`` ignores
-the cache. ``--only swiglu,moe`` picks sweeps.
+(``step_hw.design_key``: the lowered graph, its built-in queue depths, the hardware
+configuration and the generator's source) with the depths of its run-time queues in
+``build/validate/points/``, so that re-running after a profile change costs only the simulator,
+and a change to the hardware runs the RTL again; ``--fresh`` ignores the cache. ``--only swiglu,moe`` picks sweeps.
 
 ``--tier fast`` co-simulates on the fast tier (``docs/cosim.md``) and ``--memory hbm`` gives it
 (and the rtl profile) the HBM-like memory model; their summary goes to
