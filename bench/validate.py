@@ -339,6 +339,7 @@ def run_point(
         rtl = {
             "rtl_cycles": r.cycles,
             "outputs_match": all(_same_bits(r.outputs[o], want[o]) for o in outputs),
+            "rtl_elaborate_s": r.elaborate_s,
             "rtl_build_s": r.build_s,
             "rtl_run_s": r.run_s,
         }
@@ -363,9 +364,13 @@ def run_point(
             "sim_wall_s": sims["sim_wall_s"],
             "paper_wall_s": sims["paper_wall_s"],
             "sim_cached": sims["cached"],
+            # this run's elaboration, build and sizing of the point's design (0 when cached or
+            # done for another point)
+            "rtl_elaborate_s": 0.0 if cached else rtl.get("rtl_elaborate_s", 0.0),
             "rtl_build_s": rtl["rtl_build_s"],
             "rtl_run_s": rtl["rtl_run_s"],
             "rtl_cached": cached,
+            "sizing_s": _sized_here.pop(p.sizing, 0.0) if p.sizing is not None else 0.0,
         },
     }
 
@@ -675,6 +680,11 @@ SIZING = OUT / "sizing"
 SIZING_IMAGES = 3
 
 
+#: Sizing file -> seconds this process spent sizing its design (taken by the first point that
+#: reports it in ``validate_speed.json``).
+_sized_here: dict[Path, float] = {}
+
+
 def sized_depths(group: list[Point], memory: MemoryModel) -> dict[str, int]:
     """The queue depths :func:`sim.sizing.plan_queue_sizes` picks for the design of ``group``
     (points that share it) over the first :data:`SIZING_IMAGES` memory images of the group, with
@@ -699,8 +709,10 @@ def sized_depths(group: list[Point], memory: MemoryModel) -> dict[str, int]:
             hw_config=p.config,
             profile=RtlProfile.for_memory(memory, p.config), functional=False, uniform=False,
         )  # fmt: skip
+        wall = time.perf_counter() - t0
+        _sized_here[cache] = wall
         cache.write_text(json.dumps({
-            "depths": report.depths, "wall_s": time.perf_counter() - t0,
+            "depths": report.depths, "wall_s": wall,
             "images": len(group[:SIZING_IMAGES]), "cycles_deep": report.cycles_deep,
             "cycles_sized": report.cycles_sized, "cycles_default": report.cycles_default,
             "simulations": report.simulations,
@@ -997,6 +1009,17 @@ def _run_all(
     return [r for r, _, _ in timed], {n: end - start for n, (start, end) in spans.items()}
 
 
+#: The seconds of ``validate_speed.json``'s points that :func:`speed_totals` adds up.
+SPEED_PARTS = ("sizing_s", "rtl_elaborate_s", "rtl_build_s", "rtl_run_s", "sim_wall_s",
+               "paper_wall_s")  # fmt: skip
+
+
+def speed_totals(speed: list[dict[str, Any]]) -> dict[str, float]:
+    """Each part of the run's time summed over its points (:data:`SPEED_PARTS`; a build's time
+    includes its wait for the machine's build lock), where the cold run's minutes went."""
+    return {k: round(sum(p.get(k, 0.0) for p in speed), 1) for k in SPEED_PARTS}
+
+
 def write_summary(points, missing, walls, wall, tier, memory, out, run) -> None:
     """summary.json, the scatter, the Fig. 8 grid and the speed file; print the statistics.
     ``run`` (:func:`selection`) says what the run measured."""
@@ -1022,12 +1045,11 @@ def write_summary(points, missing, walls, wall, tier, memory, out, run) -> None:
         plot_fig8(summary["fig8_grid"], out / "fig8.png")
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     SPEED.parent.mkdir(parents=True, exist_ok=True)
+    timing = {"run": run, "wall_s": wall, "sweep_wall_s": walls, "totals": speed_totals(speed),
+              "points": speed}  # fmt: skip
     (
         SPEED if tier == "axi" else SPEED.with_name(f"validate_speed_fast_{memory.tag}.json")
-    ).write_text(
-        json.dumps({"run": run, "wall_s": wall, "sweep_wall_s": walls, "points": speed}, indent=1)
-        + "\n"
-    )
+    ).write_text(json.dumps(timing, indent=1) + "\n")
     if points:
         plot(points, out / "validate.png")
     for name, per in summary["stats"].items():

@@ -340,7 +340,7 @@ def _fake_sweeps(monkeypatch, tmp_path, run):
 
 def _measured(name, index):
     return {"workload": name, "params": {"depths": ("default", "sized")[index]}, "rtl_cycles": 100,
-            "sim_cycles": 100, "paper_cycles": 90, "_speed": {"sim_s": 0.1}}  # fmt: skip
+            "sim_cycles": 100, "paper_cycles": 90, "_speed": {"sim_wall_s": 0.1}}  # fmt: skip
 
 
 def test_a_run_that_measures_nothing_keeps_the_last_summary(monkeypatch, tmp_path):
@@ -365,6 +365,7 @@ def test_the_speed_file_says_whether_the_run_measured_every_point(monkeypatch, t
     speed = json.loads((tmp_path / "validate_speed.json").read_text())
     assert speed["run"]["complete"] is True and speed["run"]["cached_only"] is False
     assert [p["workload"] for p in speed["points"]] == ["first", "first", "second", "second"]
+    assert speed["totals"]["sim_wall_s"] == 0.4 and speed["totals"]["rtl_build_s"] == 0.0
     assert json.loads((tmp_path / "summary.json").read_text())["run"] == speed["run"]
     for partial in (["--only", "second"], ["--depths", "default"], ["--limit", "1"]):
         V.main(partial)
@@ -373,3 +374,30 @@ def test_the_speed_file_says_whether_the_run_measured_every_point(monkeypatch, t
     V.main(["--cached-only"])  # every point from the cache: a warm run, complete
     run = json.loads((tmp_path / "validate_speed.json").read_text())["run"]
     assert run == {**speed["run"], "cached_only": True}
+
+
+def test_the_speed_file_counts_a_designs_sizing_once_and_sums_each_part(monkeypatch, tmp_path):
+    # the sizing's seconds go to the first point that reports them, and only when this run
+    # sized the design (a cached sizing costs nothing)
+    import types
+
+    import sim.sizing
+
+    monkeypatch.setattr(V, "SIZING", tmp_path / "sizing")
+    monkeypatch.setattr(V, "_sized_here", {})
+    report = types.SimpleNamespace(depths={"x": 1}, cycles_deep=1, cycles_sized=2,
+                                   cycles_default=3, simulations=4)  # fmt: skip
+    monkeypatch.setattr(sim.sizing, "plan_queue_sizes", lambda *a, **k: report)
+    group = V.swiglu_points()[:1]
+    memory = V.MemoryModel.axi_ram()
+    assert V.sized_depths(group, memory) == {"x": 1}
+    path = V.sizing_file(group, memory)
+    recorded = json.loads(path.read_text())["wall_s"]
+    assert V._sized_here == {path: recorded} and recorded > 0
+    V._sized_here.clear()
+    assert V.sized_depths(group, memory) == {"x": 1}  # read back: not sized again
+    assert V._sized_here == {}
+    speed = [{"sizing_s": 2.0, "rtl_build_s": 10.0, "rtl_run_s": 1.5},
+             {"rtl_elaborate_s": 3.0, "rtl_run_s": 1.5, "sim_wall_s": 0.3}]  # fmt: skip
+    assert V.speed_totals(speed) == {"sizing_s": 2.0, "rtl_elaborate_s": 3.0, "rtl_build_s": 10.0,
+                                     "rtl_run_s": 3.0, "sim_wall_s": 0.3, "paper_wall_s": 0.0}  # fmt: skip

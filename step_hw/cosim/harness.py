@@ -133,6 +133,9 @@ class CosimResult:
     #: seconds inside the simulator from ``start`` to ``done`` (``run_s`` less start-up and
     #: reading back): what ``cycles`` cost
     sim_s: float = 0.0
+    #: seconds this call spent elaborating and converting the graph to Verilog (0 when the
+    #: design was known by its key, converted before, or already run in this process)
+    elaborate_s: float = 0.0
     trace: dict | None = field(default=None, repr=False)
     sinks: dict[str, list[Any]] = field(default_factory=dict, repr=False)
     #: (node, flag) of every flag raised by the end of the run (``overflow`` of a compute unit)
@@ -599,6 +602,7 @@ def run(
             outputs=outs,
             cycles=cycles,
             build_s=d.build_s if d.runs == 1 else 0.0,
+            elaborate_s=d.elaborate_s if d.runs == 1 else 0.0,
             run_s=run_s,
             sim_s=float(got["sim_s"]),
             folder=runs,
