@@ -1015,9 +1015,19 @@ SPEED_PARTS = ("sizing_s", "rtl_elaborate_s", "rtl_build_s", "rtl_run_s", "sim_w
 
 
 def speed_totals(speed: list[dict[str, Any]]) -> dict[str, float]:
-    """Each part of the run's time summed over its points (:data:`SPEED_PARTS`; a build's time
-    includes its wait for the machine's build lock), where the cold run's minutes went."""
-    return {k: round(sum(p.get(k, 0.0) for p in speed), 1) for k in SPEED_PARTS}
+    """Each part of this run's time summed over its points (:data:`SPEED_PARTS`; a build's time
+    includes its wait for the machine's build lock): where a cold run's minutes went. A point's
+    cached RTL result (``rtl_cached``) or simulations (``sim_cached``) keep the seconds they
+    took when measured, which this run did not spend: they are left out."""
+
+    def spent(p: dict[str, Any], part: str) -> float:
+        if p.get("rtl_cached") and part.startswith("rtl_"):
+            return 0.0
+        if p.get("sim_cached") and part in ("sim_wall_s", "paper_wall_s"):
+            return 0.0
+        return p.get(part, 0.0)
+
+    return {k: round(sum(spent(p, k) for p in speed), 1) for k in SPEED_PARTS}
 
 
 def write_summary(points, missing, walls, wall, tier, memory, out, run) -> None:

@@ -401,3 +401,6 @@ def test_the_speed_file_counts_a_designs_sizing_once_and_sums_each_part(monkeypa
              {"rtl_elaborate_s": 3.0, "rtl_run_s": 1.5, "sim_wall_s": 0.3}]  # fmt: skip
     assert V.speed_totals(speed) == {"sizing_s": 2.0, "rtl_elaborate_s": 3.0, "rtl_build_s": 10.0,
                                      "rtl_run_s": 3.0, "sim_wall_s": 0.3, "paper_wall_s": 0.0}  # fmt: skip
+    # a warm run's points keep the seconds their cached results took: not this run's
+    warm = [{**p, "rtl_cached": True, "sim_cached": True} for p in speed]
+    assert V.speed_totals(warm) == dict.fromkeys(V.SPEED_PARTS, 0.0) | {"sizing_s": 2.0}
