@@ -19,7 +19,8 @@ error, schedule comparisons), ``build/validate/validate.png`` and
 (``step_hw.design_key``: the lowered graph, its built-in queue depths, the hardware
 configuration and the generator's source) with the depths of its run-time queues in
 ``build/validate/points/``, so that re-running after a profile change costs only the simulator,
-and a change to the hardware runs the RTL again; ``--fresh`` ignores the cache. ``--only swiglu,moe`` picks sweeps.
+and a change to the hardware runs the RTL again; ``--fresh`` ignores the cache.
+``--only swiglu,moe`` picks sweeps.
 
 ``--tier fast`` co-simulates on the fast tier (``docs/cosim.md``) and ``--memory hbm`` gives it
 (and the rtl profile) the HBM-like memory model; their summary goes to
@@ -364,9 +365,9 @@ def run_point(
             "sim_wall_s": sims["sim_wall_s"],
             "paper_wall_s": sims["paper_wall_s"],
             "sim_cached": sims["cached"],
-            # this run's elaboration, build and sizing of the point's design (0 when cached or
-            # done for another point)
-            "rtl_elaborate_s": 0.0 if cached else rtl.get("rtl_elaborate_s", 0.0),
+            # the elaboration and build of the point's design where this point did them (the
+            # times recorded with a cached result), and its sizing where this run did it
+            "rtl_elaborate_s": rtl.get("rtl_elaborate_s", 0.0),
             "rtl_build_s": rtl["rtl_build_s"],
             "rtl_run_s": rtl["rtl_run_s"],
             "rtl_cached": cached,

@@ -54,21 +54,21 @@ def built_in_depths(graph: Graph, config: HwConfig) -> dict[str, int]:
     -> depth): what the queues of its hardware are made of besides ``config.queue_capacity``.
     A depth the graph sets to its default and one it leaves unset are the same queue, and a
     stream without a queue (a Feedback's input, carried by a wire) has none."""
-    return {
-        name: contract.queue_depth(graph, s, config)
-        for name, s, _, _ in queues(graph)
-        if contract.queue_capacity(s, config) is None
-    }
+    return _depths(graph, config, run_time=False)
 
 
 def run_time_depths(graph: Graph, config: HwConfig) -> dict[str, int]:
     """The depth the lowered ``graph`` sets each run-time queue of ``config`` to (instance name
     -> depth): what a run on the design adds to the design (:func:`built_in_depths` is the
     rest)."""
+    return _depths(graph, config, run_time=True)
+
+
+def _depths(graph: Graph, config: HwConfig, *, run_time: bool) -> dict[str, int]:
     return {
         name: contract.queue_depth(graph, s, config)
         for name, s, _, _ in queues(graph)
-        if contract.queue_capacity(s, config) is not None
+        if (contract.queue_capacity(s, config) is not None) == run_time
     }
 
 
