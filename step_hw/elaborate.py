@@ -407,6 +407,13 @@ def conversion(
 
 
 def _convert(graph: Graph, config: HwConfig, top_name: str) -> tuple[str, dict[str, Any]]:
+    from .gc_pacing import fewer_full_collections
+
+    with fewer_full_collections():  # a quarter of a large design's CPU (step_hw/gc_pacing.py)
+        return _convert_rounds(graph, config, top_name)
+
+
+def _convert_rounds(graph: Graph, config: HwConfig, top_name: str) -> tuple[str, dict[str, Any]]:
     from amaranth.back import verilog
 
     from . import netlist_speed, signal_formats
