@@ -4,6 +4,7 @@ data channel (:class:`_Axi`)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import deque
 from typing import TYPE_CHECKING
@@ -29,15 +30,25 @@ def _low_pow2(n: int) -> int:
     return n & -n if n else 1 << 30
 
 
-def _geometry(node: Node, config: HwConfig) -> tuple[list[list[int]], int]:
-    """Beats of each burst of every tile of ``node``'s tensor (``step_hw.memory.axi`` rules),
-    and the tile count per tensor row, as a function of the tile index."""
+def _geometry(node: Node, config: HwConfig) -> tuple[tuple[tuple[int, ...], ...], int]:
+    """Beats of each burst of every tile of ``node``'s tensor by tile index
+    (``step_hw.memory.axi`` rules), and the tensor's tile count. Worked out once per
+    tensor shape, element size, tile and bus width in a process (:func:`_bursts`): queue sizing
+    simulates one graph a hundred times and more, the loads of one graph often read tensors of
+    one shape, and a tensor of many small tiles took most of a short run's set-up."""
     t = node.tensor
-    eb = t.dtype.nbytes
-    cols = t.shape[-1]
-    rows = math.prod(t.shape[:-1])
-    tr, tc = node.tile
-    bus = config.axi_data_width // 8
+    return _bursts(tuple(t.shape), t.dtype.nbytes, tuple(node.tile), config.axi_data_width // 8)
+
+
+@functools.lru_cache(maxsize=256)
+def _bursts(
+    shape: tuple[int, ...], eb: int, tile: tuple[int, int], bus: int
+) -> tuple[tuple[tuple[int, ...], ...], int]:
+    """:func:`_geometry` of a tensor of ``shape`` with ``eb``-byte elements in ``tile`` tiles on a
+    bus of ``bus`` bytes (immutable: every load and store of that geometry shares it)."""
+    cols = shape[-1]
+    rows = math.prod(shape[:-1])
+    tr, tc = tile
     transfer = min(bus, _low_pow2(tc * eb))
     segments = 1 if tc == cols or tr == 1 else tr
     seg_bytes = tr * tc * eb // segments
@@ -55,8 +66,8 @@ def _geometry(node: Node, config: HwConfig) -> tuple[list[list[int]], int]:
                 bursts.append(room // transfer)
                 addr += room
                 left -= room
-        out.append(bursts)
-    return out, n_tiles
+        out.append(tuple(bursts))
+    return tuple(out), n_tiles
 
 
 class _Axi:
