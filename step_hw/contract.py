@@ -293,6 +293,11 @@ def axi_managers(graph: Graph, config: HwConfig) -> dict[str, list[str]]:
     return out
 
 
+#: AXI4 INCR bursts hold at most this many beats and never cross a boundary of this many bytes
+#: (the memory controllers, ``step_hw.memory.axi``, and the rtl profile's bursts).
+AXI_MAX_BURST_BEATS = 256
+AXI_BOUNDARY = 4096
+
 #: Off-chip tensors start at multiples of this many bytes, the first one here (address 0 is left
 #: unused, so a zero address is never a tensor's).
 TENSOR_ALIGN = 4096

@@ -24,6 +24,7 @@ from amaranth.hdl import Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .. import contract
 from ..config import HwConfig
 
 __all__ = ["AXI4Signature", "BurstGenerator", "TileGeometry", "axi_ports"]
@@ -31,8 +32,8 @@ __all__ = ["AXI4Signature", "BurstGenerator", "TileGeometry", "axi_ports"]
 #: AXI4 burst type INCR.
 BURST_INCR = 1
 #: AXI4 INCR bursts hold at most 256 beats and never cross a 4 KiB boundary.
-MAX_BURST_BEATS = 256
-BOUNDARY = 4096
+MAX_BURST_BEATS = contract.AXI_MAX_BURST_BEATS
+BOUNDARY = contract.AXI_BOUNDARY
 
 
 class AXI4Signature(wiring.Signature):

@@ -7,23 +7,18 @@ from __future__ import annotations
 import functools
 import math
 from collections import deque
-from typing import TYPE_CHECKING
 
 from step_hw import contract
 from step_hw.contract import HwConfig
 from step_lang.graph import Node
 
-if TYPE_CHECKING:
-    pass
-
-
 _TILE_QUEUE = contract.TILE_QUEUE_DEPTH
 
 
-_BOUNDARY = 4096  # AXI4 bursts never cross a 4 KiB boundary
+_BOUNDARY = contract.AXI_BOUNDARY  # AXI4 bursts never cross a 4 KiB boundary
 
 
-_MAX_BEATS = 256
+_MAX_BEATS = contract.AXI_MAX_BURST_BEATS
 
 
 def _low_pow2(n: int) -> int:
