@@ -73,15 +73,14 @@ def _check(graph, tiled) -> bool:
 
 
 def _elaborate(tiled, config, folder: pathlib.Path) -> dict:
-    from amaranth.back import verilog
-
     from step_hw.cosim.verilator import lint
     from step_hw.elaborate import ElaboratedGraph
+    from step_hw.verilog_backend import convert
 
     t0 = time.perf_counter()
     top = ElaboratedGraph(tiled, config)
     t1 = time.perf_counter()
-    text = verilog.convert(top, name=tiled.name, emit_src=False)
+    text = convert(top, name=tiled.name, emit_src=False)
     t2 = time.perf_counter()
     path = folder / f"{tiled.name}.v"
     path.write_text(text)

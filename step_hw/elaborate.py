@@ -414,9 +414,7 @@ def _convert(graph: Graph, config: HwConfig, top_name: str) -> tuple[str, dict[s
 
 
 def _convert_rounds(graph: Graph, config: HwConfig, top_name: str) -> tuple[str, dict[str, Any]]:
-    from amaranth.back import verilog
-
-    from . import netlist_speed, signal_formats
+    from . import netlist_speed, signal_formats, verilog_backend
 
     netlist_speed.install()  # the same Verilog, sooner (step_hw/netlist_speed.py)
     signal_formats.install()  # and the formats of layout signals only where they are read
@@ -424,7 +422,7 @@ def _convert_rounds(graph: Graph, config: HwConfig, top_name: str) -> tuple[str,
     for _ in range(3):  # a renamed instance could hide a signal too; in practice one round
         top = ElaboratedGraph(graph, config, instances=instances)
         with fp_cells.shared() as cells:
-            text = verilog.convert(
+            text = verilog_backend.convert(
                 top, name=top_name, ports=top.port_names(), emit_src=False,
                 strip_internal_attrs=True,
             )  # fmt: skip

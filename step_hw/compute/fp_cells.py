@@ -134,7 +134,7 @@ def _cell_verilog(
     out_width: int,
     params: tuple[tuple[str, Any], ...],
 ) -> str:
-    from amaranth.back import verilog
+    from step_hw.verilog_backend import convert
 
     m = Module()
     ins = [Signal(w, name=f"in{k}") for k, w in enumerate(in_widths)]
@@ -147,9 +147,7 @@ def _cell_verilog(
     if len(result) != out_width:
         raise AssertionError(f"cell {module}: result has {len(result)} bits, not {out_width}")
     m.d.comb += out.eq(result)
-    return verilog.convert(
-        m, ports=[*ins, out], name=module, emit_src=False, strip_internal_attrs=True
-    )
+    return convert(m, ports=[*ins, out], name=module, emit_src=False, strip_internal_attrs=True)
 
 
 def evaluate(

@@ -174,16 +174,15 @@ int main(int argc, char** argv) {{
 
 
 def _verilog(build: Callable, in_widths: Sequence[int], out_width: int, name: str) -> str:
-    from amaranth.back import verilog
     from amaranth.hdl import Module, Signal
+
+    from step_hw.verilog_backend import convert
 
     m = Module()
     ins = [Signal(w, name=f"in{i}") for i, w in enumerate(in_widths)]
     out = Signal(out_width, name="out")
     m.d.comb += out.eq(build(m, *ins))
-    return verilog.convert(
-        m, ports=[*ins, out], name=name, emit_src=False, strip_internal_attrs=True
-    )
+    return convert(m, ports=[*ins, out], name=name, emit_src=False, strip_internal_attrs=True)
 
 
 @dataclass(frozen=True)
