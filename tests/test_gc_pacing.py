@@ -67,19 +67,17 @@ def test_a_higher_threshold_of_the_user_is_kept(thresholds):
 
 def test_a_conversion_runs_with_fewer_full_collections(thresholds, monkeypatch):
     """The elaborator converts inside the block: the thresholds seen while Amaranth converts."""
-    from amaranth.back import verilog
-
     from examples import swiglu
-    from step_hw import elaborate
+    from step_hw import elaborate, verilog_backend
 
     seen = []
-    convert = verilog.convert
+    convert = verilog_backend.convert
 
     def spy(*args, **kwargs):
         seen.append(gc.get_threshold())
         return convert(*args, **kwargs)
 
-    monkeypatch.setattr(verilog, "convert", spy)
+    monkeypatch.setattr(verilog_backend, "convert", spy)
     graph = swiglu.hardware()
     elaborate._convert(graph, elaborate.config_for(graph), "gc_pacing_top")
     assert seen and all(t == (700, 10, FULL_EVERY) for t in seen)

