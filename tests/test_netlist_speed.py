@@ -156,3 +156,33 @@ def test_an_unknown_amaranth_is_left_alone(monkeypatch):
     before = _nir.Value.__dict__["__getitem__"]
     assert not netlist_speed.install()
     assert _nir.Value.__dict__["__getitem__"] is before
+
+
+def _bit_level_searches(monkeypatch, m, ports) -> int:
+    """Converts ``m`` and counts the searches of nets that the cell-level check left to do."""
+    from amaranth.back import rtlil
+
+    calls = []
+    search = netlist_speed._has_comb_cycle
+    monkeypatch.setattr(netlist_speed, "_has_comb_cycle", lambda *a: calls.append(1) or search(*a))
+    if not netlist_speed.install():
+        pytest.skip("an Amaranth that step_hw.netlist_speed does not know")
+    rtlil.convert(m, ports=ports)
+    return len(calls)
+
+
+def test_cells_without_a_cycle_need_no_search_of_nets(monkeypatch):
+    m = Module()
+    a, b, c = Signal(8), Signal(8), Signal(8)
+    m.d.comb += [b.eq(a + 1), c.eq(Mux(a[0], b, a))]
+    m.d.sync += a.eq(c)
+    assert _bit_level_searches(monkeypatch, m, [c]) == 0
+
+
+def test_bits_of_one_signal_that_feed_each_other_convert_after_a_search_of_nets(monkeypatch):
+    """Bit 1 of ``x`` is bit 0 of ``x``: a cycle of cells (the signal's own assignment list), not
+    of nets, so the nets are searched and the design converts."""
+    m = Module()
+    a, x = Signal(), Signal(2, name="x")
+    m.d.comb += [x[0].eq(a), x[1].eq(x[0])]
+    assert _bit_level_searches(monkeypatch, m, [a, x]) == 1
