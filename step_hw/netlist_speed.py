@@ -64,7 +64,15 @@ def _known(amaranth, nir, rtlil) -> bool:
         and isinstance(nir.Net.__dict__.get("from_cell"), classmethod)
         and all(
             isinstance(getattr(nir, k, None), type)
-            for k in ("Operator", "Part", "Matches", "AsyncReadPort", "FlipFlop")
+            for k in (
+                "Operator",
+                "Part",
+                "Matches",
+                "PriorityMatch",
+                "AssignmentList",
+                "AsyncReadPort",
+                "FlipFlop",
+            )
         )
         and emitter is not None
         and {"sigspec", "emit_memory"} <= set(emitter.__dict__)
@@ -193,13 +201,9 @@ def _cells_acyclic(nir, netlist) -> bool:
     list, an asynchronous read port: a superset of the nets that reach any one output bit); for
     any other cell, what ``comb_edges_to`` gives for each output bit. Sets of nets are made at C
     speed, with no Python step per bit (a Fig. 8 design's 4,096-bit payloads)."""
-    cells, connections = netlist.cells, netlist.connections
-    flipflop = nir.FlipFlop
-    whole = tuple(
-        getattr(nir, k)
-        for k in ("Operator", "Part", "Matches", "PriorityMatch", "AssignmentList", "AsyncReadPort")
-        if isinstance(getattr(nir, k, None), type)
-    )
+    cells, flipflop = netlist.cells, nir.FlipFlop
+    whole = (nir.Operator, nir.Part, nir.Matches, nir.PriorityMatch, nir.AssignmentList)
+    whole += (nir.AsyncReadPort,)
     shift = repeat(16)
     drivers: list[set[int]] = []
     for idx, cell in enumerate(cells):
@@ -212,13 +216,9 @@ def _cells_acyclic(nir, netlist) -> bool:
             nets = {
                 src for net in cell.output_nets(idx) for src, _ in cell.comb_edges_to(net & 0xFFFF)
             }
-        if nets and min(nets) < 0:  # late nets: follow their connections
+        if nets and min(nets) < 0:  # late nets: where their connections lead
             late = {n for n in nets if n < 0}
-            nets = nets - late
-            for n in late:
-                while n < 0:
-                    n = connections[n]
-                nets.add(n)
+            nets = (nets - late) | set(map(netlist.resolve_net, late))
         found = set(map(int.__rshift__, nets, shift))  # cell 0 (inputs, constants) drives nothing
         found.discard(0)
         drivers.append(found)

