@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
 from .dims import Dim, as_dim, product, shape_str
@@ -53,6 +52,8 @@ class DType:
     def numpy(self) -> np.dtype:
         """The numpy dtype used to hold values of this type."""
         if self.name == "bfloat16":
+            import ml_dtypes  # loaded when asked for: 0.6 s of every process that imports step_lang
+
             return np.dtype(ml_dtypes.bfloat16)
         return np.dtype(self.name if self.name != "bool" else np.bool_)
 

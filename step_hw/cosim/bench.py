@@ -10,8 +10,10 @@ output tensors (read back from the memory) and the cycle count to ``GRAPH_RESULT
 
 Environment (set by :func:`step_hw.cosim.run`):
 
-* ``GRAPH_DESC``: the design's description JSON (memory map, AXI ports, queue instances with
-  this run's depths, and ``queue_limits``, the run-time depths' input, when the design has it);
+* ``GRAPH_DESC``: the design's description JSON (memory map with this run's tensor shapes and
+  each tensor's ``raw_dtype``, AXI ports, queue instances with this run's depths, and
+  ``queue_limits``, the run-time depths' input, when the design has it); the bench imports
+  neither the language nor the harness, so a run does not pay for loading them;
 * ``GRAPH_DATA``: ``.npz`` of input tensors; ``GRAPH_OUTPUTS``: comma-separated tensors to read;
 * ``GRAPH_PAUSES`` (``always``/``periodic``/``random``) and ``GRAPH_SEED``: AXI back-pressure;
 * ``GRAPH_AXI_ERRORS``: comma-separated tensors whose reads and writes the memory answers with
@@ -85,18 +87,6 @@ class _QueueWatch:
             name: {**self.info[name], "level": int(hs[4].value), "out_valid": int(hs[2].value)}
             for name, hs in zip(self.names, self.handles, strict=True)
         }
-
-
-def raw_dtype(name: str) -> np.dtype:
-    """The little-endian numpy dtype a tensor of step_lang dtype ``name`` crosses the process
-    boundary in: floating-point tensors as their bit patterns (``uint16``/``uint32``: ``npz``
-    files do not keep ``bfloat16``), integers as themselves."""
-    from step_lang.types import dtype
-
-    dt = dtype(name)
-    if dt.is_float:
-        return np.dtype(f"<u{dt.nbytes}")
-    return dt.numpy.newbyteorder("<")
 
 
 def _raised_flags(dut, desc: dict) -> list[dict]:
@@ -210,7 +200,7 @@ async def run_graph(dut) -> None:
     }
     for name, info in layout.items():
         if f"in_{name}" in data.files:
-            array = data[f"in_{name}"].astype(raw_dtype(info["dtype"]))
+            array = data[f"in_{name}"].astype(info["raw_dtype"])
             memory.write(info["addr"], array.tobytes())
     watch = _QueueWatch(dut, desc.get("queues", {}))
     dut.start.value = 0
@@ -263,7 +253,7 @@ async def run_graph(dut) -> None:
     }
     for name in outputs:
         info = layout[name]
-        dt = raw_dtype(info["dtype"])
+        dt = np.dtype(info["raw_dtype"])
         raw = memory.read(info["addr"], info["bytes"])
         result[f"out_{name}"] = np.frombuffer(raw, dtype=dt).reshape(info["shape"])
     np.savez(os.environ["GRAPH_RESULT"], **result)

@@ -11,27 +11,20 @@ from typing import Any
 import numpy as np
 
 from .fast_top import SINK_DEPTH, SOURCE_DEPTH, memory_words
+from .raw_tensors import bit_patterns, raw_dtype
 
 __all__ = ["read_memory", "read_sinks", "read_trace", "write_memory", "write_sources"]
 
 
-def _raw(array: np.ndarray) -> np.ndarray:
-    if array.dtype.kind == "f" or array.dtype.name == "bfloat16":
-        return array.view(f"uint{array.dtype.itemsize * 8}")
-    return array
-
-
 def write_memory(path: Path, desc: dict, memory: Mapping[str, np.ndarray]) -> None:
     """The memory image of ``memory`` (input tensors by name) at the addresses of the memory map."""
-    from .bench import raw_dtype
-
     bus = desc["config"]["axi_data_width"] // 8
     words = memory_words(desc)
     image = np.zeros(words * bus, np.uint8)
     layout = desc["memory_map"]
     for name, value in memory.items():
         info = layout[name]
-        raw = np.ascontiguousarray(_raw(np.asarray(value)).astype(raw_dtype(info["dtype"])))
+        raw = np.ascontiguousarray(bit_patterns(np.asarray(value)).astype(raw_dtype(info["dtype"])))
         data = raw.view(np.uint8).reshape(-1)
         if data.size != info["bytes"]:
             raise ValueError(
@@ -54,8 +47,6 @@ def _hex_lines(path: Path) -> list[str]:
 
 def read_memory(path: Path, desc: dict, names: list[str]) -> dict[str, np.ndarray]:
     """The tensors ``names`` (raw: floating point as bit patterns) from a ``$writememh`` dump."""
-    from .bench import raw_dtype
-
     bus = desc["config"]["axi_data_width"] // 8
     lines = _hex_lines(path)
     text = "".join(ln.rjust(2 * bus, "0").replace("x", "0").replace("z", "0") for ln in lines)

@@ -45,6 +45,7 @@ import numpy as np
 
 from step_hw.config import HwConfig
 from step_hw.contract import is_store
+from step_hw.cosim.raw_tensors import bit_patterns, raw_dtype
 from step_hw.memory_model import MemoryModel
 from step_hw.paths import private_name, write_atomically
 from step_lang.graph import Graph
@@ -489,7 +490,7 @@ def run(
             stale.unlink(missing_ok=True)
         # the design's description with this graph's tensor shapes and queue depths (run-time
         # ones included)
-        run_desc = run_description(graph, config, _with_tensor_shapes(d.desc, graph))
+        run_desc = run_description(graph, config, _with_run_tensors(d.desc, graph))
         (runs / "desc.json").write_text(json.dumps(run_desc))
         env = {
             "GRAPH_DESC": str(runs / "desc.json"),
@@ -525,7 +526,9 @@ def run(
                 plusargs.append(f"+TRACE={runs / 'trace.txt'}")
             module, top = "step_hw.cosim.fast_bench", "step_fast"
         else:
-            np.savez(data, **{f"in_{k}": _raw(np.asarray(v)) for k, v in (memory or {}).items()})
+            np.savez(
+                data, **{f"in_{k}": bit_patterns(np.asarray(v)) for k, v in (memory or {}).items()}
+            )
             sources.write_text(json.dumps(payloads))
             env.update({
                 "GRAPH_DATA": str(data),
@@ -630,24 +633,23 @@ def _claimed_run_folder(parent: Path, tag: str) -> Iterator[Path]:
     raise CosimError(f"run folders {parent / tag} and 100 alternatives are all in use")
 
 
-def _raw(array: np.ndarray) -> np.ndarray:
-    """Floating-point arrays as their bit patterns (``bench.raw_dtype``)."""
-    if array.dtype.kind == "f" or array.dtype.name == "bfloat16":
-        return array.view(f"uint{array.dtype.itemsize * 8}")
-    return array
-
-
-def _with_tensor_shapes(desc: dict, graph: Graph) -> dict:
-    """``desc`` with ``graph``'s tensor shapes in its memory map. A build serves every graph
-    with its Verilog, and a tensor's shape is not in the Verilog: a [16, 8] and a [2, 8, 8]
-    int16 tensor get the same memory map entry, so the description a build was made with may
-    carry another graph's shapes."""
+def _with_run_tensors(desc: dict, graph: Graph) -> dict:
+    """``desc`` with ``graph``'s tensor shapes and each tensor's raw dtype
+    (:func:`~step_hw.cosim.raw_tensors.raw_dtype`, which the benches read instead of importing
+    the language) in its memory map. A build serves every graph with its Verilog, and a
+    tensor's shape is not in the Verilog: a [16, 8] and a [2, 8, 8] int16 tensor get the same
+    memory map entry, so the description a build was made with may carry another graph's
+    shapes."""
     layout = desc.get("memory_map", {})
     shapes = {name: [int(n) for n in t.shape] for name, t in graph.tensors.items()}
     return {
         **desc,
         "memory_map": {
-            name: {**info, "shape": shapes.get(name, info["shape"])}
+            name: {
+                **info,
+                "shape": shapes.get(name, info["shape"]),
+                "raw_dtype": raw_dtype(info["dtype"]).str,
+            }
             for name, info in layout.items()
         },
     }
