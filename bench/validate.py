@@ -331,10 +331,13 @@ def run_point(
     if not cached and cached_only:
         raise NotCached("no cached RTL result (--cached-only)")
     outputs = cosim.output_tensors(p.make())
+    reference_s = 0.0
     if cached:
         rtl = json.loads(cache.read_text())
     else:
+        t0 = time.perf_counter()
         want = reference_outputs(p, outputs)
+        reference_s = time.perf_counter() - t0
         r = cosim.run(p.make(), p.memory, config=p.hardware(), trace=trace, tag=_key(p) + suffix, tier=tier,
                       memory_model=None if tier == "axi" else memory)  # fmt: skip
         rtl = {
@@ -372,6 +375,9 @@ def run_point(
             "rtl_run_s": rtl["rtl_run_s"],
             "rtl_cached": cached,
             "sizing_s": _sized_here.pop(p.sizing, 0.0) if p.sizing is not None else 0.0,
+            # the interpreter's reference outputs, where this point computed them (not read
+            # from build/validate/reference/)
+            "reference_s": reference_s,
         },
     }
 
@@ -966,9 +972,14 @@ def _task_order(tasks: list[tuple[str, int]]) -> Callable[[tuple], tuple[int, in
 
 
 def _timed(name: str, index: int, options: dict[str, Any]) -> tuple[dict[str, Any], float, float]:
+    """:func:`_run_indexed` with its start and end (wall clock); a measured point's speed record
+    gets the whole point's seconds (``point_s``: its parts and whatever lies between them)."""
     t0 = time.time()
     r = _run_indexed(name, index, options)
-    return r, t0, time.time()
+    t1 = time.time()
+    if "_speed" in r:
+        r["_speed"]["point_s"] = t1 - t0
+    return r, t0, t1
 
 
 def _run_all(
@@ -1012,14 +1023,15 @@ def _run_all(
 
 #: The seconds of ``validate_speed.json``'s points that :func:`speed_totals` adds up.
 SPEED_PARTS = ("sizing_s", "rtl_elaborate_s", "rtl_build_s", "rtl_run_s", "sim_wall_s",
-               "paper_wall_s")  # fmt: skip
+               "paper_wall_s", "reference_s")  # fmt: skip
 
 
 def speed_totals(speed: list[dict[str, Any]]) -> dict[str, float]:
     """Each part of this run's time summed over its points (:data:`SPEED_PARTS`; a build's time
     includes its wait for the machine's build lock): where a cold run's minutes went. A point's
     cached RTL result (``rtl_cached``) or simulations (``sim_cached``) keep the seconds they
-    took when measured, which this run did not spend: they are left out."""
+    took when measured, which this run did not spend: they are left out. ``points_s`` sums the
+    points' whole seconds (``point_s``, this run's), ``other_s`` what of it no part names."""
 
     def spent(p: dict[str, Any], part: str) -> float:
         if p.get("rtl_cached") and part.startswith("rtl_"):
@@ -1028,7 +1040,11 @@ def speed_totals(speed: list[dict[str, Any]]) -> dict[str, float]:
             return 0.0
         return p.get(part, 0.0)
 
-    return {k: round(sum(spent(p, k) for p in speed), 1) for k in SPEED_PARTS}
+    totals = {k: round(sum(spent(p, k) for p in speed), 1) for k in SPEED_PARTS}
+    # the points' own seconds, and what of them no part names (building the graphs, the design
+    # key, the workers' imports)
+    whole = round(sum(p.get("point_s", 0.0) for p in speed), 1)
+    return {**totals, "points_s": whole, "other_s": round(whole - sum(totals.values()), 1)}
 
 
 def write_summary(points, missing, walls, wall, tier, memory, out, run) -> None:

@@ -194,6 +194,21 @@ def test_one_pool_keeps_each_result_with_its_point_and_times_each_sweep(monkeypa
     assert [t for t, _ in ordered] == [("fig8", 0), ("fig8", 2), ("moe_scale", 1)]
 
 
+def test_a_measured_points_speed_record_gets_the_whole_points_seconds(monkeypatch):
+    import time
+
+    def measured(name, index, options):
+        time.sleep(0.05)
+        return {"_speed": {"rtl_run_s": 0.01}}
+
+    monkeypatch.setattr(V, "_run_indexed", measured)
+    r, start, end = V._timed("fig8", 0, {})
+    assert r["_speed"]["point_s"] == end - start >= 0.05
+    assert r["_speed"]["rtl_run_s"] == 0.01
+    monkeypatch.setattr(V, "_run_indexed", lambda *a: {"error": "x", "fatal": False})
+    assert V._timed("fig8", 0, {})[0] == {"error": "x", "fatal": False}  # nothing to time
+
+
 def test_cached_only_raises_before_making_the_graph(monkeypatch, tmp_path):
     # a sized point's graph sizes its design when made (minutes of simulation): --cached-only
     # must give up on a point whose sizing is not cached before that
@@ -396,10 +411,18 @@ def test_the_speed_file_counts_a_designs_sizing_once_and_sums_each_part(monkeypa
     V._sized_here.clear()
     assert V.sized_depths(group, memory) == {"x": 1}  # read back: not sized again
     assert V._sized_here == {}
-    speed = [{"sizing_s": 2.0, "rtl_build_s": 10.0, "rtl_run_s": 1.5},
-             {"rtl_elaborate_s": 3.0, "rtl_run_s": 1.5, "sim_wall_s": 0.3}]  # fmt: skip
+    speed = [{"sizing_s": 2.0, "rtl_build_s": 10.0, "rtl_run_s": 1.5, "reference_s": 0.5,
+              "point_s": 15.0},
+             {"rtl_elaborate_s": 3.0, "rtl_run_s": 1.5, "sim_wall_s": 0.3, "point_s": 6.0}]  # fmt: skip
     assert V.speed_totals(speed) == {"sizing_s": 2.0, "rtl_elaborate_s": 3.0, "rtl_build_s": 10.0,
-                                     "rtl_run_s": 3.0, "sim_wall_s": 0.3, "paper_wall_s": 0.0}  # fmt: skip
+                                     "rtl_run_s": 3.0, "sim_wall_s": 0.3, "paper_wall_s": 0.0,
+                                     "reference_s": 0.5, "points_s": 21.0, "other_s": 2.2}  # fmt: skip
     # a warm run's points keep the seconds their cached results took: not this run's
-    warm = [{**p, "rtl_cached": True, "sim_cached": True} for p in speed]
-    assert V.speed_totals(warm) == dict.fromkeys(V.SPEED_PARTS, 0.0) | {"sizing_s": 2.0}
+    # (a cached point computes no reference; the first one sized its design in this run)
+    warm = [{**p, "rtl_cached": True, "sim_cached": True, "reference_s": 0.0, "point_s": s}
+            for p, s in zip(speed, (2.5, 0.1), strict=True)]  # fmt: skip
+    assert V.speed_totals(warm) == dict.fromkeys(V.SPEED_PARTS, 0.0) | {
+        "sizing_s": 2.0,
+        "points_s": 2.6,
+        "other_s": 0.6,
+    }
