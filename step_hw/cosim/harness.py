@@ -488,8 +488,8 @@ def run(
         payloads = _source_payloads(graph, d.desc, inputs)
         for stale in (result, sinks_file, report_file, runs / "mem_out.hex", runs / "trace.txt"):
             stale.unlink(missing_ok=True)
-        # the design's description with this graph's tensor shapes and queue depths (run-time
-        # ones included)
+        # the design's description with this graph's tensor shapes and raw dtypes and its queue
+        # depths (run-time ones included)
         run_desc = run_description(graph, config, _with_run_tensors(d.desc, graph))
         (runs / "desc.json").write_text(json.dumps(run_desc))
         env = {
