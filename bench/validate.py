@@ -825,6 +825,9 @@ def _run_indexed(name: str, index: int, options: dict[str, Any]) -> dict[str, An
         return {
             "error": f"{p.design} {json.dumps(p.params)[:200]}: {type(exc).__name__}: {first[:300]}",
             "fatal": not p.optional and not isinstance(exc, NotCached),
+            # the sizing of its design, where this point did it before it failed: spent all
+            # the same (the points after it read the sizing from the cache)
+            "_speed": {"sizing_s": _sized_here.pop(p.sizing, 0.0) if p.sizing is not None else 0.0},
         }
 
 
@@ -884,9 +887,13 @@ def main(argv: list[str] | None = None) -> None:
         tasks += [(name, i) for i in interleaved(chosen, [_build_of(pts[i]) for i in chosen])]
     results, walls = _run_all(tasks, options, args.jobs)
     failed: set[str] = set()
+    failed_speed: list[dict[str, Any]] = []
     for (name, index), r in sorted(zip(tasks, results, strict=True), key=_task_order(tasks)):
         p = _sweep_points(name, depths, memory)[index]
         if "error" in r:
+            failed_speed.append(
+                {"workload": p.workload, "params": p.params, "error": True, **r.get("_speed", {})}
+            )
             fatal |= r["fatal"]
             if p.design not in failed or r["fatal"]:
                 print(f"{name}: {'FAILED' if r['fatal'] else 'skipped'} {r['error']}")
@@ -901,8 +908,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"validate: none of {len(tasks)} points ran: {why[:300]}")
     run = selection(args, complete=not missing and _unfiltered(args))
     write_summary(
-        points, missing, walls, time.perf_counter() - t_start, args.tier, memory, out, run
-    )
+        points, missing, walls, time.perf_counter() - t_start, args.tier, memory, out, run,
+        failed_speed,
+    )  # fmt: skip
     if fatal:
         raise SystemExit("validate: some points failed (summary.json's missing)")
 
@@ -1047,10 +1055,13 @@ def speed_totals(speed: list[dict[str, Any]]) -> dict[str, float]:
     return {**totals, "points_s": whole, "other_s": round(whole - sum(totals.values()), 1)}
 
 
-def write_summary(points, missing, walls, wall, tier, memory, out, run) -> None:
+def write_summary(points, missing, walls, wall, tier, memory, out, run, failed=()) -> None:
     """summary.json, the scatter, the Fig. 8 grid and the speed file; print the statistics.
-    ``run`` (:func:`selection`) says what the run measured."""
+    ``run`` (:func:`selection`) says what the run measured; ``failed``: the speed records of the
+    points that failed (``"error": true``; the seconds they spent, their design's sizing
+    included), kept in the speed file and its totals."""
     speed = [{"workload": p["workload"], "params": p["params"], **p.pop("_speed")} for p in points]
+    speed += list(failed)
     summary = {
         "tier": tier,
         "memory": dataclasses.asdict(memory),

@@ -390,6 +390,45 @@ def test_the_speed_file_says_whether_the_run_measured_every_point(monkeypatch, t
     assert run == {**speed["run"], "cached_only": True}
 
 
+def test_a_failed_points_seconds_and_its_designs_sizing_stay_in_the_speed_file(
+    monkeypatch, tmp_path
+):
+    # a point that sized its design and then failed: the sizing was spent all the same
+    def second_fails(name, index):
+        if name == "second" and index == 0:
+            return {"error": "second_default: CosimError: deadlock", "fatal": False,
+                    "_speed": {"sizing_s": 30.0, "point_s": 31.0}}  # fmt: skip
+        return {**_measured(name, index), "_speed": {"sim_wall_s": 0.1, "point_s": 1.0}}
+
+    _fake_sweeps(monkeypatch, tmp_path, second_fails)
+    V.main([])
+    speed = json.loads((tmp_path / "validate_speed.json").read_text())
+    failed = [p for p in speed["points"] if p.get("error")]
+    assert failed == [{"workload": "second", "params": {"depths": "default"}, "error": True,
+                       "sizing_s": 30.0, "point_s": 31.0}]  # fmt: skip
+    assert speed["totals"]["sizing_s"] == 30.0 and speed["totals"]["points_s"] == 34.0
+    assert speed["run"]["complete"] is False
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert len(summary["points"]) == 3
+    assert summary["missing"] == ["second_default: CosimError: deadlock"]
+
+
+def test_a_failed_point_reports_the_sizing_it_did(monkeypatch, tmp_path):
+    sizing = tmp_path / "design.json"
+    monkeypatch.setattr(V, "_sized_here", {sizing: 12.5})
+    point = V.Point("first", {"depths": "sized"}, None, {}, None, "first_sized", optional=True,
+                    sizing=sizing)  # fmt: skip
+    monkeypatch.setattr(V, "_sweep_points", lambda *a: [point])
+
+    def fail(p, **options):
+        raise RuntimeError("no build")
+
+    monkeypatch.setattr(V, "run_point", fail)
+    r = V._run_indexed("first", 0, {"traces": None, "depths": ("sized",), "memory": None})
+    assert r["error"].endswith("RuntimeError: no build") and r["fatal"] is False
+    assert r["_speed"] == {"sizing_s": 12.5} and V._sized_here == {}
+
+
 def test_the_speed_file_counts_a_designs_sizing_once_and_sums_each_part(monkeypatch, tmp_path):
     # the sizing's seconds go to the first point that reports them, and only when this run
     # sized the design (a cached sizing costs nothing)
