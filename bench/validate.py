@@ -374,12 +374,18 @@ def run_point(
             "rtl_build_s": rtl["rtl_build_s"],
             "rtl_run_s": rtl["rtl_run_s"],
             "rtl_cached": cached,
-            "sizing_s": _sized_here.pop(p.sizing, 0.0) if p.sizing is not None else 0.0,
+            "sizing_s": _sizing_done_here(p),
             # the interpreter's reference outputs, where this point computed them (not read
             # from build/validate/reference/)
             "reference_s": reference_s,
         },
     }
+
+
+def _sizing_done_here(p: Point) -> float:
+    """The seconds this process spent sizing ``p``'s design, reported once (by the first point of
+    the design that ends, measured or failed); 0 where the sizing was read from the cache."""
+    return _sized_here.pop(p.sizing, 0.0) if p.sizing is not None else 0.0
 
 
 def reference_outputs(p: Point, outputs: list[str]) -> dict[str, np.ndarray]:
@@ -827,7 +833,7 @@ def _run_indexed(name: str, index: int, options: dict[str, Any]) -> dict[str, An
             "fatal": not p.optional and not isinstance(exc, NotCached),
             # the sizing of its design, where this point did it before it failed: spent all
             # the same (the points after it read the sizing from the cache)
-            "_speed": {"sizing_s": _sized_here.pop(p.sizing, 0.0) if p.sizing is not None else 0.0},
+            "_speed": {"sizing_s": _sizing_done_here(p)},
         }
 
 

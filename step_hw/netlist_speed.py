@@ -202,8 +202,14 @@ def _cells_acyclic(nir, netlist) -> bool:
     any other cell, what ``comb_edges_to`` gives for each output bit. Sets of nets are made at C
     speed, with no Python step per bit (a Fig. 8 design's 4,096-bit payloads)."""
     cells, flipflop = netlist.cells, nir.FlipFlop
-    whole = (nir.Operator, nir.Part, nir.Matches, nir.PriorityMatch, nir.AssignmentList)
-    whole += (nir.AsyncReadPort,)
+    whole = (
+        nir.Operator,
+        nir.Part,
+        nir.Matches,
+        nir.PriorityMatch,
+        nir.AssignmentList,
+        nir.AsyncReadPort,
+    )
     shift = repeat(16)
     drivers: list[set[int]] = []
     for idx, cell in enumerate(cells):
