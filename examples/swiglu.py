@@ -23,7 +23,8 @@ import numpy as np
 from step_lang import Accum, Graph, LinearOffChipLoad, LinearOffChipStore, Map, metrics
 from step_lang import functions as F
 
-__all__ = ["SWEEP", "SwiGLUConfig", "build", "inputs", "reference"]
+__all__ = ["SWEEP", "TILED_SIZE", "TILED_TILINGS", "SwiGLUConfig", "build", "hardware_tiled",
+           "inputs", "reference"]  # fmt: skip
 
 SWEEP = [(b, i) for b in (16, 32, 64) for i in (16, 32, 64, 128, 256)]
 
@@ -109,6 +110,23 @@ def hardware(
         matmul_acc=fx.matmul_acc_out(hw.elem_dtype),
     )
     return build(size or replace(HW_CONFIG, dtype=hw.elem_dtype), tile_b, tile_i, fns=fns)
+
+
+def hardware_tiled(
+    tile_b: int, tile_i: int, hw_tile: int, *, hw: Any = None, size: SwiGLUConfig | None = None
+) -> Graph:
+    """:func:`hardware` with ``tile_b x tile_i`` tiles split onto ``hw_tile x hw_tile``
+    hardware tiles (``step_lang.hier_tiling.hier_tile``), as the paper's Fig. 8 runs on 16 x 16."""
+    from step_lang.hier_tiling import hier_tile
+
+    return hier_tile(hardware(tile_b, tile_i, hw=hw, size=size), hw_tile, hw_tile)
+
+
+#: A small layer and tilings of it on 4 x 4 hardware tiles (``hardware_tiled(b, i, 4,
+#: size=TILED_SIZE)``) that have the same nodes: one build runs them all when their geometry is a
+#: run-time setting (``HwConfig.geometry_bounds``, ``step_hw.run_time_geometry``).
+TILED_SIZE = SwiGLUConfig(batch=8, hidden=8, intermediate=16, dtype="int16")
+TILED_TILINGS = [(4, 8), (8, 16), (4, 16)]
 
 
 def inputs(config: SwiGLUConfig = SwiGLUConfig(), seed: int = 0) -> dict[str, np.ndarray]:

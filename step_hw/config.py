@@ -39,6 +39,29 @@ def _capacities(value: Any) -> tuple[tuple[str, int], ...]:
     return tuple(pairs)
 
 
+def _bounds(value: Any) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """``HwConfig.geometry_bounds`` as sorted ``(node, extents)`` pairs."""
+    try:
+        pairs = sorted(dict(value).items())
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"HwConfig.geometry_bounds must map node names to extents, not {value!r}"
+        ) from None
+    out = []
+    for node, extents in pairs:
+        if not isinstance(node, str):
+            raise ValueError(f"HwConfig.geometry_bounds: node names are strings, not {node!r}")
+        if not isinstance(extents, (tuple, list)) or not extents:
+            raise ValueError(
+                f"HwConfig.geometry_bounds[{node!r}] must be a non-empty sequence of extents, "
+                f"not {extents!r}"
+            )
+        for e in extents:
+            _positive(f"geometry_bounds[{node!r}] extent", e)
+        out.append((node, tuple(extents)))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class HwConfig:
     """Parameters of the generated hardware.
@@ -75,6 +98,12 @@ class HwConfig:
             ``1..capacity``, from the elaborated graph's ``queue_limits`` input, cycle for cycle
             the queue of that depth (:class:`step_hw.queue.LimitedFIFO`); a run rejects a depth
             above the capacity. Every other queue's depth is built in. Default: none.
+        geometry_bounds: nodes whose geometry (a load's or a buffer read's walk, a buffer's
+            size, an Accum's held accumulators) is a run-time setting, so that one build serves
+            a graph at several tilings: ``(node, extents)`` pairs (a mapping is accepted; stored
+            sorted), each node built for the largest extents given and set by the elaborated
+            graph's ``geometry`` input, cycle for cycle the block built for its own geometry
+            (:mod:`step_hw.run_time_geometry`). Default: none.
     """
 
     elem_dtype: str = "int16"
@@ -93,9 +122,11 @@ class HwConfig:
     axi_ports: int | None = None
     dyn_tile_rows: int = 8
     queue_capacity: tuple[tuple[str, int], ...] = ()
+    geometry_bounds: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     def __post_init__(self):
         object.__setattr__(self, "queue_capacity", _capacities(self.queue_capacity))
+        object.__setattr__(self, "geometry_bounds", _bounds(self.geometry_bounds))
         for name in ("elem_dtype", "acc_dtype"):
             value = getattr(self, name)
             if value not in _HW_DTYPES:

@@ -19,6 +19,10 @@ top-level ports:
 * ``queue_limits`` (in, when ``HwConfig.queue_capacity`` names streams): the depth of each of their
   queues, set before ``start`` and held (``step_hw.run_time_depths``; the description's ``queues``
   entry of such a queue has its ``capacity`` and its field, ``limit``: first bit and width);
+* ``geometry`` (in, when ``HwConfig.geometry_bounds`` names nodes): their run-time geometry
+  (walks, buffer sizes, held accumulators), set before ``start`` and held
+  (``step_hw.run_time_geometry``; the description's ``geometry_fields`` entry gives each node's
+  fields, their first bit and width);
 * ``m_axi_<node>`` (out): one AXI4 manager per memory operator, named for cocotbext-axi
   (``AxiBus.from_prefix(dut, "m_axi_<node>")``); or, with ``HwConfig.axi_ports = k``, loads
   spread round-robin over up to ``k`` read ports ``m_axi_rd<i>`` and stores over up to ``k``
@@ -58,6 +62,7 @@ from .graph_rules import check_graph
 from .payload import Kind, TokenFormat
 from .queue import Queue
 from .run_time_depths import limit_fields, pack_limits, queues
+from .run_time_geometry import check_geometry, pack_geometry
 
 __all__ = ["HARDWARE", "ElaboratedGraph", "axi_managers", "convert", "supported_kinds", "write"]
 
@@ -144,6 +149,7 @@ class ElaboratedGraph(wiring.Component):
         #: node name -> Verilog instance name, where they differ (:func:`convert` picks them).
         self.instances = dict(instances or {})
         check_graph(graph, config)  # the graph-level rules, the rtl profile's too
+        check_geometry(graph, config)
         self.graph, self.config = graph, config
         self.memory_map = contract.memory_map(graph)
         order = graph.topo_order()
@@ -201,6 +207,20 @@ class ElaboratedGraph(wiring.Component):
             # the depths of this graph when nothing drives the input (Amaranth simulation)
             starts = {name: at for name, (at, _, _) in self.limit_fields.items()}
             members["queue_limits"] = In(width, init=pack_limits(graph, config, starts))
+        #: Nodes whose geometry is a run-time setting: node -> field -> (first bit, width) in
+        #: the ``geometry`` input (their blocks' ``params``).
+        self.geometry_fields: dict[str, dict[str, tuple[int, int]]] = {}
+        at = 0
+        for name, block in self.blocks.items():
+            if "params" in block.signature.members:
+                layout = block.signature.members["params"].shape
+                self.geometry_fields[name] = {
+                    field: (at + f.offset, f.width) for field, f in layout
+                }
+                at += layout.size
+        if self.geometry_fields:
+            # this graph's geometry when nothing drives the input (Amaranth simulation)
+            members["geometry"] = In(at, init=pack_geometry(graph, self.geometry_fields))
         super().__init__(members)
         del self._MustUse__silence  # back to the class's setting (a caller may silence them all)
 
@@ -264,6 +284,12 @@ class ElaboratedGraph(wiring.Component):
                 wiring.connect(m, arbiter.axi, outer)
             else:
                 wiring.connect(m, self.blocks[names[0]].axi, outer)
+        at = 0
+        for name, block in self.blocks.items():
+            if name in self.geometry_fields:
+                width = block.signature.members["params"].shape.size
+                m.d.comb += block.params.eq(self.geometry[at : at + width])
+                at += width
         for name, block in self.blocks.items():
             node = self.graph.nodes[name]
             if isinstance(node, ops.LinearOffChipStore):
@@ -331,7 +357,13 @@ class ElaboratedGraph(wiring.Component):
             "queues": {
                 name: self._queue_entry(name, s, node) for name, s, node, _ in queues(self.graph)
             },
-        }
+            # Nodes with run-time geometry: node -> field -> [first bit, width] in `geometry`
+            # (`run_time_geometry.run_description` packs a run's graph into it).
+            **({"geometry_fields": {
+                name: {f: list(bits) for f, bits in fields.items()}
+                for name, fields in self.geometry_fields.items()
+            }} if self.geometry_fields else {}),
+        }  # fmt: skip
 
     def _queue_entry(self, name: str, s: Stream, node: Node) -> dict[str, Any]:
         entry: dict[str, Any] = {"stream": s.name, "consumer": node.name}

@@ -150,15 +150,23 @@ def test_harness_ports_and_queue_levels_from_the_verilog():
 
 def test_the_benchs_inputs_reach_design_and_harness_through_a_register():
     # a top-level input that feeds logic combinationally is evaluated by Verilator on every
-    # eval call (twice a cycle): the design and the harness read rst, start and queue_limits
-    # only through their registers, so none of the three drives anything else
+    # eval call (twice a cycle): the design and the harness read rst, start and the run-time
+    # settings (queue_limits, geometry) only through their registers, so none of them drives
+    # anything else
     import re
 
     from examples import swiglu
     from step_hw.elaborate import convert
+    from step_hw.run_time_geometry import shared_bounds
 
-    config = HwConfig(queue_capacity={"load_x.out": 4})
-    text, desc = convert(swiglu.hardware(), config, name="step_top")
+    tiled = [
+        swiglu.hardware_tiled(b, i, 4, size=swiglu.TILED_SIZE) for b, i in swiglu.TILED_TILINGS
+    ]
+    config = HwConfig(
+        queue_capacity={"load_x.out": 4}, geometry_bounds=shared_bounds(tiled, HwConfig())
+    )
+    text, desc = convert(tiled[0], config, name="step_top")
+    assert "geometry_fields" in desc  # the design has both run-time settings
     v = fast_top.wrapper(desc, text)
     code = re.sub(r"//.*", "", v)
     for name in fast_top.REGISTERED:

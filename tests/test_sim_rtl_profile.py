@@ -695,7 +695,11 @@ def test_an_event_pushed_for_the_next_epoch_counts_once_the_process_reaches_it()
 
 
 def amaranth_pushes(
-    graph: Graph, inputs: dict, config: HwConfig, tensors: dict | None = None
+    graph: Graph,
+    inputs: dict,
+    config: HwConfig,
+    tensors: dict | None = None,
+    sink_payloads: dict | None = None,
 ) -> tuple[dict, int]:
     """An Amaranth simulation of the elaborated graph, its Sources offering a token every cycle
     (from the cycle after ``start``) and its Sinks always ready, as the co-simulation bench does:
@@ -703,7 +707,9 @@ def amaranth_pushes(
     the bench's cycle count (the first cycle ``done`` is high, plus one). ``tensors`` (off-chip
     tensors by name) puts a memory with ``MemoryModel.axi_ram()``'s timing on the graph's AXI
     ports, loaded with them. The simulation runs for at most twice the rtl profile's count (at
-    least 2,000 cycles): the largest random buffers take longer than a fixed bound."""
+    least 2,000 cycles): the largest random buffers take longer than a fixed bound.
+    ``sink_payloads`` (a dict) receives the payload of every token a Sink's queue takes, as an
+    integer, by stream name."""
     from amaranth.hdl import Value
     from amaranth.sim import Simulator
 
@@ -725,6 +731,7 @@ def amaranth_pushes(
         sim = Simulator(top)  # elaborates: one queue per (non-Feedback) input, in this order
     g = top.graph
     names = [s.name for n in g.nodes.values() if not n.is_feedback for s in n.inputs]
+    consumers = [n for n in g.nodes.values() if not n.is_feedback for _ in n.inputs]
     tokens = check_inputs(g, inputs)
     srcs = [
         (getattr(top, f"src_{n.name}"), top._formats[n.name], source_tokens(n, tokens))
@@ -743,17 +750,25 @@ def amaranth_pushes(
             ctx.set(port.ready, 1)
         signals = [x for q in queues for x in (q.i.valid, q.i.ready)]
         signals += [port.ready for port, _, _ in srcs] + [top.done]
+        into_sinks = [k for k, c in enumerate(consumers) if isinstance(c, SinkOp)]
+        signals += [Value.cast(queues[k].i.payload) for k in into_sinks]
         at = [0] * len(srcs)
         for cycle in range(limit):
             for k, (port, fmt, toks) in enumerate(srcs):
                 ctx.set(port.valid, at[k] < len(toks))
                 if at[k] < len(toks):
                     ctx.set(Value.cast(port.payload), fmt.pack(toks[at[k]]))
-            *_, done = values = (await ctx.tick().sample(*signals))[2:]
+            values = (await ctx.tick().sample(*signals))[2:]
+            payloads = values[len(values) - len(into_sinks) :]
+            done = values[len(values) - len(into_sinks) - 1]
             ctx.set(top.start, 0)
             for q, name in enumerate(names):
                 if values[2 * q] and values[2 * q + 1]:
                     pushes[name].append(cycle)
+            if sink_payloads is not None:
+                for k, payload in zip(into_sinks, payloads, strict=True):
+                    if values[2 * k] and values[2 * k + 1]:
+                        sink_payloads.setdefault(names[k], []).append(int(payload))
             for k in range(len(srcs)):
                 at[k] += bool(values[2 * len(queues) + k])
             if done:

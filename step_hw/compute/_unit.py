@@ -18,6 +18,7 @@ from step_lang.stoprules import accum_stop, held_stop, partition_closes_chunk
 from ..checks import check_choice, check_int
 from ..contract import matmul_steps
 from ..payload import Kind, TokenFormat, max_level
+from ..run_time_geometry import held_fields, params_layout
 
 ELEM_BITS = (8, 16, 32)
 
@@ -100,6 +101,7 @@ class StreamUnit(wiring.Component):
         *,
         error: bool = False,
         overflow: bool = False,
+        params: Any = None,
     ):
         self._in_formats = tuple(in_formats)
         self._out_format = out_format
@@ -113,6 +115,8 @@ class StreamUnit(wiring.Component):
             members["error"] = Out(1)
         if overflow:
             members["overflow"] = Out(1)
+        if params is not None:  # run-time geometry (step_hw.run_time_geometry)
+            members["params"] = In(params)
         super().__init__(members)
 
     @property
@@ -404,8 +408,11 @@ class FoldUnit(StreamUnit):
         rank: int = 0,
         held: tuple[int, ...] = (),
         inner: int = 0,
+        held_run_time: bool = False,
     ):
-        super().__init__(in_formats, out_format, overflow=datapath.may_overflow)
+        params = params_layout(held_fields(held)) if held_run_time and held else None
+        super().__init__(in_formats, out_format, overflow=datapath.may_overflow, params=params)
+        self._held_run_time = params is not None
         self._datapath = datapath
         self._mode = mode
         self._rank = rank
@@ -590,39 +597,23 @@ class FoldUnit(StreamUnit):
         rd = bank.read_port(domain="comb")
         pos = Signal(range(n), name="held_pos")
         nxt = Signal(range(n), name="held_next")
-        m.d.comb += nxt.eq(Mux(pos == n - 1, 0, pos + 1))
+        # the last position: built in, or (held_run_time) a field of `params`, `held` the bound
+        last_pos = self.params.last if self._held_run_time else n - 1
+        m.d.comb += nxt.eq(Mux(pos == last_pos, 0, pos + 1))
         first = Signal(init=1, name="held_first")  # the group's first outer element
         emitting = Signal(name="held_emitting")
         stop_due = Signal(name="held_stop_due")  # the beat after a data beat is a stop
         at = Signal(range(n), name="held_out")
         final = Signal.like(level, name="held_final_level")
         m.d.comb += [wr.addr.eq(pos), wr.data.eq(acc), rd.addr.eq(Mux(emitting, at, nxt))]
-        closes = [held_stop(i, held) for i in range(n)]
         is_data, is_stop = kind == Kind.DATA, kind == Kind.STOP
         out_data, out_over = emitted(rd.data), emit_over(rd.data)
 
         with m.If(emitting), m.If(free):
-            with m.If(~stop_due):
-                self._emit(m, Kind.DATA, 0, out_data)
-                self._flag_overflow(m, out_over)
-                with m.Switch(at):
-                    for i in range(n):
-                        with m.Case(i):
-                            if i == n - 1 or closes[i]:
-                                m.d.sync += stop_due.eq(1)
-                            else:
-                                m.d.sync += at.eq(i + 1)
-            with m.Else():
-                m.d.sync += stop_due.eq(0)
-                with m.Switch(at):
-                    for i in range(n):
-                        with m.Case(i):
-                            if i == n - 1:
-                                self._emit(m, Kind.STOP, final)
-                                m.d.sync += [emitting.eq(0), at.eq(0)]
-                            else:
-                                self._emit(m, Kind.STOP, closes[i])
-                                m.d.sync += at.eq(i + 1)
+            if self._held_run_time:
+                self._emit_held_run_time(m, at, stop_due, emitting, final, out_data, out_over)
+            else:
+                self._emit_held(m, n, held, at, stop_due, emitting, final, out_data, out_over)
         with m.Elif(valid):
             with m.If(is_data):
                 _fold_data(m, last, advance, take, finish, acc, result)
@@ -634,10 +625,18 @@ class FoldUnit(StreamUnit):
                 with m.If(level >= outer_end):
                     m.d.sync += first.eq(0)
                 if n > 1:  # (one position: the chain simply continues in acc)
-                    with m.If(first & (level < outer_end)):
-                        m.d.sync += acc.eq(init)
-                    with m.Else():
-                        m.d.sync += acc.eq(rd.data)
+
+                    def load_next() -> None:
+                        with m.If(first & (level < outer_end)):
+                            m.d.sync += acc.eq(init)
+                        with m.Else():
+                            m.d.sync += acc.eq(rd.data)
+
+                    if self._held_run_time:
+                        with m.If(last_pos != 0):  # (one position at run time: as above)
+                            load_next()
+                    else:
+                        load_next()
             with m.Elif(is_stop):  # the group ends: write the last position, then emit
                 m.d.comb += [take.eq(1), wr.en.eq(1), clear.eq(1)]
                 m.d.sync += [pos.eq(0), first.eq(1), emitting.eq(1), at.eq(0)]
@@ -645,6 +644,72 @@ class FoldUnit(StreamUnit):
             with m.Elif(free):
                 m.d.comb += take.eq(1)
                 self._emit(m, Kind.DONE)
+
+    def _emit_held(self, m, n, held, at, stop_due, emitting, final, out_data, out_over) -> None:
+        """Emit the bank (built-in held extents): position ``at``'s tile, then (where a held
+        dim ends, ``held_stop``, and after the last) its stop."""
+        closes = [held_stop(i, held) for i in range(n)]
+        with m.If(~stop_due):
+            self._emit(m, Kind.DATA, 0, out_data)
+            self._flag_overflow(m, out_over)
+            with m.Switch(at):
+                for i in range(n):
+                    with m.Case(i):
+                        if i == n - 1 or closes[i]:
+                            m.d.sync += stop_due.eq(1)
+                        else:
+                            m.d.sync += at.eq(i + 1)
+        with m.Else():
+            m.d.sync += stop_due.eq(0)
+            with m.Switch(at):
+                for i in range(n):
+                    with m.Case(i):
+                        if i == n - 1:
+                            self._emit(m, Kind.STOP, final)
+                            m.d.sync += [emitting.eq(0), at.eq(0)]
+                        else:
+                            self._emit(m, Kind.STOP, closes[i])
+                            m.d.sync += at.eq(i + 1)
+
+    def _emit_held_run_time(self, m, at, stop_due, emitting, final, out_data, out_over) -> None:
+        """As :meth:`_emit_held`, the held extents from ``params`` (``end<d>``: each held dim's
+        last index): a counter per held dim follows ``at``, and the stop after a position is
+        the number of trailing held dims at their last index (``held_stop``), computed as
+        :class:`~step_hw.memory.sequence.AffineWalk`'s ``level``. The same beats in the same
+        cycles."""
+        h = len(self._held)
+        counters = [Signal(range(max(2, b)), name=f"held_m{d}") for d, b in enumerate(self._held)]
+        at_last = [c == self.params[f"end{d}"] for d, c in enumerate(counters)]
+        trailing = [None] * h + [True]
+        for d in reversed(range(h)):
+            trailing[d] = at_last[d] if trailing[d + 1] is True else at_last[d] & trailing[d + 1]
+        is_last = trailing[0]
+        closes = sum(t for t in trailing[:h])
+
+        def step() -> None:
+            m.d.sync += at.eq(at + 1)
+            for d in range(h):
+                carry = at_last[d] if trailing[d + 1] is True else at_last[d] | ~trailing[d + 1]
+                with m.If(~carry):
+                    m.d.sync += counters[d].eq(counters[d] + 1)
+                    m.d.sync += [counters[e].eq(0) for e in range(d + 1, h)]
+
+        with m.If(~stop_due):
+            self._emit(m, Kind.DATA, 0, out_data)
+            self._flag_overflow(m, out_over)
+            with m.If(is_last | (closes != 0)):
+                m.d.sync += stop_due.eq(1)
+            with m.Else():
+                step()
+        with m.Else():
+            m.d.sync += stop_due.eq(0)
+            with m.If(is_last):
+                self._emit(m, Kind.STOP, final)
+                m.d.sync += [emitting.eq(0), at.eq(0)]
+                m.d.sync += [c.eq(0) for c in counters]
+            with m.Else():
+                self._emit(m, Kind.STOP, closes)
+                step()
 
 
 def _fold_data(m: Module, last, advance, take, finish, acc, result) -> None:

@@ -285,7 +285,10 @@ def _reduce_kwargs(node: Any, config: HwConfig, ops, owner: str) -> dict[str, An
     elif op == "retile_row":
         kw["out_rows"] = out.rows
     if getattr(node, "held", 0):
-        kw.update(held=node.held_shape, inner=node.inner)
+        bound = dict(config.geometry_bounds).get(node.name)
+        kw.update(held=node.held_shape if bound is None else bound, inner=node.inner)
+        if bound is not None:
+            kw["held_run_time"] = True
     return kw
 
 
@@ -370,6 +373,11 @@ class AccumUnit(FoldUnit):
         tiles folded into it). Empty: a plain Accum.
     inner : int
         With ``held``: the reduced dims inside the held ones (``1 <= inner < rank``).
+    held_run_time : bool
+        With ``held``: the held extents are a run-time setting (``HwConfig.geometry_bounds``):
+        ``held`` is then their bound and the input ``params``
+        (:func:`step_hw.run_time_geometry.held_fields`: each held dim's last index, and the last
+        position) gives them, held while the unit runs; cycle for cycle the unit built for them.
     max_rows : int
         Dynamic tiles (``step_hw.payload``), bounded by ``max_rows`` (``HwConfig.dyn_tile_rows``):
         for ``matmul``, with ``in_shapes`` ``((None, K), (K, N))``, ``a`` and the accumulator are
@@ -433,8 +441,11 @@ class AccumUnit(FoldUnit):
         held: Sequence[int] = (),
         inner: int = 0,
         exact: bool = False,
+        held_run_time: bool = False,
     ):
         held, inner = _check_held("AccumUnit", op, rank, held, inner, level_bits, max_rows)
+        if held_run_time and not held:
+            raise ValueError("AccumUnit held_run_time applies to held accumulators only")
         ins, out, datapath = _reduce_unit(
             "AccumUnit",
             ACCUM_OPS,
@@ -454,7 +465,8 @@ class AccumUnit(FoldUnit):
             exact=exact,
         )
         self._op = op
-        super().__init__(ins, out, datapath, mode="accum", rank=rank, held=held, inner=inner)
+        super().__init__(ins, out, datapath, mode="accum", rank=rank, held=held, inner=inner,
+                         held_run_time=held_run_time)  # fmt: skip
 
     @property
     def op(self) -> str:

@@ -11,8 +11,9 @@ output tensors (read back from the memory) and the cycle count to ``GRAPH_RESULT
 Environment (set by :func:`step_hw.cosim.run`):
 
 * ``GRAPH_DESC``: the design's description JSON (memory map with this run's tensor shapes and
-  each tensor's ``raw_dtype``, AXI ports, queue instances with this run's depths, and
-  ``queue_limits``, the run-time depths' input, when the design has it); the bench imports
+  each tensor's ``raw_dtype``, AXI ports, queue instances with this run's depths, and the
+  values of the run-time settings the design has, ``queue_limits`` and ``geometry``:
+  ``fast_top.RUN_TIME_INPUTS``); the bench imports
   neither the language nor the harness, so a run does not pay for loading them;
 * ``GRAPH_DATA``: ``.npz`` of input tensors; ``GRAPH_OUTPUTS``: comma-separated tensors to read;
 * ``GRAPH_PAUSES`` (``always``/``periodic``/``random``) and ``GRAPH_SEED``: AXI back-pressure;
@@ -43,6 +44,7 @@ from cocotb.triggers import ReadOnly, RisingEdge
 from cocotbext.axi import AxiRamRead, AxiRamWrite, AxiReadBus, AxiWriteBus
 from cocotbext.axi.sparse_memory import SparseMemory
 
+from step_hw.cosim.fast_top import RUN_TIME_INPUTS
 from step_hw.cosim.streams import StreamMonitor, StreamSink, StreamSource, reset
 from step_hw.testing import pauses
 
@@ -204,9 +206,9 @@ async def run_graph(dut) -> None:
             memory.write(info["addr"], array.tobytes())
     watch = _QueueWatch(dut, desc.get("queues", {}))
     dut.start.value = 0
-    if "queue_limits" in desc:
-        # run-time queue depths (HwConfig.queue_capacity), held from before the reset
-        dut.queue_limits.value = int(desc["queue_limits"])
+    for name in RUN_TIME_INPUTS:
+        if name in desc:  # run-time queue depths and geometry, held from before the reset
+            getattr(dut, name).value = int(desc[name])
     await reset(dut.clk, dut.rst)
     dut.start.value = 1
     for port, driver in drivers.items():

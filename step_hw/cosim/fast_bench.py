@@ -7,8 +7,8 @@ reset, pulse ``start``, wait for ``done`` (in steps of at most ``GRAPH_CHECK`` c
 watchdog between them), pulse ``dump`` and write ``GRAPH_RESULT``: no coroutine runs per clock
 cycle.
 
-Environment: ``GRAPH_DESC`` (the design's description with this run's queue depths and
-``queue_limits``), ``GRAPH_WATCHDOG`` (cycles without a
+Environment: ``GRAPH_DESC`` (the design's description with this run's queue depths and the
+values of its run-time settings, ``queue_limits`` and ``geometry``), ``GRAPH_WATCHDOG`` (cycles without a
 queue handshake before the run fails, reporting every queue's level to ``GRAPH_REPORT``),
 ``GRAPH_RESULT`` (``.npz``: cycles and raised flags).
 """
@@ -24,7 +24,7 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import First, RisingEdge, Timer
 
-from step_hw.cosim.fast_top import QUEUE_LEVEL_BITS
+from step_hw.cosim.fast_top import QUEUE_LEVEL_BITS, RUN_TIME_INPUTS
 from step_hw.cosim.streams import reset
 
 _PERIOD_NS = 10
@@ -69,9 +69,9 @@ async def run_graph_fast(dut) -> None:
     cocotb.start_soon(Clock(dut.clk, _PERIOD_NS, unit="ns").start())
     dut.start.value = 0
     dut.dump.value = 0
-    if "queue_limits" in desc:
-        # run-time queue depths (HwConfig.queue_capacity), held from before the reset
-        dut.queue_limits.value = int(desc["queue_limits"])
+    for name in RUN_TIME_INPUTS:
+        if name in desc:  # run-time queue depths and geometry, held from before the reset
+            getattr(dut, name).value = int(desc[name])
     await reset(dut.clk, dut.rst)
     dut.start.value = 1
     t0 = time.perf_counter()

@@ -28,6 +28,7 @@ for every run.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -321,7 +322,13 @@ def design(
     folder = BUILD / (digest + variant)
     if key in _DESIGNS:
         _remember(known, digest, folder, recorded_elaborate_s)
-        return _DESIGNS[key]
+        if converted.cached:
+            return _DESIGNS[key]
+        # another graph with this Verilog (another tiling of run-time geometry): built, but
+        # this call's elaboration is reported with its first run
+        return dataclasses.replace(
+            _DESIGNS[key], desc=desc, build_s=0.0, runs=0, elaborate_s=elaborate_s
+        )
     stamp = folder / "built.ok"
     t0 = time.perf_counter()
     if not stamp.is_file():
@@ -470,12 +477,15 @@ def run(
 
     from step_hw.config import config_for
     from step_hw.run_time_depths import check_capacities, run_description
+    from step_hw.run_time_geometry import check_geometry
+    from step_hw.run_time_geometry import run_description as with_geometry
 
     from . import verilator
 
     waves = waves or os.environ.get("WAVES", "") not in ("", "0")
     config = config or config_for(graph)
     check_capacities(graph, config)  # before a build
+    check_geometry(graph, config)
     d = design(graph, config, waves=waves, quiet=quiet, tier=tier)
     outputs = output_tensors(graph)
     with _claimed_run_folder(d.folder / "runs", tag) as runs:
@@ -488,9 +498,11 @@ def run(
         payloads = _source_payloads(graph, d.desc, inputs)
         for stale in (result, sinks_file, report_file, runs / "mem_out.hex", runs / "trace.txt"):
             stale.unlink(missing_ok=True)
-        # the design's description with this graph's tensor shapes and raw dtypes and its queue
-        # depths (run-time ones included)
-        run_desc = run_description(graph, config, _with_run_tensors(d.desc, graph))
+        # the design's description with this graph's tensor shapes and raw dtypes, its queue
+        # depths (run-time ones included) and its geometry (where it is a run-time setting)
+        run_desc = with_geometry(
+            graph, config, run_description(graph, config, _with_run_tensors(d.desc, graph))
+        )
         (runs / "desc.json").write_text(json.dumps(run_desc))
         env = {
             "GRAPH_DESC": str(runs / "desc.json"),

@@ -51,7 +51,8 @@ from ..contract import BUFFER_SLOTS, STREAMIFY_QUEUE_DEPTH, buffer_words
 from ..payload import KIND_BITS, Kind, TokenFormat
 from ..payload_fields import token_layout
 from ..queue import Queue
-from .sequence import Entry, Sequencer, driving_layout
+from ..run_time_geometry import buffer_fields, buffer_of, params_layout
+from .sequence import Entry, Sequencer, driving_layout, walk_layout
 
 __all__ = ["BufferGeometry", "BufferPortSignature", "Bufferize", "Streamify"]
 
@@ -183,6 +184,11 @@ class Bufferize(wiring.Component):
         Buffers in memory (2: double buffering).
     dynamic_dim : int or None
         The buffer dim (an index into ``buffer_shape``) whose extent is known only at run time.
+    run_time : bool
+        The buffer's element count is a run-time setting (``HwConfig.geometry_bounds``):
+        ``buffer_shape`` is then its bound, the memory holds ``slots`` buffers of the bound, a
+        buffer lies at the start of its slot, and the input ``params`` gives the count. A
+        static buffer only.
 
     Ports
     -----
@@ -192,6 +198,9 @@ class Bufferize(wiring.Component):
         ``[D_r..D_b]`` with stops.
     rd : In(BufferPortSignature)
         Streamify's read port and slot release.
+    params : In({size}), only with ``run_time``
+        The buffer's element count (:func:`step_hw.run_time_geometry.buffer_fields`), held
+        while the block runs.
     error : Out(1)
         Sticky. A static buffer: it closed with a number of elements other than its static size
         (extra elements are dropped; the interpreter's type check rejects such streams). A
@@ -225,12 +234,16 @@ class Bufferize(wiring.Component):
         buffer_shape: Sequence[int],
         slots: int = BUFFER_SLOTS,
         dynamic_dim: int | None = None,
+        run_time: bool = False,
         src_loc_at: int = 0,
     ):
         who = type(self).__name__
         config = check_config(who, config)
         in_rank = check_int(who, "in_rank", in_rank, 0)
         rank = check_int(who, "rank", rank)
+        if run_time and dynamic_dim is not None:
+            raise ValueError(f"{who} a buffer with a dynamic dim has no run-time size")
+        self._run_time = run_time
         if rank > in_rank:
             raise ValueError(f"{who} rank must be in [1, in_rank={in_rank}], not {rank}")
         self._geo = geo = _geometry(who, elem_format, buffer_shape, slots, config, dynamic_dim)
@@ -240,14 +253,15 @@ class Bufferize(wiring.Component):
             )
         levels_fit(who, "input", in_rank, elem_format.level_bits)
         self._rank, self._in_rank = rank, in_rank
-        super().__init__(
-            {
-                "i": In(elem_format.signature()),
-                "o": Out(stream.Signature(geo.ref_layout())),
-                "rd": In(geo.port_signature()),
-                "error": Out(1),
-            }
-        )
+        members: dict[str, Any] = {
+            "i": In(elem_format.signature()),
+            "o": Out(stream.Signature(geo.ref_layout())),
+            "rd": In(geo.port_signature()),
+            "error": Out(1),
+        }
+        if run_time:
+            members["params"] = In(params_layout(buffer_fields(geo.size)))
+        super().__init__(members)
 
     @classmethod
     def from_node(cls, node: Any, config: HwConfig, *, slots: int = BUFFER_SLOTS) -> Bufferize:
@@ -257,15 +271,17 @@ class Bufferize(wiring.Component):
         def build() -> Bufferize:
             x = node.inputs[0]
             shape, dynamic = buffer_extent(node, "out", node.out_types[0].elem.shape)
+            bound = dict(config.geometry_bounds).get(node.name)
             return cls(
                 src_loc_at=3,
                 config=config,
                 elem_format=TokenFormat.for_elem(x.elem, config, where=where(node, "in")),
                 rank=node.rank,
                 in_rank=x.rank,
-                buffer_shape=shape,
+                buffer_shape=shape if bound is None else bound,
                 slots=slots,
                 dynamic_dim=dynamic,
+                run_time=bound is not None,
             )
 
         return build_for_node(node, ops.Bufferize, build)
@@ -292,6 +308,7 @@ class Bufferize(wiring.Component):
         m.d.comb += [rp.addr.eq(self.rd.addr), self.rd.data.eq(rp.data)]
 
         fill = Signal(geo.slot_width)  # the slot being filled
+        size = self.params.size if self._run_time else geo.size  # elements per buffer
         if geo.dynamic is None:
             count = Signal(range(geo.size + 1))  # its elements so far
         word = Signal(range(max(2, geo.words)))
@@ -326,7 +343,7 @@ class Bufferize(wiring.Component):
             return m
         with m.If(self.i.valid), m.Switch(tok.kind):
             with m.Case(Kind.DATA):
-                with m.If(count == geo.size):  # more elements than the buffer holds
+                with m.If(count == size):  # more elements than the buffer holds
                     m.d.comb += self.i.ready.eq(1)
                     m.d.sync += error.eq(1)
                 with m.Elif(used < geo.slots):
@@ -338,7 +355,7 @@ class Bufferize(wiring.Component):
                     m.d.comb += [self.i.ready.eq(1), closed.eq(1)]
                     m.d.sync += self._offer(out_valid, out, fill, pend, pend_level, tok.level)
                     m.d.sync += count.eq(0)
-                    with m.If(count != geo.size):
+                    with m.If(count != size):
                         m.d.sync += error.eq(1)
             with m.Default(), m.If(~out_valid):  # DONE
                 m.d.comb += self.i.ready.eq(1)
@@ -491,6 +508,11 @@ class Streamify(wiring.Component):
         A permutation of the buffer dims (not with an affine read).
     ref_format, ref_rank
         The reference stream (contents ignored), ``ref_rank >= in_rank``.
+    walk_bound : sequence of int or None
+        The read's walk (``repeat`` dims, then the read) is a run-time setting
+        (``HwConfig.geometry_bounds``), built for these extents; the input ``params`` gives
+        it. ``buffer_shape`` is then the buffer's bound, as in the run-time :class:`Bufferize`.
+        An affine or stored-order read of a static buffer only.
 
     Ports
     -----
@@ -499,6 +521,9 @@ class Streamify(wiring.Component):
     ref : In(ref_format stream), only with a reference
     o : Out(elem_format stream)
     rd : Out(BufferPortSignature), to Bufferize's ``rd``
+    params : In(:func:`~.sequence.walk_layout`), only with ``walk_bound``
+        The read's walk (:func:`step_hw.run_time_geometry.walk_fields`), held while the block
+        runs.
     error : Out(1)
         Sticky: ``ref`` did not line up with the buffer stream (the interpreter raises).
 
@@ -542,11 +567,17 @@ class Streamify(wiring.Component):
         ref_format: TokenFormat | None = None,
         ref_rank: int | None = None,
         dynamic_dim: int | None = None,
+        walk_bound: Sequence[int] | None = None,
         src_loc_at: int = 0,
     ):
         who = type(self).__name__
         config = check_config(who, config)
         self._geo = geo = _geometry(who, elem_format, buffer_shape, slots, config, dynamic_dim)
+        if walk_bound is not None and (order is not None or geo.dynamic is not None):
+            raise ValueError(
+                f"{who} a run-time read (walk_bound) is an affine or stored-order read of a "
+                "static buffer"
+            )
         in_rank = check_int(who, "in_rank", in_rank, 0)
         repeat = int_tuple(who, "repeat", repeat, minimum=1)
         if (read_shape is None) != (read_stride is None):
@@ -607,6 +638,17 @@ class Streamify(wiring.Component):
         self._in_rank, self._repeat = in_rank, repeat
         self._read_shape, self._read_stride, self._base = read_shape, read_stride, base
         self._ref_format, self._ref_rank = ref_format, ref_rank
+        self._walk_bound = None
+        if walk_bound is not None:
+            walk_bound = int_tuple(who, "walk_bound", walk_bound, minimum=1)
+            walk = (*repeat, *read_shape)
+            if len(walk_bound) != len(walk) or any(
+                e > b for e, b in zip(walk, walk_bound, strict=True)
+            ):
+                raise ValueError(
+                    f"{who} walk {list(walk)} exceeds its walk_bound {list(walk_bound)}"
+                )
+            self._walk_bound = walk_bound
         members: dict[str, Any] = {
             "i": In(stream.Signature(geo.ref_layout())),
             "o": Out(elem_format.signature()),
@@ -615,6 +657,8 @@ class Streamify(wiring.Component):
         }
         if ref_format is not None:
             members["ref"] = In(ref_format.signature())
+        if walk_bound is not None:
+            members["params"] = In(walk_layout(walk_bound, geo.index_width))
         super().__init__(members)
 
     @classmethod
@@ -627,6 +671,10 @@ class Streamify(wiring.Component):
             buffers = node.inputs[0]
             streamify_rule(node, config)
             shape, dynamic = buffer_extent(node, "in", buffers.elem.shape)
+            bounds = dict(config.geometry_bounds)
+            walk_bound = bounds.get(node.name)
+            if walk_bound is not None:
+                shape = bounds.get(buffer_of(node).name, shape)
             ref = node.inputs[1] if len(node.inputs) > 1 else None
             return cls(
                 src_loc_at=3,
@@ -643,6 +691,7 @@ class Streamify(wiring.Component):
                 ref_format=TokenFormat.for_elem(ref.elem, config, where=where(node, "ref")) if ref is not None else None,
                 ref_rank=ref.rank if ref is not None else None,
                 dynamic_dim=dynamic,
+                walk_bound=walk_bound,
             )  # fmt: skip
 
         return build_for_node(node, ops.Streamify, build)
@@ -683,8 +732,9 @@ class Streamify(wiring.Component):
         geo, fmt = self._geo, self._fmt
         c = None if self._ref_format is None else self._ref_rank - self._in_rank
         driving_rank = self._in_rank if c is None else self._ref_rank
+        run_time = self._walk_bound is not None
         m.submodules.seq = seq = Sequencer(
-            shape=(*self._repeat, *self._read_shape),
+            shape=self._walk_bound if run_time else (*self._repeat, *self._read_shape),
             stride=(0,) * len(self._repeat) + self._read_stride,
             base=self._base,
             index_width=geo.index_width,
@@ -692,8 +742,11 @@ class Streamify(wiring.Component):
             slot_width=geo.slot_width,
             eager=driving_rank == 0,
             ref_inner=c,
+            run_time=run_time,
             **self._dynamic_walk(),
         )
+        if run_time:
+            m.d.comb += seq.walk_params.eq(self.params)
         wiring.connect(m, wiring.flipped(self.i), seq.outer)
         if c is not None:
             m.d.comb += [

@@ -33,7 +33,7 @@ from ..payload import Kind, TokenFormat
 from ..payload_fields import token_layout
 from ..queue import Queue
 from .axi import BURST_INCR, AXI4Signature, BurstGenerator, TileGeometry
-from .sequence import Entry, Sequencer
+from .sequence import Entry, Sequencer, walk_layout
 
 __all__ = ["LinearLoad", "RandomLoad", "TileReader", "fetch_block"]
 
@@ -261,6 +261,9 @@ class LinearLoad(wiring.Component):
         The reference stream (contents ignored), if any, and its rank.
     max_outstanding : int
         AXI bursts in flight (default ``config.max_outstanding``).
+    walk_bound : sequence of int or None
+        The walk is a run-time setting (``HwConfig.geometry_bounds``), built for these extents
+        (``out_shape`` at most): the input ``params`` gives it.
 
     Ports
     -----
@@ -268,6 +271,8 @@ class LinearLoad(wiring.Component):
     o : Out(tile_format stream)
         ``[1, *out_shape]`` or ``[*ref.shape, *out_shape]`` tiles.
     axi : Out(AXI4Signature(read only)), error : Out(1) (sticky AXI error response)
+    params : In(:func:`~.sequence.walk_layout`), only with ``walk_bound``
+        The walk (:func:`step_hw.run_time_geometry.walk_fields`), held while the block runs.
 
     Stop tokens
         Within a walk, the stop after the tile at ``m`` is ``grid_stop(m)``. With a reference,
@@ -313,6 +318,7 @@ class LinearLoad(wiring.Component):
         ref_format: TokenFormat | None = None,
         ref_rank: int | None = None,
         max_outstanding: int | None = None,
+        walk_bound: Sequence[int] | None = None,
         src_loc_at: int = 0,
     ):
         who = "LinearLoad"
@@ -347,6 +353,16 @@ class LinearLoad(wiring.Component):
         self._out_shape, self._stride, self._base = tuple(out_shape), stride, base
         self._ref_format, self._ref_rank = ref_format, ref_rank
         self._max_outstanding = outstanding(who, max_outstanding, config)
+        self._walk_bound = None
+        if walk_bound is not None:
+            walk_bound = int_tuple(who, "walk_bound", walk_bound, minimum=1)
+            if len(walk_bound) != len(out_shape) or any(
+                e > b for e, b in zip(out_shape, walk_bound, strict=True)
+            ):
+                raise ValueError(
+                    f"{who} out_shape {list(out_shape)} exceeds its walk_bound {list(walk_bound)}"
+                )
+            self._walk_bound = walk_bound
         members: dict[str, Any] = {
             "o": Out(fmt.signature()),
             "axi": Out(AXI4Signature.for_config(config, write=False)),
@@ -354,6 +370,8 @@ class LinearLoad(wiring.Component):
         }
         if ref_format is not None:
             members["ref"] = In(ref_format.signature())
+        if walk_bound is not None:
+            members["params"] = In(walk_layout(walk_bound, geo.index_width))
         super().__init__(members)
 
     @classmethod
@@ -384,6 +402,7 @@ class LinearLoad(wiring.Component):
                 ref_format=ref_format,
                 ref_rank=ref.rank if ref is not None else None,
                 max_outstanding=max_outstanding,
+                walk_bound=dict(config.geometry_bounds).get(node.name),
             )
 
         return build_for_node(node, ops.LinearOffChipLoad, build)
@@ -409,14 +428,18 @@ class LinearLoad(wiring.Component):
         m = Module()
         geo, fmt = self._geo, self._fmt
         level_bits = fmt.level_bits
+        run_time = self._walk_bound is not None
         m.submodules.seq = seq = Sequencer(
-            shape=self._out_shape,
+            shape=self._walk_bound if run_time else self._out_shape,
             stride=self._stride,
             base=self._base,
             index_width=geo.index_width,
             level_bits=level_bits,
             eager=self._ref_format is None or self._ref_rank == 0,
+            run_time=run_time,
         )
+        if run_time:
+            m.d.comb += seq.walk_params.eq(self.params)
         m.submodules.reader = reader = TileReader(
             geometry=geo,
             tile_format=fmt,

@@ -35,8 +35,16 @@ from step_lang.stoprules import grid_stop
 
 from ..payload import Kind
 from ..payload_fields import token_layout
+from ..run_time_geometry import params_layout, walk_fields
 
-__all__ = ["AffineWalk", "DynamicWalk", "Entry", "Sequencer", "walk_reference"]
+__all__ = [
+    "AffineWalk",
+    "DynamicWalk",
+    "Entry",
+    "Sequencer",
+    "walk_layout",
+    "walk_reference",
+]
 
 
 class Entry(enum.IntEnum):
@@ -67,34 +75,64 @@ class AffineWalk(wiring.Component):
     element, i.e. how many trailing dims are at their last index), ``last`` (out). Each step is
     one adder: going to the next element in dim ``d`` adds the precomputed
     ``stride[d] - sum_{e > d} (shape[e] - 1) * stride[e]``. An empty ``shape`` has one element.
+
+    ``run_time=True``: ``shape`` is the bound of each dim, and the walk's own extents, steps and
+    base come from the input ``params`` (:func:`walk_layout`; the fields of
+    :func:`step_hw.run_time_geometry.walk_fields`, values from ``walk_values``), held while the
+    walk runs; ``stride`` and ``base`` are then ignored. Cycle for cycle the walk built for those
+    values from its first ``start`` on (before it, ``index`` is 0 instead of ``base``: the
+    Sequencer reads it only during a walk): the same registers, a dim's last index compared with
+    a field instead of a constant.
     """
 
-    def __init__(self, *, shape: Sequence[int], stride: Sequence[int], base: int, index_width: int):
+    def __init__(
+        self,
+        *,
+        shape: Sequence[int],
+        stride: Sequence[int],
+        base: int,
+        index_width: int,
+        run_time: bool = False,
+    ):
         self._shape = tuple(shape)
         self._stride = tuple(stride)
         self._base = base
+        self._run_time = run_time
         n = len(self._shape)
-        super().__init__(
-            {
-                "start": In(1),
-                "advance": In(1),
-                "index": Out(index_width),
-                "level": Out(range(n + 1)),
-                "last": Out(1),
-            }
-        )
+        members = {
+            "start": In(1),
+            "advance": In(1),
+            "index": Out(index_width),
+            "level": Out(range(n + 1)),
+            "last": Out(1),
+        }
+        if run_time:
+            members["params"] = In(walk_layout(self._shape, index_width))
+        super().__init__(members)
 
     def elaborate(self, platform) -> Module:
         m = Module()
         shape, stride = self._shape, self._stride
         n = len(shape)
         counters = [Signal(range(max(2, size)), name=f"m{d}") for d, size in enumerate(shape)]
-        at_last = [c == size - 1 for c, size in zip(counters, shape, strict=True)]
+        if self._run_time:
+            p = self.params
+            ends = [p[f"end{d}"] for d in range(n)]
+            deltas = [p[f"delta{d}"] for d in range(n)]
+            base = p.base
+        else:
+            ends = [size - 1 for size in shape]
+            deltas = [
+                stride[d] - sum((shape[e] - 1) * stride[e] for e in range(d + 1, n))
+                for d in range(n)
+            ]
+            base = self._base
+        at_last = [c == e for c, e in zip(counters, ends, strict=True)]
         # trailing[d]: every dim from d inwards is at its last index (trailing[n] is true).
         trailing = [None] * n + [True]
         for d in reversed(range(n)):
             trailing[d] = at_last[d] if trailing[d + 1] is True else at_last[d] & trailing[d + 1]
-        index = Signal.like(self.index, init=self._base)
+        index = Signal.like(self.index, init=0 if self._run_time else self._base)
         m.d.comb += [
             self.index.eq(index),
             self.last.eq(trailing[0] if n else 1),
@@ -102,16 +140,21 @@ class AffineWalk(wiring.Component):
         ]
         with m.If(self.advance & ~self.last):
             for d in range(n):
-                delta = stride[d] - sum((shape[e] - 1) * stride[e] for e in range(d + 1, n))
                 carry = at_last[d] if trailing[d + 1] is True else at_last[d] | ~trailing[d + 1]
                 with m.If(~carry):
                     m.d.sync += counters[d].eq(counters[d] + 1)
                     m.d.sync += [counters[e].eq(0) for e in range(d + 1, n)]
-                    m.d.sync += index.eq(index + delta)
+                    m.d.sync += index.eq(index + deltas[d])
         with m.If(self.start):
             m.d.sync += [c.eq(0) for c in counters]
-            m.d.sync += index.eq(self._base)
+            m.d.sync += index.eq(base)
         return m
+
+
+def walk_layout(bounds: Sequence[int], index_width: int) -> data.StructLayout:
+    """The ``params`` of a run-time :class:`AffineWalk` built for ``bounds``: the fields of
+    :func:`step_hw.run_time_geometry.walk_fields`, in that order."""
+    return params_layout(walk_fields(bounds, index_width))
 
 
 class DynamicWalk(wiring.Component):
@@ -252,6 +295,9 @@ class Sequencer(wiring.Component):
         refilled from the next cycle on).
     error : Out(1)
         Sticky: the streams did not line up (the interpreter raises in these cases).
+    walk_params : In(:func:`walk_layout`), only with ``run_time=True``
+        The walk's extents, steps and base (:class:`AffineWalk`'s ``params``; ``shape`` is then
+        each dim's bound). Not with ``dynamic``.
 
     One entry per cycle while a block is walked (initiation interval 1); a driving token that
     starts a block costs one cycle of its own. ``entries.valid`` depends only on state and the
@@ -271,7 +317,11 @@ class Sequencer(wiring.Component):
         ref_inner: int | None = None,
         dynamic: int | None = None,
         stops_from: int | None = None,
+        run_time: bool = False,
     ):
+        if run_time and dynamic is not None:
+            raise ValueError("Sequencer: a walk with a dynamic dim has no run-time geometry")
+        self._run_time = run_time
         self._shape, self._stride, self._base = tuple(shape), tuple(stride), base
         self._index_width = index_width
         self._eager = eager
@@ -290,6 +340,8 @@ class Sequencer(wiring.Component):
         }
         if ref_inner is not None:
             members["ref"] = In(stream.Signature(ref_layout(level_bits)))
+        if run_time:
+            members["walk_params"] = In(walk_layout(self._shape, index_width))
         super().__init__(members)
 
     def elaborate(self, platform) -> Module:
@@ -305,7 +357,10 @@ class Sequencer(wiring.Component):
                 stride=self._stride,
                 base=self._base,
                 index_width=self._index_width,
+                run_time=self._run_time,
             )
+            if self._run_time:
+                m.d.comb += walk.params.eq(self.walk_params)
             empty = None  # whether the driving token's walk has no entries
         else:
             q = self._stops_from
