@@ -94,6 +94,9 @@ class Point:
     # -> the HwConfig the RTL is built with: ``config`` with run-time queue depths up to the
     # capacities of both depth settings (``shared_build``); None: ``config``
     rtl_config: Callable[[], HwConfig] | None = None
+    # points of several designs (tilings) that run on one build, their geometry a run-time
+    # setting (``HwConfig.geometry_bounds``) where their graphs have the same nodes
+    family: str | None = None
 
     def hardware(self) -> HwConfig:
         """The configuration the point's RTL is built with (:func:`shared_build`)."""
@@ -118,7 +121,8 @@ def swiglu_points() -> list[Point]:
 
 
 def fig8_points() -> list[Point]:
-    """Fig. 8 at the paper's size: 15 ``tile_b x tile_i`` tilings, one build each."""
+    """Fig. 8 at the paper's size: 15 ``tile_b x tile_i`` tilings, on two builds: the 14 that
+    have the same nodes on one (their geometry a run-time setting), ``16 x 16`` on its own."""
     mem = scale.fig8_inputs()
     return [
         Point(
@@ -131,6 +135,7 @@ def fig8_points() -> list[Point]:
             tier="fast",
             memory_model=scale.SCALE_MEMORY,
             functional_sim=False,
+            family="fig8",
         )
         for b, i in scale.FIG8_TILES
     ]
@@ -760,25 +765,51 @@ def with_sized_depths(p: Point, group: list[Point], memory: MemoryModel) -> Poin
     )  # fmt: skip
 
 
-def shared_build(group: list[Point], memory: MemoryModel) -> Callable[[], HwConfig]:
-    """-> the configuration one build of ``group``'s design runs both depth settings with: its
-    ``config`` with run-time queue depths (``HwConfig.queue_capacity``), each queue built for the
-    larger of its default and sized depth (``step_hw.run_time_depths.shared_capacities``; sizes the
-    design when first called)."""
+def shared_build(groups: list[list[Point]], memory: MemoryModel) -> Callable[[], HwConfig]:
+    """-> the configuration one build runs the designs of ``groups`` (each the points of one
+    design) with, at both depth settings: their ``config`` with run-time queue depths
+    (``HwConfig.queue_capacity``), each queue built for the largest of its default and sized
+    depths (``step_hw.run_time_depths.shared_capacities``), and, for several designs (the
+    tilings of a ``family``), their differing geometry as a run-time setting
+    (``HwConfig.geometry_bounds``, ``step_hw.run_time_geometry.shared_bounds``). Sizes the
+    designs when first called."""
     from step_hw.run_time_depths import shared_capacities
+    from step_hw.run_time_geometry import shared_bounds
 
     made: list[HwConfig] = []
 
     def config() -> HwConfig:
         if not made:
-            p = group[0]
-            sized = p.make()
-            sized.queue_depths.update(sized_depths(group, p.memory_model or memory))
-            capacities = shared_capacities([p.make(), sized], p.config)
-            made.append(dataclasses.replace(p.config, queue_capacity=capacities))
+            graphs = []
+            for group in groups:
+                p = group[0]
+                sized = p.make()
+                sized.queue_depths.update(sized_depths(group, p.memory_model or memory))
+                graphs += [p.make(), sized]
+            base = groups[0][0].config
+            bounds = shared_bounds(graphs, base) if len(groups) > 1 else {}
+            made.append(dataclasses.replace(
+                base, queue_capacity=shared_capacities(graphs, base), geometry_bounds=bounds
+            ))  # fmt: skip
         return made[0]
 
     return config
+
+
+def _builds(groups: dict[str, list[Point]], memory: MemoryModel) -> dict[str, Callable]:
+    """Design -> its :func:`shared_build`: one per design, or one per ``family`` for the
+    designs of a family whose lowered graphs have the same nodes (a tiling with other nodes,
+    such as Fig. 8's ``16 x 16`` with two more Promotes, keeps a build of its own)."""
+    builds_of: dict[tuple, list[str]] = {}
+    for design, group in groups.items():
+        p = group[0]
+        key = (p.family, tuple(sorted(lower(p.make()).nodes))) if p.family else (design,)
+        builds_of.setdefault(key, []).append(design)
+    out = {}
+    for designs in builds_of.values():
+        config = shared_build([groups[d] for d in designs], memory)
+        out.update(dict.fromkeys(designs, config))
+    return out
 
 
 def _sweep_points(name: str, depths: tuple[str, ...], memory: MemoryModel) -> list[Point]:
@@ -791,7 +822,7 @@ def _sweep_points(name: str, depths: tuple[str, ...], memory: MemoryModel) -> li
         groups: dict[str, list[Point]] = {}
         for p in base:
             groups.setdefault(p.design, []).append(p)
-        builds = {d: shared_build(g, memory) for d, g in groups.items()}
+        builds = _builds(groups, memory)
         pts = [
             dataclasses.replace(
                 p,

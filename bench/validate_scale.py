@@ -73,10 +73,7 @@ def fig8_inputs(seed: int = 1) -> dict[str, np.ndarray]:
 
 def fig8_graph(tile_b: int, tile_i: int):
     """The Fig. 8 SwiGLU with ``tile_b x tile_i`` big tiles on 16x16 hardware tiles."""
-    from step_lang.hier_tiling import hier_tile
-
-    big = swiglu.hardware(tile_b, tile_i, hw=FIG8_HW, size=FIG8_LAYER)
-    return hier_tile(big, HW_TILE, HW_TILE)
+    return swiglu.hardware_tiled(tile_b, tile_i, HW_TILE, hw=FIG8_HW, size=FIG8_LAYER)
 
 
 # -- MoE ------------------------------------------------------------------------------------------
