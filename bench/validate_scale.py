@@ -2,7 +2,9 @@
 
 * **fig8**: the paper's Fig. 8, a SwiGLU of 64 x 256 x 512 in BF16 on 16x16 hardware tiles
   (``step_lang.hier_tiling.hier_tile``), ``tile_b x tile_i`` as the paper sweeps them, with the
-  paper's balance of compute to off-chip bandwidth scaled down by :data:`FIG8_SCALE`;
+  paper's balance of compute to off-chip bandwidth scaled down by :data:`FIG8_SCALE`; the 14
+  tilings with the same nodes run on one build, their geometry a run-time setting
+  (``HwConfig.geometry_bounds``), ``16 x 16`` on its own;
 * **moe_scale**: an MoE layer of 16 experts (hidden 256, intermediate 64, top-2) in BF16 on 16x16
   tiles, batches of 16 tokens routed as the recorded Qwen3-30B-A3B trace routes them
   (:func:`trace_routings`), under static tiling, dynamic tiling and time-multiplexing;

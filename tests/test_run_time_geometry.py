@@ -25,7 +25,18 @@ from step_hw import run_time_geometry as rtg
 from step_hw.config import HwConfig
 from step_hw.memory.sequence import AffineWalk, walk_reference
 from step_hw.run_time_depths import shared_capacities
-from step_lang import Accum, Graph, Sink, Source, StreamType, Tile, numerics
+from step_lang import (
+    Accum,
+    Bufferize,
+    Graph,
+    Sink,
+    Source,
+    Streamify,
+    StreamType,
+    Tile,
+    interpret,
+    numerics,
+)
 from step_lang.passes import lower
 from step_lang.types import DTYPES
 
@@ -232,6 +243,36 @@ def test_held_accumulators_of_any_count_within_the_bound(held):
     )
     assert tokens == built_in_tokens  # every token's payload, the sums included
     assert len(tokens["acc.out"]) == 2 * math.prod(held) + 2 * held[0] + 1  # data, stops, done
+
+
+# -- a buffer replayed whole in stored order ----------------------------------------------------
+
+
+def _replay_graph(m: int, k: int) -> Graph:
+    """A ``[2, m, k]`` stream into buffers of ``[m, k]`` tiles, each read whole twice."""
+    g = Graph("replay")
+    x = Source(g, StreamType(T, (2, m, k)), name="x").out
+    b = Bufferize(x, 2, name="buf").out
+    Sink(Streamify(b, repeat=(2,), name="read").out, name="k")
+    return g
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (1, 3), (2, 2), (2, 3)], ids=str)
+def test_a_stored_order_read_of_any_buffer_within_the_bound(shape):
+    graph = _replay_graph(*shape)
+    config = dataclasses.replace(HwConfig(), geometry_bounds={"buf": (2, 3), "read": (2, 2, 3)})
+    rng = np.random.default_rng(sum(shape))
+    data = rng.integers(-100, 100, (2, *shape, 4, 4)).astype(np.int16)
+    inputs = {"x": [[[data[a, i, j] for j in range(shape[1])] for i in range(shape[0])]
+                    for a in range(2)]}  # fmt: skip
+    tokens, built_in_tokens, errors = {}, {}, []
+    assert amaranth_pushes(
+        graph, inputs, config, sink_payloads=tokens, errors=errors
+    ) == amaranth_pushes(graph, inputs, HwConfig(), sink_payloads=built_in_tokens)
+    assert tokens == built_in_tokens
+    assert errors == []  # each buffer closes with its own element count
+    read = graph.nodes["read"].out
+    assert len(tokens["read.out"]) == len(interpret(graph, inputs=inputs).tokens(read))
 
 
 # -- what is refused -------------------------------------------------------------------------

@@ -700,6 +700,7 @@ def amaranth_pushes(
     config: HwConfig,
     tensors: dict | None = None,
     sink_payloads: dict | None = None,
+    errors: list | None = None,
 ) -> tuple[dict, int]:
     """An Amaranth simulation of the elaborated graph, its Sources offering a token every cycle
     (from the cycle after ``start``) and its Sinks always ready, as the co-simulation bench does:
@@ -709,7 +710,8 @@ def amaranth_pushes(
     ports, loaded with them. The simulation runs for at most twice the rtl profile's count (at
     least 2,000 cycles): the largest random buffers take longer than a fixed bound.
     ``sink_payloads`` (a dict) receives the payload of every token a Sink's queue takes, as an
-    integer, by stream name."""
+    integer, by stream name; ``errors`` (a list) the cycles in which the design's ``error`` flag
+    is high."""
     from amaranth.hdl import Value
     from amaranth.sim import Simulator
 
@@ -749,7 +751,7 @@ def amaranth_pushes(
         for port in sinks:
             ctx.set(port.ready, 1)
         signals = [x for q in queues for x in (q.i.valid, q.i.ready)]
-        signals += [port.ready for port, _, _ in srcs] + [top.done]
+        signals += [port.ready for port, _, _ in srcs] + [top.error, top.done]
         into_sinks = [k for k, c in enumerate(consumers) if isinstance(c, SinkOp)]
         signals += [Value.cast(queues[k].i.payload) for k in into_sinks]
         at = [0] * len(srcs)
@@ -760,7 +762,9 @@ def amaranth_pushes(
                     ctx.set(Value.cast(port.payload), fmt.pack(toks[at[k]]))
             values = (await ctx.tick().sample(*signals))[2:]
             payloads = values[len(values) - len(into_sinks) :]
-            done = values[len(values) - len(into_sinks) - 1]
+            error, done = values[len(values) - len(into_sinks) - 2 : len(values) - len(into_sinks)]
+            if errors is not None and error:
+                errors.append(cycle)
             ctx.set(top.start, 0)
             for q, name in enumerate(names):
                 if values[2 * q] and values[2 * q + 1]:
