@@ -24,33 +24,33 @@ def _positive(name: str, value: object) -> None:
         raise ValueError(f"HwConfig.{name} must be a positive integer, not {value!r}")
 
 
-def _capacities(value: Any) -> tuple[tuple[str, int], ...]:
-    """``HwConfig.queue_capacity`` as sorted ``(stream, capacity)`` pairs."""
+def _named_pairs(field: str, names: str, values: str, value: Any) -> list[tuple[Any, Any]]:
+    """``HwConfig.<field>``, a mapping (or pairs) of ``names`` to ``values``, as sorted pairs
+    whose names are strings."""
     try:
         pairs = sorted(dict(value).items())
     except (TypeError, ValueError):
         raise ValueError(
-            f"HwConfig.queue_capacity must map stream names to capacities, not {value!r}"
+            f"HwConfig.{field} must map {names} names to {values}, not {value!r}"
         ) from None
+    for name, _ in pairs:
+        if not isinstance(name, str):
+            raise ValueError(f"HwConfig.{field}: {names} names are strings, not {name!r}")
+    return pairs
+
+
+def _capacities(value: Any) -> tuple[tuple[str, int], ...]:
+    """``HwConfig.queue_capacity`` as sorted ``(stream, capacity)`` pairs."""
+    pairs = _named_pairs("queue_capacity", "stream", "capacities", value)
     for stream, capacity in pairs:
-        if not isinstance(stream, str):
-            raise ValueError(f"HwConfig.queue_capacity: stream names are strings, not {stream!r}")
         _positive(f"queue_capacity[{stream!r}]", capacity)
     return tuple(pairs)
 
 
 def _bounds(value: Any) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """``HwConfig.geometry_bounds`` as sorted ``(node, extents)`` pairs."""
-    try:
-        pairs = sorted(dict(value).items())
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"HwConfig.geometry_bounds must map node names to extents, not {value!r}"
-        ) from None
     out = []
-    for node, extents in pairs:
-        if not isinstance(node, str):
-            raise ValueError(f"HwConfig.geometry_bounds: node names are strings, not {node!r}")
+    for node, extents in _named_pairs("geometry_bounds", "node", "extents", value):
         if not isinstance(extents, (tuple, list)) or not extents:
             raise ValueError(
                 f"HwConfig.geometry_bounds[{node!r}] must be a non-empty sequence of extents, "
