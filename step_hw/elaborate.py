@@ -210,6 +210,8 @@ class ElaboratedGraph(wiring.Component):
         #: Nodes whose geometry is a run-time setting: node -> field -> (first bit, width) in
         #: the ``geometry`` input (their blocks' ``params``).
         self.geometry_fields: dict[str, dict[str, tuple[int, int]]] = {}
+        #: ... and each such block's ``params`` as a whole: node -> (first bit, width)
+        self._params_bits: dict[str, tuple[int, int]] = {}
         at = 0
         for name, block in self.blocks.items():
             if "params" in block.signature.members:
@@ -217,6 +219,7 @@ class ElaboratedGraph(wiring.Component):
                 self.geometry_fields[name] = {
                     field: (at + f.offset, f.width) for field, f in layout
                 }
+                self._params_bits[name] = (at, layout.size)
                 at += layout.size
         if self.geometry_fields:
             # this graph's geometry when nothing drives the input (Amaranth simulation)
@@ -284,12 +287,8 @@ class ElaboratedGraph(wiring.Component):
                 wiring.connect(m, arbiter.axi, outer)
             else:
                 wiring.connect(m, self.blocks[names[0]].axi, outer)
-        at = 0
-        for name, block in self.blocks.items():
-            if name in self.geometry_fields:
-                width = block.signature.members["params"].shape.size
-                m.d.comb += block.params.eq(self.geometry[at : at + width])
-                at += width
+        for name, (at, width) in self._params_bits.items():
+            m.d.comb += self.blocks[name].params.eq(self.geometry[at : at + width])
         for name, block in self.blocks.items():
             node = self.graph.nodes[name]
             if isinstance(node, ops.LinearOffChipStore):

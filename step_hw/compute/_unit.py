@@ -17,6 +17,7 @@ from step_lang.stoprules import accum_stop, held_stop, partition_closes_chunk
 
 from ..checks import check_choice, check_int
 from ..contract import matmul_steps
+from ..memory.sequence import AffineWalk
 from ..payload import Kind, TokenFormat, max_level
 from ..run_time_geometry import held_fields, params_layout
 
@@ -603,7 +604,22 @@ class FoldUnit(StreamUnit):
         first = Signal(init=1, name="held_first")  # the group's first outer element
         emitting = Signal(name="held_emitting")
         stop_due = Signal(name="held_stop_due")  # the beat after a data beat is a stop
-        at = Signal(range(n), name="held_out")
+        if self._held_run_time:
+            # the position being emitted, and the stop after it, from a walk over the held dims
+            # in row-major order (each step adds 1) with this run's extents
+            m.submodules.held_walk = walk = AffineWalk(
+                shape=held, stride=(0,) * len(held), base=0,
+                index_width=max(1, (n - 1).bit_length()), run_time=True,
+            )  # fmt: skip
+            m.d.comb += [walk.params.base.eq(0)]
+            for d in range(len(held)):
+                m.d.comb += [
+                    walk.params[f"end{d}"].eq(self.params[f"end{d}"]),
+                    walk.params[f"delta{d}"].eq(1),
+                ]
+            at = walk.index
+        else:
+            at = Signal(range(n), name="held_out")
         final = Signal.like(level, name="held_final_level")
         m.d.comb += [wr.addr.eq(pos), wr.data.eq(acc), rd.addr.eq(Mux(emitting, at, nxt))]
         is_data, is_stop = kind == Kind.DATA, kind == Kind.STOP
@@ -611,7 +627,7 @@ class FoldUnit(StreamUnit):
 
         with m.If(emitting), m.If(free):
             if self._held_run_time:
-                self._emit_held_run_time(m, at, stop_due, emitting, final, out_data, out_over)
+                self._emit_held_run_time(m, walk, stop_due, emitting, final, out_data, out_over)
             else:
                 self._emit_held(m, n, held, at, stop_due, emitting, final, out_data, out_over)
         with m.Elif(valid):
@@ -639,7 +655,11 @@ class FoldUnit(StreamUnit):
                         load_next()
             with m.Elif(is_stop):  # the group ends: write the last position, then emit
                 m.d.comb += [take.eq(1), wr.en.eq(1), clear.eq(1)]
-                m.d.sync += [pos.eq(0), first.eq(1), emitting.eq(1), at.eq(0)]
+                m.d.sync += [pos.eq(0), first.eq(1), emitting.eq(1)]
+                if self._held_run_time:
+                    m.d.comb += walk.start.eq(1)
+                else:
+                    m.d.sync += at.eq(0)
                 m.d.sync += final.eq(level - rank)  # accum_stop: level >= group > rank
             with m.Elif(free):
                 m.d.comb += take.eq(1)
@@ -671,45 +691,25 @@ class FoldUnit(StreamUnit):
                             self._emit(m, Kind.STOP, closes[i])
                             m.d.sync += at.eq(i + 1)
 
-    def _emit_held_run_time(self, m, at, stop_due, emitting, final, out_data, out_over) -> None:
-        """As :meth:`_emit_held`, the held extents from ``params`` (``end<d>``: each held dim's
-        last index): a counter per held dim follows ``at``, and the stop after a position is
-        the number of trailing held dims at their last index (``held_stop``), computed as
-        :class:`~step_hw.memory.sequence.AffineWalk`'s ``level``. The same beats in the same
-        cycles."""
-        h = len(self._held)
-        counters = [Signal(range(max(2, b)), name=f"held_m{d}") for d, b in enumerate(self._held)]
-        at_last = [c == self.params[f"end{d}"] for d, c in enumerate(counters)]
-        trailing = [None] * h + [True]
-        for d in reversed(range(h)):
-            trailing[d] = at_last[d] if trailing[d + 1] is True else at_last[d] & trailing[d + 1]
-        is_last = trailing[0]
-        closes = sum(t for t in trailing[:h])
-
-        def step() -> None:
-            m.d.sync += at.eq(at + 1)
-            for d in range(h):
-                carry = at_last[d] if trailing[d + 1] is True else at_last[d] | ~trailing[d + 1]
-                with m.If(~carry):
-                    m.d.sync += counters[d].eq(counters[d] + 1)
-                    m.d.sync += [counters[e].eq(0) for e in range(d + 1, h)]
-
+    def _emit_held_run_time(self, m, walk, stop_due, emitting, final, out_data, out_over) -> None:
+        """As :meth:`_emit_held`, the held extents from ``params``: ``walk`` (an
+        :class:`~step_hw.memory.sequence.AffineWalk` over them) gives the position and, as its
+        ``level``, the stop after it (``held_stop``). The same beats in the same cycles."""
         with m.If(~stop_due):
             self._emit(m, Kind.DATA, 0, out_data)
             self._flag_overflow(m, out_over)
-            with m.If(is_last | (closes != 0)):
+            with m.If(walk.last | (walk.level != 0)):
                 m.d.sync += stop_due.eq(1)
             with m.Else():
-                step()
+                m.d.comb += walk.advance.eq(1)
         with m.Else():
             m.d.sync += stop_due.eq(0)
-            with m.If(is_last):
+            with m.If(walk.last):
                 self._emit(m, Kind.STOP, final)
-                m.d.sync += [emitting.eq(0), at.eq(0)]
-                m.d.sync += [c.eq(0) for c in counters]
+                m.d.sync += emitting.eq(0)
             with m.Else():
-                self._emit(m, Kind.STOP, closes)
-                step()
+                self._emit(m, Kind.STOP, walk.level)
+                m.d.comb += walk.advance.eq(1)
 
 
 def _fold_data(m: Module, last, advance, take, finish, acc, result) -> None:

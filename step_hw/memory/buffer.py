@@ -52,7 +52,7 @@ from ..payload import KIND_BITS, Kind, TokenFormat
 from ..payload_fields import token_layout
 from ..queue import Queue
 from ..run_time_geometry import buffer_fields, buffer_of, params_layout
-from .sequence import Entry, Sequencer, driving_layout, walk_layout
+from .sequence import Entry, Sequencer, checked_walk_bound, driving_layout, walk_layout
 
 __all__ = ["BufferGeometry", "BufferPortSignature", "Bufferize", "Streamify"]
 
@@ -638,17 +638,11 @@ class Streamify(wiring.Component):
         self._in_rank, self._repeat = in_rank, repeat
         self._read_shape, self._read_stride, self._base = read_shape, read_stride, base
         self._ref_format, self._ref_rank = ref_format, ref_rank
-        self._walk_bound = None
-        if walk_bound is not None:
-            walk_bound = int_tuple(who, "walk_bound", walk_bound, minimum=1)
-            walk = (*repeat, *read_shape)
-            if len(walk_bound) != len(walk) or any(
-                e > b for e, b in zip(walk, walk_bound, strict=True)
-            ):
-                raise ValueError(
-                    f"{who} walk {list(walk)} exceeds its walk_bound {list(walk_bound)}"
-                )
-            self._walk_bound = walk_bound
+        self._walk_bound = (
+            None
+            if walk_bound is None
+            else checked_walk_bound(who, (*repeat, *read_shape), walk_bound)
+        )
         members: dict[str, Any] = {
             "i": In(stream.Signature(geo.ref_layout())),
             "o": Out(elem_format.signature()),
@@ -657,8 +651,8 @@ class Streamify(wiring.Component):
         }
         if ref_format is not None:
             members["ref"] = In(ref_format.signature())
-        if walk_bound is not None:
-            members["params"] = In(walk_layout(walk_bound, geo.index_width))
+        if self._walk_bound is not None:
+            members["params"] = In(walk_layout(self._walk_bound, geo.index_width))
         super().__init__(members)
 
     @classmethod

@@ -33,7 +33,7 @@ from ..payload import Kind, TokenFormat
 from ..payload_fields import token_layout
 from ..queue import Queue
 from .axi import BURST_INCR, AXI4Signature, BurstGenerator, TileGeometry
-from .sequence import Entry, Sequencer, walk_layout
+from .sequence import Entry, Sequencer, checked_walk_bound, walk_layout
 
 __all__ = ["LinearLoad", "RandomLoad", "TileReader", "fetch_block"]
 
@@ -353,16 +353,9 @@ class LinearLoad(wiring.Component):
         self._out_shape, self._stride, self._base = tuple(out_shape), stride, base
         self._ref_format, self._ref_rank = ref_format, ref_rank
         self._max_outstanding = outstanding(who, max_outstanding, config)
-        self._walk_bound = None
-        if walk_bound is not None:
-            walk_bound = int_tuple(who, "walk_bound", walk_bound, minimum=1)
-            if len(walk_bound) != len(out_shape) or any(
-                e > b for e, b in zip(out_shape, walk_bound, strict=True)
-            ):
-                raise ValueError(
-                    f"{who} out_shape {list(out_shape)} exceeds its walk_bound {list(walk_bound)}"
-                )
-            self._walk_bound = walk_bound
+        self._walk_bound = (
+            None if walk_bound is None else checked_walk_bound(who, out_shape, walk_bound)
+        )
         members: dict[str, Any] = {
             "o": Out(fmt.signature()),
             "axi": Out(AXI4Signature.for_config(config, write=False)),
@@ -370,8 +363,8 @@ class LinearLoad(wiring.Component):
         }
         if ref_format is not None:
             members["ref"] = In(ref_format.signature())
-        if walk_bound is not None:
-            members["params"] = In(walk_layout(walk_bound, geo.index_width))
+        if self._walk_bound is not None:
+            members["params"] = In(walk_layout(self._walk_bound, geo.index_width))
         super().__init__(members)
 
     @classmethod

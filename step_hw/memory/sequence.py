@@ -33,15 +33,17 @@ from amaranth.lib.wiring import In, Out
 
 from step_lang.stoprules import grid_stop
 
+from ..checks import int_tuple
 from ..payload import Kind
 from ..payload_fields import token_layout
-from ..run_time_geometry import params_layout, walk_fields
+from ..run_time_geometry import params_layout, walk_fields, walk_values
 
 __all__ = [
     "AffineWalk",
     "DynamicWalk",
     "Entry",
     "Sequencer",
+    "checked_walk_bound",
     "walk_layout",
     "walk_reference",
 ]
@@ -120,12 +122,10 @@ class AffineWalk(wiring.Component):
             ends = [p[f"end{d}"] for d in range(n)]
             deltas = [p[f"delta{d}"] for d in range(n)]
             base = p.base
-        else:
-            ends = [size - 1 for size in shape]
-            deltas = [
-                stride[d] - sum((shape[e] - 1) * stride[e] for e in range(d + 1, n))
-                for d in range(n)
-            ]
+        else:  # the same numbers, built in
+            values = walk_values(shape, stride, self._base)
+            ends = [values[f"end{d}"] for d in range(n)]
+            deltas = [values[f"delta{d}"] for d in range(n)]
             base = self._base
         at_last = [c == e for c, e in zip(counters, ends, strict=True)]
         # trailing[d]: every dim from d inwards is at its last index (trailing[n] is true).
@@ -149,6 +149,16 @@ class AffineWalk(wiring.Component):
             m.d.sync += [c.eq(0) for c in counters]
             m.d.sync += index.eq(base)
         return m
+
+
+def checked_walk_bound(who: str, walk: Sequence[int], bound: Sequence[int]) -> tuple[int, ...]:
+    """``bound`` (a run-time walk's extents, ``HwConfig.geometry_bounds``) checked against the
+    ``walk`` it must hold: as many dims, none smaller; a one-line ``ValueError`` naming ``who``
+    otherwise."""
+    bound = int_tuple(who, "walk_bound", bound, minimum=1)
+    if len(bound) != len(walk) or any(e > b for e, b in zip(walk, bound, strict=True)):
+        raise ValueError(f"{who} walk {list(walk)} exceeds its walk_bound {list(bound)}")
+    return bound
 
 
 def walk_layout(bounds: Sequence[int], index_width: int) -> data.StructLayout:
