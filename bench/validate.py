@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from bench import validate_acceptance as acceptance
 from bench import validate_scale as scale
 from examples import moe, swiglu
 from sim import simulate
@@ -52,6 +53,7 @@ from step_hw.config import HwConfig
 from step_hw.memory_model import PRESETS, MemoryModel
 from step_hw.paths import write_atomically
 from step_lang import interpret, ops
+from step_lang.metrics import metrics
 from step_lang.passes import lower
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -357,6 +359,7 @@ def run_point(
     # after the RTL (cached first: the expensive half)
     sims = _simulate(p, memory, outputs, suffix, fresh=fresh)
     peak = sims["channels"] * memory.peak_bytes_per_cycle(p.config.axi_data_width)
+    rate = PaperProfile.for_rtl(p.config, memory, channels=sims["channels"]).compute_bw_default
     return {
         "workload": p.workload,
         "params": p.params,
@@ -369,6 +372,10 @@ def run_point(
         # bytes moved over cycles times the memory's peak (reads and writes together, as the
         # paper's shared channels count them)
         "axi_efficiency": sum(sims["offchip_bytes"]) / (rtl["rtl_cycles"] * peak),
+        # the roofline (bench.validate_acceptance.memory_bound): the bytes at the peak, and
+        # the busiest compute node's FLOPs at the hardware's rate
+        "memory_floor_cycles": sum(sims["offchip_bytes"]) / peak,
+        "compute_floor_cycles": compute_floor_cycles(p.make(), rate),
         "_speed": {
             "sim_wall_s": sims["sim_wall_s"],
             "paper_wall_s": sims["paper_wall_s"],
@@ -385,6 +392,16 @@ def run_point(
             "reference_s": reference_s,
         },
     }
+
+
+def compute_floor_cycles(graph: Any, flops_per_cycle: float) -> float | None:
+    """The cycles of ``graph``'s busiest compute node at ``flops_per_cycle`` (its FLOPs by the
+    cost model, ``step_lang.metrics``): the compute side of a point's roofline; ``None`` where
+    a node's FLOPs depend on the data (a dynamic dim)."""
+    flops = [n.flops for n in metrics(graph).nodes]
+    if not all(isinstance(f, int) for f in flops):
+        return None
+    return max(flops, default=0) / flops_per_cycle
 
 
 def _sizing_done_here(p: Point) -> float:
@@ -888,6 +905,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="memory model of the fast tier (and of the rtl profile)")  # fmt: skip
     ap.add_argument("--depths", default="default,sized",
                     help="queue depths: the defaults and/or those the sizing pass picks")  # fmt: skip
+    ap.add_argument("--strict", action="store_true",
+                    help="exit with status 1 when an acceptance figure is not met")  # fmt: skip
     ap.add_argument("--jobs", type=int, default=2,
                     help="points run at once (Verilator builds still one at a time)")  # fmt: skip
     args = ap.parse_args(argv)
@@ -944,12 +963,17 @@ def main(argv: list[str] | None = None) -> None:
         why = missing[0] if missing else "no point matches --only, --where and --depths"
         raise SystemExit(f"validate: none of {len(tasks)} points ran: {why[:300]}")
     run = selection(args, complete=not missing and _unfiltered(args))
-    write_summary(
+    rows = write_summary(
         points, missing, walls, time.perf_counter() - t_start, args.tier, memory, out, run,
         failed_speed,
     )  # fmt: skip
     if fatal:
         raise SystemExit("validate: some points failed (summary.json's missing)")
+    if args.strict and (unmet := [r for r in rows if r["met"] is False]):
+        raise SystemExit(
+            f"validate: {len(unmet)} acceptance figure(s) not met (--strict): "
+            + "; ".join(f"{r['criterion']}, {r['scope']}" for r in unmet)
+        )
 
 
 def selection(args: argparse.Namespace, complete: bool) -> dict[str, Any]:
@@ -1092,8 +1116,9 @@ def speed_totals(speed: list[dict[str, Any]]) -> dict[str, float]:
     return {**totals, "points_s": whole, "other_s": round(whole - sum(totals.values()), 1)}
 
 
-def write_summary(points, missing, walls, wall, tier, memory, out, run, failed=()) -> None:
-    """summary.json, the scatter, the Fig. 8 grid and the speed file; print the statistics.
+def write_summary(points, missing, walls, wall, tier, memory, out, run, failed=()) -> list:
+    """summary.json, the scatter, the Fig. 8 grid and the speed file; print the statistics and
+    the acceptance rows (:mod:`bench.validate_acceptance`), which it returns.
     ``run`` (:func:`selection`) says what the run measured; ``failed``: the speed records of the
     points that failed (``"error": true``; the seconds they spent, their design's sizing
     included), kept in the speed file and its totals."""
@@ -1115,6 +1140,7 @@ def write_summary(points, missing, walls, wall, tier, memory, out, run, failed=(
         "wall_s": wall,
         "run": run,
     }
+    summary["acceptance"] = acceptance.judge(summary, speed)
     if any(p["workload"] == "fig8" for p in points):
         summary["fig8_grid"] = fig8_grid(points)
         plot_fig8(summary["fig8_grid"], out / "fig8.png")
@@ -1141,7 +1167,10 @@ def write_summary(points, missing, walls, wall, tier, memory, out, run, failed=(
             print(
                 f"{name} profile picks the RTL's fastest option in {agree}/{len(judged)} comparisons"
             )
+    print("acceptance (docs/validation.md):")
+    print(acceptance.table(summary["acceptance"]))
     print(f"wrote {out / 'summary.json'}, {out / 'validate.png'}, {SPEED} ({wall:.0f} s)")
+    return summary["acceptance"]
 
 
 SWEEPS.update(

@@ -354,7 +354,8 @@ def _fake_sweeps(monkeypatch, tmp_path, run):
 
 def _measured(name, index):
     return {"workload": name, "params": {"depths": ("default", "sized")[index]}, "rtl_cycles": 100,
-            "sim_cycles": 100, "paper_cycles": 90, "_speed": {"sim_wall_s": 0.1}}  # fmt: skip
+            "sim_cycles": 100, "paper_cycles": 90, "outputs_match": True,
+            "_speed": {"sim_wall_s": 0.1}}  # fmt: skip
 
 
 def test_a_run_that_measures_nothing_keeps_the_last_summary(monkeypatch, tmp_path):
