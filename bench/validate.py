@@ -376,6 +376,9 @@ def run_point(
         # the busiest compute node's FLOPs at the hardware's rate
         "memory_floor_cycles": sum(sims["offchip_bytes"]) / peak,
         "compute_floor_cycles": compute_floor_cycles(p.make(), rate),
+        # what the memory waits for once the reads end (the rtl profile's node statistics)
+        "reads_done_cycle": sims["reads_done_cycle"],
+        "last_compute": sims["last_compute"],
         "_speed": {
             "sim_wall_s": sims["sim_wall_s"],
             "paper_wall_s": sims["paper_wall_s"],
@@ -477,7 +480,7 @@ def _simulate(
     """The rtl and paper profiles' results of ``p`` (the rtl profile's outputs compared with the
     interpreter's when ``p.functional_sim``), cached in ``build/validate/sims/`` under the point
     and the digest of :data:`SIM_SOURCES`."""
-    cache = OUT / "sims" / f"{p.workload}_{_key(p)}{suffix}_{_source_digest()}.json"
+    cache = OUT / "sims" / f"{p.workload}_{_key(p)}{suffix}_{_source_digest()}{SIMS_FORMAT}.json"
     if cache.is_file() and not fresh:
         return {**json.loads(cache.read_text()), "cached": True}
     shape_only = timing_image(p.make(), p.memory)
@@ -499,6 +502,7 @@ def _simulate(
     out = {
         "sim_cycles": s.cycles,
         "paper_cycles": paper.cycles,
+        **memory_tail(s, p.make()),
         "sim_match": sim_match,
         "offchip_bytes": [s.offchip_read_bytes, s.offchip_write_bytes],
         "channels": channels,
@@ -508,6 +512,27 @@ def _simulate(
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(out))
     return {**out, "cached": False}
+
+
+#: The fields of a cached simulator result (``build/validate/sims/``): a result cached with
+#: other fields is simulated again.
+SIMS_FORMAT = "-v2"
+
+
+def memory_tail(result: Any, graph: Any) -> dict[str, Any]:
+    """When the reads end in the rtl profile's ``result`` of ``graph`` (its loads' last cycle,
+    ``reads_done_cycle``) and the node other than a load or store that finishes last
+    (``last_compute``: name and cycle): what a point's memory waits for once its bytes are in
+    (``bench.validate_acceptance``)."""
+    memory = {n.name for n in graph.nodes.values() if isinstance(n, MEMORY_OPS)}
+    loads = {n.name for n in graph.nodes.values() if isinstance(n, MEMORY_OPS[:2])}
+    reads = [result.nodes[n].finish for n in loads if n in result.nodes]
+    others = [(st.finish, name) for name, st in result.nodes.items() if name not in memory]
+    last = max(others) if others else None
+    return {
+        "reads_done_cycle": max(reads) if reads else None,
+        "last_compute": [last[1], last[0]] if last else None,
+    }
 
 
 def timing_image(graph: Any, memory: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

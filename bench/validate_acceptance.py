@@ -14,7 +14,9 @@ The figures (docs/validation.md, "Acceptance"), each judged on the points of the
 * **AXI efficiency** >= :data:`AXI_EFFICIENCY` at the memory-bound Fig. 8 points, per depth
   setting. A point is memory-bound when moving its bytes at the memory's peak takes at least as
   long as its busiest compute node's FLOPs at the hardware's rate (:func:`memory_bound`; the
-  roofline of the point's ``memory_floor_cycles`` and ``compute_floor_cycles``);
+  roofline of the point's ``memory_floor_cycles`` and ``compute_floor_cycles``). A point below
+  the bar says what its memory waits for once the reads end: the cycles left and the node that
+  finishes last (the rtl profile's node statistics, ``reads_done_cycle`` and ``last_compute``);
 * **warm run** <= :data:`WARM_S` seconds when every point's RTL and simulations came from the
   cache. The cold bar (:data:`COLD_S`) needs a machine without ``build/``, which the run cannot
   see: its wall time is reported, and judged in docs/validation.md's fresh-clone runs.
@@ -147,7 +149,7 @@ def _axi(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if bound:
             value += f" (lowest {min(p['axi_efficiency'] for p in bound):.0%})"
         if low:
-            value += "; below: " + ", ".join(f"{_name(p)} {p['axi_efficiency']:.0%}" for p in low)
+            value += "; below: " + ", ".join(_held_back(p) for p in low)
         compute = [p for p in pts if memory_bound(p) is False]
         if compute:
             value += "; compute-bound: " + ", ".join(
@@ -158,6 +160,20 @@ def _axi(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows.append(_row("AXI efficiency", scope, value,
                          f">= {AXI_EFFICIENCY:.0%} where memory-bound", met))  # fmt: skip
     return rows
+
+
+def _held_back(p: dict[str, Any]) -> str:
+    """A point below the AXI bar, with what its memory waits for after the reads end (the rtl
+    profile's node statistics, ``reads_done_cycle`` and ``last_compute``, where recorded)."""
+    text = f"{_name(p)} {p['axi_efficiency']:.0%}"
+    done, last = p.get("reads_done_cycle"), p.get("last_compute")
+    if done is None or last is None:
+        return text
+    idle = p["rtl_cycles"] - done
+    return (
+        f"{text} (reads done at cycle {done:,}, then the memory idle {idle:,} cycles, "
+        f"{idle / p['rtl_cycles']:.0%} of the run, while {last[0]} works to {last[1]:,})"
+    )
 
 
 def _time(run: dict[str, Any], wall_s: float, speed: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -195,3 +195,28 @@ def test_summary_keeps_the_verdict_and_strict_exits_on_a_figure_not_met(monkeypa
         SystemExit, match=r"1 acceptance figure\(s\) not met .*AXI efficiency, fig8"
     ):
         V.main(["--depths", "default", "--strict"])
+
+
+def test_memory_tail_is_the_last_reads_end_and_the_last_node_that_is_not_memory():
+    from types import SimpleNamespace
+
+    from bench import validate_scale as S
+    from sim.result import NodeStats
+
+    graph = S.fig8_graph(64, 64)
+    finish = {name: 10 for name in graph.nodes}
+    finish.update(load_x=90, load_down=120, down=150, gate=140, store=170)
+    result = SimpleNamespace(nodes={n: NodeStats(n, "", finish=f) for n, f in finish.items()})
+    # the store ends last, but it is memory: the memory waits for down
+    assert V.memory_tail(result, graph) == {"reads_done_cycle": 120, "last_compute": ["down", 150]}
+
+
+def test_a_point_below_the_axi_bar_says_what_its_memory_waits_for():
+    p = _fig8(32, 256, 272_865, eff=0.77, memory=209_000, compute=131_072)
+    p.update(reads_done_cycle=204_872, last_compute=["down", 270_591])
+    (row,) = _rows(A.judge(_summary([p]), []), "AXI efficiency")
+    assert row["value"] == (
+        "0 of 1 memory-bound points (lowest 77%); below: fig8 32 x 256 77% (reads done at "
+        "cycle 204,872, then the memory idle 67,993 cycles, 25% of the run, while down works "
+        "to 270,591)"
+    )
