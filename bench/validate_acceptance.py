@@ -1,7 +1,9 @@
 """``make validate`` judges its own run: each acceptance figure of the validation, met or not.
 
-The figures (docs/validation.md, "Acceptance"), each judged on the points of the run:
+The figures (docs/validation.md, "Acceptance: the run's own verdict"), each judged on the
+points of the run:
 
+* **every selected point ran**: none failed or was skipped (``summary.json``'s ``missing``);
 * **bit-exact**: every point's RTL outputs equal the interpreter's bit for bit (and the rtl
   profile's, where it computes them);
 * **rtl profile**, per sweep and depth setting: Pearson >= :data:`RTL_PEARSON`, mean absolute
