@@ -672,8 +672,9 @@ def plot(points: list[dict[str, Any]], path: Path) -> None:
 
 
 def fig8_grid(points: list[dict[str, Any]]) -> dict[str, Any]:
-    """The Fig. 8 points as ``tile_b x tile_i`` grids: RTL cycles, each profile's cycles and
-    the AXI efficiency (rows ``tile_b``, columns ``tile_i``; None where a point is missing)."""
+    """The Fig. 8 points as ``tile_b x tile_i`` grids: RTL cycles, each profile's cycles, the
+    AXI efficiency and whether the point is memory-bound (``bench.validate_acceptance``'s
+    roofline; rows ``tile_b``, columns ``tile_i``; None where a point is missing)."""
     bs = sorted({b for b, _ in scale.FIG8_TILES})
     ts = sorted({i for _, i in scale.FIG8_TILES})
     grids: dict[str, Any] = {"tile_b": bs, "tile_i": ts}
@@ -689,12 +690,16 @@ def fig8_grid(points: list[dict[str, Any]]) -> dict[str, Any]:
             field: [[at[b, i][field] if (b, i) in at else None for i in ts] for b in bs]
             for field in ("rtl_cycles", *PROFILES.values(), "axi_efficiency")
         }
+        grids[depths]["memory_bound"] = [
+            [acceptance.memory_bound(at[b, i]) if (b, i) in at else None for i in ts] for b in bs
+        ]
     return grids
 
 
 def plot_fig8(grid: dict[str, Any], path: Path) -> None:
     """Fig. 8 style: cycles against tile_i, one line per tile_b, RTL solid and each profile
-    dashed; the AXI efficiency below."""
+    dashed; the AXI efficiency below, with the bar of the memory-bound points (compute-bound
+    points hollow)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -714,6 +719,12 @@ def plot_fig8(grid: dict[str, Any], path: Path) -> None:
                      label=f"paper profile, tile_b {b}")  # fmt: skip
             bottom.plot(grid["tile_i"], g["axi_efficiency"][r], "o-", color=color,
                         label=f"tile_b {b}")  # fmt: skip
+            compute = [(i, e) for i, e, m in zip(grid["tile_i"], g["axi_efficiency"][r],
+                       g["memory_bound"][r], strict=True) if m is False]  # fmt: skip
+            if compute:
+                bottom.plot(*zip(*compute, strict=True), "o", color=color, mfc="white")
+        bottom.axhline(acceptance.AXI_EFFICIENCY, ls="--", lw=0.8, color="grey",
+                       label="bar (memory-bound; hollow: compute-bound)")  # fmt: skip
         for ax in (top, bottom):
             ax.set_xscale("log", base=2)
             ax.set_xlabel("tile_i")

@@ -220,3 +220,14 @@ def test_a_point_below_the_axi_bar_says_what_its_memory_waits_for():
         "cycle 204,872, then the memory idle 67,993 cycles, 25% of the run, while down works "
         "to 270,591)"
     )
+
+
+def test_the_fig8_grid_marks_each_tiling_memory_or_compute_bound():
+    points = [
+        _fig8(16, 16, 1000, eff=0.99, memory=990, compute=100),
+        _fig8(64, 256, 1000, eff=0.43, memory=430, compute=900),
+    ]
+    grid = V.fig8_grid(points)["default"]["memory_bound"]
+    assert grid[0][0] is True  # tile_b 16, tile_i 16
+    assert grid[2][4] is False  # tile_b 64, tile_i 256
+    assert grid[1][2] is None  # not run
