@@ -1182,7 +1182,10 @@ def write_summary(points, missing, walls, wall, tier, memory, out, run, failed=(
         plot_fig8(summary["fig8_grid"], out / "fig8.png")
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     SPEED.parent.mkdir(parents=True, exist_ok=True)
+    sweeps = dict.fromkeys(s["workload"] for s in speed)
     timing = {"run": run, "wall_s": wall, "sweep_wall_s": walls, "totals": speed_totals(speed),
+              "sweep_totals": {w: speed_totals([s for s in speed if s["workload"] == w])
+                               for w in sweeps},
               "points": speed}  # fmt: skip
     (
         SPEED if tier == "axi" else SPEED.with_name(f"validate_speed_fast_{memory.tag}.json")

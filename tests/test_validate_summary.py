@@ -381,6 +381,9 @@ def test_the_speed_file_says_whether_the_run_measured_every_point(monkeypatch, t
     assert speed["run"]["complete"] is True and speed["run"]["cached_only"] is False
     assert [p["workload"] for p in speed["points"]] == ["first", "first", "second", "second"]
     assert speed["totals"]["sim_wall_s"] == 0.4 and speed["totals"]["rtl_build_s"] == 0.0
+    # each sweep's own parts, which add up to the run's
+    assert list(speed["sweep_totals"]) == ["first", "second"]
+    assert [t["sim_wall_s"] for t in speed["sweep_totals"].values()] == [0.2, 0.2]
     assert json.loads((tmp_path / "summary.json").read_text())["run"] == speed["run"]
     for partial in (["--only", "second"], ["--depths", "default"], ["--limit", "1"]):
         V.main(partial)
