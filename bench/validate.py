@@ -35,6 +35,7 @@ import hashlib
 import io
 import json
 import time
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -308,6 +309,17 @@ def memory_channels(graph: Any, config: HwConfig) -> int:
     return sum(isinstance(n, MEMORY_OPS[:2]) for n in graph.nodes.values()) or 1
 
 
+def cached_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object cached at ``path``, or ``None`` when there is none or it cannot be read
+    (cut short by a run killed while writing it, or damaged): the caller computes the entry
+    again and replaces it (``write_atomically``: a reader sees a whole entry or none)."""
+    try:
+        got = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return got if isinstance(got, dict) else None
+
+
 class NotCached(Exception):
     """``--cached-only``: a point whose RTL result is not in the cache (not run)."""
 
@@ -328,20 +340,19 @@ def run_point(
 
     tier = p.tier or tier
     memory = p.memory_model or memory or MemoryModel.axi_ram()
-    if cached_only and p.sizing is not None and not p.sizing.is_file():
+    if cached_only and p.sizing is not None and cached_json(p.sizing) is None:
         # a sized point's graph would size its design first
         raise NotCached("no cached sizing (--cached-only)")
     # the axi tier's points keep their cache names; the fast tier's carry the tier and memory
     suffix = "" if tier == "axi" else f"_{tier}_{memory.tag}"
     cache = OUT / "points" / f"{p.workload}_{_key(p)}{suffix}_{_design(p)}.json"
-    cached = cache.is_file() and not fresh and not trace
+    rtl = None if fresh or trace else cached_json(cache)
+    cached = rtl is not None
     if not cached and cached_only:
         raise NotCached("no cached RTL result (--cached-only)")
     outputs = cosim.output_tensors(p.make())
     reference_s = 0.0
-    if cached:
-        rtl = json.loads(cache.read_text())
-    else:
+    if not cached:
         t0 = time.perf_counter()
         want = reference_outputs(p, outputs)
         reference_s = time.perf_counter() - t0
@@ -355,7 +366,7 @@ def run_point(
             "rtl_run_s": r.run_s,
         }
         cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(json.dumps(rtl))
+        write_atomically(cache, json.dumps(rtl))
     # after the RTL (cached first: the expensive half)
     sims = _simulate(p, memory, outputs, suffix, fresh=fresh)
     peak = sims["channels"] * memory.peak_bytes_per_cycle(p.config.axi_data_width)
@@ -424,9 +435,11 @@ def reference_outputs(p: Point, outputs: list[str]) -> dict[str, np.ndarray]:
     params = {k: v for k, v in p.params.items() if k != "depths"}
     key = _key(dataclasses.replace(p, params=params))
     cache = OUT / "reference" / f"{p.workload}_{key}_{_source_digest()}.npz"
-    if cache.is_file():
-        with np.load(cache) as f:
+    try:
+        with open(cache, "rb") as raw, np.load(raw) as f:
             return {o: f[o].view(np.dtype(str(f[f"dtype:{o}"]))) for o in outputs}
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        pass  # not cached, or unreadable: computed again and replaced
     got = interpret(p.make(), p.memory).memory
     fields: dict[str, np.ndarray] = {}
     for o in outputs:
@@ -481,8 +494,9 @@ def _simulate(
     interpreter's when ``p.functional_sim``), cached in ``build/validate/sims/`` under the point
     and the digest of :data:`SIM_SOURCES`."""
     cache = OUT / "sims" / f"{p.workload}_{_key(p)}{suffix}_{_source_digest()}{SIMS_FORMAT}.json"
-    if cache.is_file() and not fresh:
-        return {**json.loads(cache.read_text()), "cached": True}
+    cached = None if fresh else cached_json(cache)
+    if cached is not None:
+        return {**cached, "cached": True}
     shape_only = timing_image(p.make(), p.memory)
     t0 = time.perf_counter()
     image = p.memory if p.functional_sim else shape_only
@@ -510,7 +524,7 @@ def _simulate(
         "paper_wall_s": time.perf_counter() - t0,
     }
     cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_text(json.dumps(out))
+    write_atomically(cache, json.dumps(out))
     return {**out, "cached": False}
 
 
@@ -772,8 +786,9 @@ def sized_depths(group: list[Point], memory: MemoryModel) -> dict[str, int]:
     cache.parent.mkdir(parents=True, exist_ok=True)
     with open(cache.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if cache.is_file():
-            return json.loads(cache.read_text())["depths"]
+        sized = cached_json(cache)
+        if sized is not None and "depths" in sized:
+            return sized["depths"]
         t0 = time.perf_counter()
         report = plan_queue_sizes(
             p.make(), [timing_image(p.make(), q.memory) for q in group[:SIZING_IMAGES]],
@@ -782,7 +797,7 @@ def sized_depths(group: list[Point], memory: MemoryModel) -> dict[str, int]:
         )  # fmt: skip
         wall = time.perf_counter() - t0
         _sized_here[cache] = wall
-        cache.write_text(json.dumps({
+        write_atomically(cache, json.dumps({
             "depths": report.depths, "wall_s": wall,
             "images": len(group[:SIZING_IMAGES]), "cycles_deep": report.cycles_deep,
             "cycles_sized": report.cycles_sized, "cycles_default": report.cycles_default,
@@ -1180,16 +1195,17 @@ def write_summary(points, missing, walls, wall, tier, memory, out, run, failed=(
     if any(p["workload"] == "fig8" for p in points):
         summary["fig8_grid"] = fig8_grid(points)
         plot_fig8(summary["fig8_grid"], out / "fig8.png")
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    write_atomically(out / "summary.json", json.dumps(summary, indent=1) + "\n")
     SPEED.parent.mkdir(parents=True, exist_ok=True)
     sweeps = dict.fromkeys(s["workload"] for s in speed)
     timing = {"run": run, "wall_s": wall, "sweep_wall_s": walls, "totals": speed_totals(speed),
               "sweep_totals": {w: speed_totals([s for s in speed if s["workload"] == w])
                                for w in sweeps},
               "points": speed}  # fmt: skip
-    (
-        SPEED if tier == "axi" else SPEED.with_name(f"validate_speed_fast_{memory.tag}.json")
-    ).write_text(json.dumps(timing, indent=1) + "\n")
+    write_atomically(
+        SPEED if tier == "axi" else SPEED.with_name(f"validate_speed_fast_{memory.tag}.json"),
+        json.dumps(timing, indent=1) + "\n",
+    )
     if points:
         plot(points, out / "validate.png")
     for name, per in summary["stats"].items():
