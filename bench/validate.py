@@ -962,6 +962,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="points run at once (Verilator builds still one at a time)")  # fmt: skip
     args = ap.parse_args(argv)
     _source_digest()
+    cold = cold_start()  # before this run fills a cache
     if args.memory != "axi_ram" and args.tier != "fast":
         ap.error("--memory hbm needs --tier fast")
     memory = getattr(MemoryModel, args.memory)()
@@ -1013,7 +1014,7 @@ def main(argv: list[str] | None = None) -> None:
         # run's summary and speed file stay as they are rather than be replaced by empty ones
         why = missing[0] if missing else "no point matches --only, --where and --depths"
         raise SystemExit(f"validate: none of {len(tasks)} points ran: {why[:300]}")
-    run = selection(args, complete=not missing and _unfiltered(args))
+    run = selection(args, complete=not missing and _unfiltered(args), cold=cold)
     rows = write_summary(
         points, missing, walls, time.perf_counter() - t_start, args.tier, memory, out, run,
         failed_speed,
@@ -1027,11 +1028,30 @@ def main(argv: list[str] | None = None) -> None:
         )
 
 
-def selection(args: argparse.Namespace, complete: bool) -> dict[str, Any]:
+def cache_folders() -> list[Path]:
+    """The folders whose entries a run reuses: its RTL results, simulator results, sizings and
+    the interpreter's references, the Verilator builds, the conversions to Verilog and
+    Verilator's runtime objects."""
+    from step_hw import conversions
+    from step_hw.cosim import BUILD
+    from step_hw.cosim.verilator import runtime_cache
+
+    folders = [OUT / "points", OUT / "sims", SIZING, OUT / "reference"]
+    return [*folders, BUILD, conversions.cache_root(), runtime_cache()]
+
+
+def cold_start() -> bool:
+    """Every one of :func:`cache_folders` is missing or empty: the run computes everything, as
+    on a machine without ``build/`` (the acceptance's cold run)."""
+    return not any(f.is_dir() and any(f.iterdir()) for f in cache_folders())
+
+
+def selection(args: argparse.Namespace, complete: bool, cold: bool = False) -> dict[str, Any]:
     """What a run measured, kept in summary.json and the speed file: its sweeps, filters and
-    depth settings, whether the RTL came from the cache only, and ``complete`` (every point of
+    depth settings, whether the RTL came from the cache only, ``complete`` (every point of
     every sweep at both depth settings ran), so that a partial or cached run's wall time is not
-    read as ``make validate``'s."""
+    read as ``make validate``'s, and ``cold`` (it started with every cache empty,
+    :func:`cold_start`)."""
     return {
         "only": args.only.split(","),
         "where": args.where,
@@ -1041,6 +1061,7 @@ def selection(args: argparse.Namespace, complete: bool) -> dict[str, Any]:
         "fresh": args.fresh,
         "jobs": args.jobs,
         "complete": complete,
+        "cold": cold,
     }
 
 

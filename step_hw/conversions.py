@@ -38,7 +38,7 @@ from typing import Any
 from .design_key import source_version
 from .paths import build_folder, write_atomically
 
-__all__ = ["Conversion", "claim", "lookup", "store", "version"]
+__all__ = ["Conversion", "cache_root", "claim", "lookup", "store", "version"]
 
 #: Distributions whose version changes the Verilog of a conversion (Amaranth and the Yosys it
 #: may run: ``step_hw.verilog_backend`` runs YoWASP's unless ``AMARANTH_USE_YOSYS`` is set, and
@@ -70,12 +70,13 @@ class Conversion:
     cached: bool
 
 
-def _root() -> Path:
+def cache_root() -> Path:
+    """``build/convert`` (``STEP_CONVERT_BUILD`` wins): every toolchain version's conversions."""
     return build_folder("convert", "STEP_CONVERT_BUILD")
 
 
 def _files(key: str) -> tuple[Path, Path]:
-    folder = _root() / version()
+    folder = cache_root() / version()
     return folder / f"{key}.v.gz", folder / f"{key}.json"
 
 
@@ -94,9 +95,9 @@ def _folder() -> Path:
     """This version's folder, made on first use; the folders of other versions are removed then,
     except the one stored in last (newest modification time): the folder of a run of the
     sources before an edit, still converting, which would otherwise remove this one in turn."""
-    folder = _root() / version()
+    folder = cache_root() / version()
     if not folder.is_dir():
-        others = [p for p in _root().glob("*") if p.is_dir()] if _root().is_dir() else []
+        others = [p for p in cache_root().glob("*") if p.is_dir()] if cache_root().is_dir() else []
         others.sort(key=_modified, reverse=True)
         for old in others[1:]:
             shutil.rmtree(old, ignore_errors=True)

@@ -88,7 +88,7 @@ def test_the_verilator_runtime_is_compiled_once_and_then_reused(tmp_path, monkey
 
     from step_hw.cosim import verilator
 
-    monkeypatch.setattr(verilator, "_runtime_cache", lambda: tmp_path / "cache")
+    monkeypatch.setattr(verilator, "runtime_cache", lambda: tmp_path / "cache")
     monkeypatch.setattr(
         Verilator, "_build_command", lambda self: [["verilator", "-cc"], ["make", "-j", "2"]]
     )
@@ -147,7 +147,7 @@ def test_cocotb_block_builds_compile_without_optimisation(tmp_path, monkeypatch)
         "build",
         lambda self, **kw: seen.append(verilator.os.environ["MAKEFLAGS"]),
     )
-    monkeypatch.setattr(verilator, "_runtime_cache", lambda: tmp_path / "cache")
+    monkeypatch.setattr(verilator, "runtime_cache", lambda: tmp_path / "cache")
     monkeypatch.setenv("MAKEFLAGS", "-- X=1")
     verilator.build([tmp_path / "a.v"], top="a", build_dir=tmp_path / "b")
     assert seen[-1].endswith(verilator.NO_OPT) and verilator.os.environ["MAKEFLAGS"].startswith(

@@ -18,12 +18,12 @@ def _fig8(b, i, rtl, *, eff, memory, compute, depths="default", match=True):
             "compute_floor_cycles": compute}  # fmt: skip
 
 
-def _summary(points, *, complete=True, wall=60.0, missing=()):
+def _summary(points, *, complete=True, wall=60.0, missing=(), cold=False):
     return {
         "points": points,
         "stats": {name: V.stats(points, field) for name, field in V.PROFILES.items()},
         "comparisons": V.comparisons(points),
-        "run": {"complete": complete},
+        "run": {"complete": complete, "cold": cold},
         "wall_s": wall,
         "missing": list(missing),
     }
@@ -129,18 +129,23 @@ def test_bit_exactness_and_failed_points_are_judged():
 
 
 @pytest.mark.parametrize(
-    ("complete", "cached", "wall", "scope", "met"),
+    ("complete", "cached", "cold", "wall", "scope", "met"),
     [
-        (True, True, 280.0, "warm (every result cached)", True),
-        (True, True, 320.0, "warm (every result cached)", False),
-        (True, False, 280.0, "not warm (cold judged from a fresh clone)", None),
-        (False, True, 10.0, "this run (partial)", None),
+        (True, True, False, 280.0, "warm (every result cached)", True),
+        (True, True, False, 320.0, "warm (every result cached)", False),
+        (True, False, True, 2800.0, "cold (every cache empty at the start)", True),
+        (True, False, True, 3700.0, "cold (every cache empty at the start)", False),
+        (True, False, False, 280.0, "neither warm nor cold (some results cached)", None),
+        (False, False, True, 10.0, "this run (partial)", None),
+        (False, True, False, 10.0, "this run (partial)", None),
     ],
 )
-def test_the_time_is_judged_only_for_a_complete_warm_run(complete, cached, wall, scope, met):
+def test_the_time_is_judged_for_a_complete_warm_or_cold_run(
+    complete, cached, cold, wall, scope, met
+):
     points = [_fig8(16, 16, 1000, eff=0.99, memory=990, compute=100)]
-    speed = [{"rtl_cached": cached, "sim_cached": True}]
-    (row,) = _rows(A.judge(_summary(points, complete=complete, wall=wall), speed),
+    speed = [{"rtl_cached": cached, "sim_cached": cached}]
+    (row,) = _rows(A.judge(_summary(points, complete=complete, wall=wall, cold=cold), speed),
                    "make validate's time")  # fmt: skip
     assert (row["scope"], row["met"]) == (scope, met)
     assert row["value"] == f"{wall / 60:.1f} min wall"

@@ -104,3 +104,28 @@ def test_a_cut_short_reference_is_interpreted_again(monkeypatch, tmp_path):
     assert len(calls) == 1
     assert all(np.array_equal(again[o], first[o]) for o in outputs)
     assert V.reference_outputs(p, outputs) and len(calls) == 1  # replaced whole, read back
+
+
+def test_a_run_is_cold_only_when_every_cache_is_empty(monkeypatch, tmp_path):
+    from step_hw import conversions
+    from step_hw.cosim import verilator
+
+    monkeypatch.setattr(V, "OUT", tmp_path / "validate")
+    monkeypatch.setattr(V, "SIZING", tmp_path / "validate" / "sizing")
+    monkeypatch.setattr(conversions, "cache_root", lambda: tmp_path / "convert")
+    monkeypatch.setattr(verilator, "runtime_cache", lambda: tmp_path / "verilator_runtime")
+    import step_hw.cosim.harness as harness
+
+    monkeypatch.setattr(harness, "BUILD", tmp_path / "cosim")
+    folders = V.cache_folders()
+    assert len(folders) == len(set(folders)) == 7
+    assert all(f.is_relative_to(tmp_path) for f in folders)
+    assert V.cold_start()  # none there
+    for f in folders:
+        f.mkdir(parents=True)
+    assert V.cold_start()  # all empty
+    for f in folders:
+        (f / "entry").write_text("x")
+        assert not V.cold_start(), f
+        (f / "entry").unlink()
+    assert V.cold_start()

@@ -41,6 +41,7 @@ __all__ = [
     "optimisation",
     "prune",
     "runner",
+    "runtime_cache",
     "setup",
     "shared_runtime",
     "verilator_root",
@@ -186,7 +187,8 @@ def optimisation(opt: str) -> Iterator[None]:
 RUNTIME_OBJECTS = ("verilated.o", "verilated_dpi.o", "verilated_vpi.o", "verilated_threads.o")
 
 
-def _runtime_cache() -> Path:
+def runtime_cache() -> Path:
+    """``build/verilator_runtime``: Verilator's runtime objects, compiled once per toolchain."""
     from step_hw.paths import build_folder
 
     return build_folder("verilator_runtime")
@@ -226,7 +228,7 @@ def shared_runtime(sim: Runner, build_dir: Path, *, waves: bool = False) -> Iter
     key = hashlib.sha256(
         "\0".join([str(setup()), os.environ.get("MAKEFLAGS", ""), _compiler()]).encode()
     ).hexdigest()[:16]
-    cache = _runtime_cache() / key
+    cache = runtime_cache() / key
     if all((cache / name).is_file() for name in RUNTIME_OBJECTS):
         build_dir.mkdir(parents=True, exist_ok=True)
         for name in RUNTIME_OBJECTS:
