@@ -34,6 +34,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import sys
 import time
 import zipfile
 from collections.abc import Callable
@@ -1033,7 +1034,7 @@ def cache_folders() -> list[Path]:
     the interpreter's references, the Verilator builds, the conversions to Verilog and
     Verilator's runtime objects."""
     from step_hw import conversions
-    from step_hw.cosim import BUILD
+    from step_hw.cosim.harness import BUILD
     from step_hw.cosim.verilator import runtime_cache
 
     folders = [OUT / "points", OUT / "sims", SIZING, OUT / "reference"]
@@ -1112,10 +1113,23 @@ def _task_order(tasks: list[tuple[str, int]]) -> Callable[[tuple], tuple[int, in
     return lambda pair: (sweeps.index(pair[0][0]), pair[0][1])
 
 
+#: In a worker of :func:`_run_all`'s pool: the event the run sets when it is interrupted.
+_stopping: Any = None
+
+
+def _stop_with(event: Any) -> None:
+    """The pool's worker initializer: remember the run's stop event (:data:`_stopping`)."""
+    global _stopping
+    _stopping = event
+
+
 def _timed(name: str, index: int, options: dict[str, Any]) -> tuple[dict[str, Any], float, float]:
     """:func:`_run_indexed` with its start and end (wall clock); a measured point's speed record
-    gets the whole point's seconds (``point_s``: its parts and whatever lies between them)."""
+    gets the whole point's seconds (``point_s``: its parts and whatever lies between them). In an
+    interrupted run's pool (:data:`_stopping` set) it returns at once, without running the point."""
     t0 = time.time()
+    if _stopping is not None and _stopping.is_set():
+        return {"error": "interrupted", "fatal": True}, t0, t0
     r = _run_indexed(name, index, options)
     t1 = time.time()
     if "_speed" in r:
@@ -1129,7 +1143,13 @@ def _run_all(
     """Points ``tasks`` (sweep name, index), ``jobs`` at a time in one pool (a sweep's first
     points start while the last sweep's last points run), each printed as it ends; -> their
     results in ``tasks``' order and each sweep's wall time, from its first point's start to its
-    last point's end."""
+    last point's end.
+
+    Interrupted (Ctrl-C: ``KeyboardInterrupt``), it starts no other point and exits with status
+    130 and a line saying how many points ended; their results are cached, so the next run goes
+    on from there. (The pool's own exit waited for every queued point: the run went on, silent,
+    for as long as the points left took.)"""
+    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     def show(name: str, r: dict[str, Any]) -> None:
@@ -1146,20 +1166,44 @@ def _run_all(
 
     timed: list[tuple[dict[str, Any], float, float]] = []
     if jobs <= 1 or len(tasks) <= 1:
-        for name, i in tasks:
-            timed.append(_timed(name, i, options))
-            show(name, timed[-1][0])
+        try:
+            for name, i in tasks:
+                timed.append(_timed(name, i, options))
+                show(name, timed[-1][0])
+        except KeyboardInterrupt:
+            _interrupted(len(timed), len(tasks))
     else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        stop = multiprocessing.Event()
+        pool = ProcessPoolExecutor(max_workers=jobs, initializer=_stop_with, initargs=(stop,))
+        ended = 0
+        try:
             futures = {pool.submit(_timed, name, i, options): (name, i) for name, i in tasks}
             for f in as_completed(futures):
                 show(futures[f][0], f.result()[0])
+                ended += 1
             timed = [f.result() for f in futures]
+        except KeyboardInterrupt:
+            stop.set()  # a point a worker has already taken returns at once
+            pool.shutdown(wait=False, cancel_futures=True)
+            _interrupted(ended, len(tasks))
+        finally:
+            pool.shutdown(cancel_futures=True)  # the points in flight end (Ctrl-C reached them too)
     spans: dict[str, list[float]] = {}
     for (name, _), (_, start, end) in zip(tasks, timed, strict=True):
         span = spans.setdefault(name, [start, end])
         span[0], span[1] = min(span[0], start), max(span[1], end)
     return [r for r, _, _ in timed], {n: end - start for n, (start, end) in spans.items()}
+
+
+def _interrupted(ended: int, total: int) -> None:
+    """Leave an interrupted run: exit status 130 (128 + SIGINT), the points that ended said."""
+    print(
+        f"validate: interrupted after {ended} of {total} points; their results are cached "
+        "(a run with the same options goes on from there); no summary written",
+        file=sys.stderr,
+        flush=True,
+    )
+    raise SystemExit(130)
 
 
 #: The seconds of ``validate_speed.json``'s points that :func:`speed_totals` adds up.
