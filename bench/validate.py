@@ -1143,7 +1143,8 @@ def _run_all(
     """Points ``tasks`` (sweep name, index), ``jobs`` at a time in one pool (a sweep's first
     points start while the last sweep's last points run), each printed as it ends; -> their
     results in ``tasks``' order and each sweep's wall time, from its first point's start to its
-    last point's end.
+    last point's end. Each measured point's line starts with how many points have ended and
+    the minutes and seconds since the first began (``[ 12/328 03:41]``).
 
     Interrupted (Ctrl-C: ``KeyboardInterrupt``), it starts no other point and exits with status
     130 and a line saying how many points ended; their results are cached, so the next run goes
@@ -1152,12 +1153,21 @@ def _run_all(
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
+    began = time.perf_counter()
+    ended = 0
+
     def show(name: str, r: dict[str, Any]) -> None:
+        """Count the point as ended; a measured one gets a line: how many points have ended of
+        the run's and the minutes since it began, then its cycles on each side."""
+        nonlocal ended
+        ended += 1
         if "error" in r:
-            return
+            return  # said at the end, once per design (main)
         err = (r["sim_cycles"] - r["rtl_cycles"]) / r["rtl_cycles"]
         perr = (r["paper_cycles"] - r["rtl_cycles"]) / r["rtl_cycles"]
+        minutes, seconds = divmod(int(time.perf_counter() - began), 60)
         print(
+            f"[{ended:{len(str(len(tasks)))}d}/{len(tasks)} {minutes:02d}:{seconds:02d}] "
             f"{name:9s} {json.dumps(r['params']):80.80s} rtl {r['rtl_cycles']:7d} "
             f"sim {r['sim_cycles']:7d} ({err:+.1%}) paper {r['paper_cycles']:7d} ({perr:+.0%}) "
             f"axi {r['axi_efficiency']:.0%} match {r['outputs_match']}",
@@ -1171,16 +1181,14 @@ def _run_all(
                 timed.append(_timed(name, i, options))
                 show(name, timed[-1][0])
         except KeyboardInterrupt:
-            _interrupted(len(timed), len(tasks))
+            _interrupted(ended, len(tasks))
     else:
         stop = multiprocessing.Event()
         pool = ProcessPoolExecutor(max_workers=jobs, initializer=_stop_with, initargs=(stop,))
-        ended = 0
         try:
             futures = {pool.submit(_timed, name, i, options): (name, i) for name, i in tasks}
             for f in as_completed(futures):
                 show(futures[f][0], f.result()[0])
-                ended += 1
             timed = [f.result() for f in futures]
         except KeyboardInterrupt:
             stop.set()  # a point a worker has already taken returns at once

@@ -1,5 +1,6 @@
-"""``make validate`` interrupted (Ctrl-C): it starts no other point and exits with status 130
-(``bench.validate._run_all``), where the pool's exit ran every queued point first."""
+"""``make validate`` while it runs (``bench.validate._run_all``): each measured point's line says
+how many points have ended; interrupted (Ctrl-C), it starts no other point and exits with status
+130, where the pool's exit ran every queued point first."""
 
 from __future__ import annotations
 
@@ -62,3 +63,23 @@ def test_an_interrupted_run_starts_no_other_point(tmp_path, jobs):
     assert "validate: interrupted after " in err and f"of {POINTS} points" in err
     # at most the points in flight when the signal went out start after it
     assert _started(marks) <= before + 2 * jobs < POINTS
+
+
+def test_each_measured_point_says_how_many_have_ended(monkeypatch, capsys):
+    from bench import validate as V
+
+    def fake(name, index, options):
+        if index == 1:
+            return {"error": "not cached", "fatal": False}
+        return {"params": {"i": index}, "rtl_cycles": 100, "sim_cycles": 100 + index,
+                "paper_cycles": 90, "axi_efficiency": 0.5, "outputs_match": True}  # fmt: skip
+
+    monkeypatch.setattr(V, "_run_indexed", fake)
+    results, walls = V._run_all([("fig8", i) for i in range(12)], {}, jobs=1)
+    assert len(results) == 12 and set(walls) == {"fig8"}
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 11  # the point that was not measured is counted, not shown
+    assert lines[0].startswith("[ 1/12 00:00] fig8 ")
+    assert lines[1].startswith("[ 3/12 00:00] fig8 ") and '{"i": 2}' in lines[1]
+    assert lines[-1].startswith("[12/12 00:00] fig8 ")
+    assert "rtl     100 sim     111 (+11.0%) paper      90 (-10%) axi 50% match True" in lines[-1]
