@@ -7,7 +7,7 @@ import os
 import threading
 from pathlib import Path
 
-__all__ = ["build_folder", "private_name", "write_atomically"]
+__all__ = ["abandoned_private_names", "build_folder", "private_name", "write_atomically"]
 
 
 def build_folder(name: str, env: str | None = None) -> Path:
@@ -27,6 +27,25 @@ def private_name(path: Path) -> Path:
     renaming into place (a name by process alone let two threads of one process rename each
     other's file away)."""
     return path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+
+
+def abandoned_private_names(path: Path) -> list[Path]:
+    """The :func:`private_name` siblings of ``path`` whose process is gone (killed or interrupted
+    before it renamed its file into place): safe to remove. A name whose process still runs,
+    or whose number another process has taken since, is kept."""
+    head = f".{path.name}."
+    found = []
+    for sibling in path.parent.glob(f"{head}*") if path.parent.is_dir() else []:
+        pid, _, thread = sibling.name[len(head) :].partition(".")
+        if not (pid.isdigit() and thread.isdigit()):
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            found.append(sibling)
+        except PermissionError:
+            pass  # another user's process: alive
+    return found
 
 
 def write_atomically(path: Path, data: str | bytes) -> None:

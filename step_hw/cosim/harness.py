@@ -48,7 +48,7 @@ from step_hw.config import HwConfig
 from step_hw.contract import is_store
 from step_hw.cosim.raw_tensors import bit_patterns, raw_dtype
 from step_hw.memory_model import MemoryModel
-from step_hw.paths import private_name, write_atomically
+from step_hw.paths import abandoned_private_names, private_name, write_atomically
 from step_lang.graph import Graph
 
 __all__ = [
@@ -335,7 +335,8 @@ def design(
         # Build beside the final folder and rename, so an interrupted build is never reused and
         # two processes building the same design do not corrupt each other's files.
         tmp = private_name(folder)
-        shutil.rmtree(tmp, ignore_errors=True)
+        for abandoned in [tmp, *abandoned_private_names(folder)]:  # a killed build's files
+            shutil.rmtree(abandoned, ignore_errors=True)
         tmp.mkdir(parents=True)
         (tmp / f"{TOP}.v").write_text(text)
         # The axi tier's bench reaches the top-level ports and the queue instances, nothing else.
@@ -377,6 +378,9 @@ def design(
                     # finds the stamp, rather than building again and replacing the folder
                     # under this one's runs.
                     _put_in_place(tmp, folder, digest, time.perf_counter() - t0)
+        except KeyboardInterrupt:
+            shutil.rmtree(tmp, ignore_errors=True)  # a build cut short: nothing to keep
+            raise
         except (RuntimeError, SystemExit) as exc:
             _say(quiet, f"building {graph.name}: failed")
             raise CosimError(
