@@ -18,8 +18,11 @@ POINTS = 40
 
 #: A run of ``POINTS`` fake points (each writes its index to a file, then takes 0.5 s).
 DRIVER = f"""
-import sys, time
+import signal, sys, time
 from bench import validate as V
+
+# Ctrl-C as in a terminal: under make and pytest-xdist a child may inherit SIGINT ignored
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 def fake(name, index, options):
     with open(sys.argv[1], "a") as f:
