@@ -1192,10 +1192,10 @@ def _run_all(
             timed = [f.result() for f in futures]
         except KeyboardInterrupt:
             stop.set()  # a point a worker has already taken returns at once
-            pool.shutdown(wait=False, cancel_futures=True)
             _interrupted(ended, len(tasks))
         finally:
-            pool.shutdown(cancel_futures=True)  # the points in flight end (Ctrl-C reached them too)
+            # the queued points cancelled; the ones in flight end (Ctrl-C reached them too)
+            pool.shutdown(cancel_futures=True)
     spans: dict[str, list[float]] = {}
     for (name, _), (_, start, end) in zip(tasks, timed, strict=True):
         span = spans.setdefault(name, [start, end])
