@@ -14,7 +14,8 @@ simulator with :class:`sim.profiles.RtlProfile`. Sweeps:
   schedules.
 
 Writes ``build/validate/summary.json`` (points, per-sweep Pearson and mean absolute relative
-error, schedule comparisons), ``build/validate/validate.png`` and
+error, schedule comparisons), ``build/validate/report.md`` (the same in tables,
+:mod:`bench.validate_report`), ``build/validate/validate.png`` and
 ``build/bench/validate_speed.json``. RTL results are cached per point and design key
 (``step_hw.design_key``: the lowered graph, its built-in queue depths, the hardware
 configuration and the generator's source) with the depths of its run-time queues in
@@ -46,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from bench import validate_acceptance as acceptance
+from bench import validate_report as report
 from bench import validate_scale as scale
 from examples import moe, swiglu
 from sim import simulate
@@ -570,7 +572,7 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 #: The simulator profiles each point runs, by their cycles field.
-PROFILES = {"rtl": "sim_cycles", "paper": "paper_cycles"}
+PROFILES = acceptance.PROFILES
 
 
 def _fit(rtl: np.ndarray, sim: np.ndarray) -> dict[str, Any]:
@@ -592,18 +594,13 @@ def stats(points: list[dict[str, Any]], field: str = "sim_cycles") -> dict[str, 
     groups: dict[str, list[dict[str, Any]]] = {}
     for p in points:
         if field in p:
-            groups.setdefault(_sweep(p), []).append(p)
+            groups.setdefault(acceptance.sweep_of(p), []).append(p)
     return {
         w: _fit(
             np.array([p["rtl_cycles"] for p in g], float), np.array([p[field] for p in g], float)
         )
         for w, g in sorted(groups.items())
     }
-
-
-def _sweep(p: dict[str, Any]) -> str:
-    depths = p["params"].get("depths")
-    return p["workload"] if depths in (None, "default") else f"{p['workload']} ({depths} depths)"
 
 
 def _choice(p: dict[str, Any]) -> tuple[str, str] | None:
@@ -626,7 +623,7 @@ def comparisons(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for p in points:
         choice = _choice(p)
         if choice:
-            groups.setdefault((_sweep(p), choice[0]), []).append(p)
+            groups.setdefault((acceptance.sweep_of(p), choice[0]), []).append(p)
     out = []
     for (sweep, case), group in groups.items():
         if len(group) < 2:
@@ -666,8 +663,8 @@ def plot(points: list[dict[str, Any]], path: Path) -> None:
     fig, axes = plt.subplots(1, len(PROFILES), figsize=(5.5 * len(PROFILES), 5), squeeze=False)
     for ax, (name, field) in zip(axes[0], PROFILES.items(), strict=True):
         shown = [p for p in points if field in p]
-        for sweep in sorted({_sweep(p) for p in shown}):
-            mine = [p for p in shown if _sweep(p) == sweep]
+        for sweep in sorted({acceptance.sweep_of(p) for p in shown}):
+            mine = [p for p in shown if acceptance.sweep_of(p) == sweep]
             ax.scatter([p["rtl_cycles"] for p in mine], [p[field] for p in mine],
                        marker=MARKERS.get(mine[0]["workload"], "x"),
                        label=f"{sweep} ({len(mine)})", alpha=0.7)  # fmt: skip
@@ -1241,8 +1238,8 @@ def speed_totals(speed: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def write_summary(points, missing, walls, wall, tier, memory, out, run, failed=()) -> list:
-    """summary.json, the scatter, the Fig. 8 grid and the speed file; print the statistics and
-    the acceptance rows (:mod:`bench.validate_acceptance`), which it returns.
+    """summary.json, report.md, the scatter, the Fig. 8 grid and the speed file; print the
+    statistics and the acceptance rows (:mod:`bench.validate_acceptance`), which it returns.
     ``run`` (:func:`selection`) says what the run measured; ``failed``: the speed records of the
     points that failed (``"error": true``; the seconds they spent, their design's sizing
     included), kept in the speed file and its totals."""
@@ -1269,6 +1266,7 @@ def write_summary(points, missing, walls, wall, tier, memory, out, run, failed=(
         summary["fig8_grid"] = fig8_grid(points)
         plot_fig8(summary["fig8_grid"], out / "fig8.png")
     write_atomically(out / "summary.json", json.dumps(summary, indent=1) + "\n")
+    write_atomically(out / "report.md", report.markdown(summary))
     SPEED.parent.mkdir(parents=True, exist_ok=True)
     sweeps = dict.fromkeys(s["workload"] for s in speed)
     timing = {"run": run, "wall_s": wall, "sweep_wall_s": walls, "totals": speed_totals(speed),
@@ -1297,7 +1295,10 @@ def write_summary(points, missing, walls, wall, tier, memory, out, run, failed=(
             )
     print("acceptance (docs/validation.md):")
     print(acceptance.table(summary["acceptance"]))
-    print(f"wrote {out / 'summary.json'}, {out / 'validate.png'}, {SPEED} ({wall:.0f} s)")
+    print(
+        f"wrote {out / 'summary.json'}, {out / 'report.md'}, {out / 'validate.png'}, {SPEED} "
+        f"({wall:.0f} s)"
+    )
     return summary["acceptance"]
 
 

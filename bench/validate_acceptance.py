@@ -38,15 +38,20 @@ __all__ = [
     "AXI_EFFICIENCY",
     "COLD_S",
     "PAPER_PEARSON",
+    "PROFILES",
     "RTL_MARE",
     "RTL_PEARSON",
     "RTL_WORST",
     "WARM_S",
     "judge",
     "memory_bound",
+    "point_name",
+    "sweep_of",
     "table",
 ]
 
+#: The simulator profiles each point runs, by the summary field of their cycles.
+PROFILES = {"rtl": "sim_cycles", "paper": "paper_cycles"}
 RTL_PEARSON = 0.999
 RTL_MARE = 0.02
 RTL_WORST = 0.05
@@ -69,6 +74,15 @@ def memory_bound(point: dict[str, Any]) -> bool | None:
     return point["memory_floor_cycles"] >= compute
 
 
+def sweep_of(point: dict[str, Any]) -> str:
+    """The sweep a point's statistics belong to: its workload, with its queue depths when they
+    are not the default ones (``fig8``, ``fig8 (sized depths)``)."""
+    depths = point["params"].get("depths")
+    if depths in (None, "default"):
+        return point["workload"]
+    return f"{point['workload']} ({depths} depths)"
+
+
 def _row(criterion: str, scope: str, value: str, bar: str, met: bool | None) -> dict[str, Any]:
     return {"criterion": criterion, "scope": scope, "value": value, "bar": bar, "met": met}
 
@@ -84,7 +98,7 @@ def _bit_exact(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     wrong = [p for p in points if not p["outputs_match"]]
     value = f"{len(points) - len(wrong)} of {len(points)} points"
     if wrong:
-        value += "; not: " + ", ".join(_name(p) for p in wrong[:5])
+        value += "; not: " + ", ".join(point_name(p) for p in wrong[:5])
     return [_row("outputs bit-exact", "every point", value, "all", not wrong)]
 
 
@@ -129,7 +143,9 @@ def _picks(comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def _name(p: dict[str, Any]) -> str:
+def point_name(p: dict[str, Any]) -> str:
+    """A point as the verdict names it: its sweep, its tiling or its routing, KV batch and
+    schedule, and its depths when not the default ones (``fig8 32 x 256 (sized)``)."""
     q = p["params"]
     if "tile_b" in q:
         what = f"{q['tile_b']} x {q['tile_i']}"
@@ -157,7 +173,7 @@ def _axi(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
         compute = [p for p in pts if memory_bound(p) is False]
         if compute:
             value += "; compute-bound: " + ", ".join(
-                f"{_name(p)} {p['axi_efficiency']:.0%}" for p in compute
+                f"{point_name(p)} {p['axi_efficiency']:.0%}" for p in compute
             )
         scope = AXI_SWEEP if depths == "default" else f"{AXI_SWEEP} ({depths} depths)"
         met = None if unknown or not bound else not low
@@ -169,7 +185,7 @@ def _axi(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _held_back(p: dict[str, Any]) -> str:
     """A point below the AXI bar, with what its memory waits for after the reads end (the rtl
     profile's node statistics, ``reads_done_cycle`` and ``last_compute``, where recorded)."""
-    text = f"{_name(p)} {p['axi_efficiency']:.0%}"
+    text = f"{point_name(p)} {p['axi_efficiency']:.0%}"
     done, last = p.get("reads_done_cycle"), p.get("last_compute")
     if done is None or last is None:
         return text

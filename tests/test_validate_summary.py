@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from bench import validate as V
+from bench import validate_report
 from bench import validate_scale as S
 
 
@@ -370,6 +371,7 @@ def test_a_run_that_measures_nothing_keeps_the_last_summary(monkeypatch, tmp_pat
         V.main(["--cached-only"])
     assert (tmp_path / "summary.json").read_text() == "last run\n"
     assert not (tmp_path / "validate_speed.json").exists()
+    assert not (tmp_path / "report.md").exists()
     with pytest.raises(SystemExit, match="no point matches --only, --where and --depths"):
         V.main(["--where", "tile_b=7"])
 
@@ -384,7 +386,10 @@ def test_the_speed_file_says_whether_the_run_measured_every_point(monkeypatch, t
     # each sweep's own parts, which add up to the run's
     assert list(speed["sweep_totals"]) == ["first", "second"]
     assert [t["sim_wall_s"] for t in speed["sweep_totals"].values()] == [0.2, 0.2]
-    assert json.loads((tmp_path / "summary.json").read_text())["run"] == speed["run"]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["run"] == speed["run"]
+    # the report for reading is written with the summary, from it
+    assert (tmp_path / "report.md").read_text() == validate_report.markdown(summary)
     for partial in (["--only", "second"], ["--depths", "default"], ["--limit", "1"]):
         V.main(partial)
         run = json.loads((tmp_path / "validate_speed.json").read_text())["run"]
