@@ -73,8 +73,9 @@ def _run(summary: dict[str, Any]) -> str:
     lines = [
         f"* sweeps: {', '.join(run.get('only', [])) or '-'}; depth settings: "
         f"{', '.join(run.get('depths', [])) or '-'}",
-        f"* co-simulation tier: {summary.get('tier', '-')}; points measured: {len(points)}, "
-        f"failed or skipped: {len(summary.get('missing', []))}",
+        f"* co-simulation tier of the hardware-size sweeps: {summary.get('tier', '-')} (the "
+        "paper-scale sweeps run on the fast tier with the HBM-like memory)",
+        f"* points measured: {len(points)}, failed or skipped: {len(summary.get('missing', []))}",
         f"* complete (every point of every sweep at every depth setting): "
         f"{'yes' if run.get('complete') else 'no'}; started from an empty cache (cold): "
         f"{'yes' if run.get('cold') else 'no'}; RTL from the cache only: "
