@@ -250,7 +250,8 @@ def test_fast_tier_refuses_what_it_cannot_do():
 @pytest.mark.parametrize(("pattern", "seed"), [("always", 1), ("random", 2)])
 def test_fast_attention_matches_interpreter(pattern, seed):
     """Decode attention (dynamic schedule): Sources and Sinks as ROMs and recorders in the
-    simulation, appends to the KV caches through the write ports."""
+    simulation, appends to the KV caches through the write ports; without back-pressure the rtl
+    profile's cycle count is the RTL's."""
     kv = [0, 15, 5, 10]
     memory = attention.hardware_inputs(kv, seed=seed)
     want = interpret(attention.hardware("dynamic"), memory).memory
@@ -264,9 +265,9 @@ def test_fast_attention_matches_interpreter(pattern, seed):
     )
     for name in ("out", "k_cache", "v_cache"):
         assert np.array_equal(r.outputs[name], want[name]), name
-    if pattern == "always":
+    if pattern == "always":  # the rtl profile models this memory cycle for cycle
         sim = simulate(attention.hardware("dynamic"), memory, profile=RtlProfile(HwConfig()))
-        assert abs(sim.cycles - r.cycles) / r.cycles <= 0.05, (sim.cycles, r.cycles)
+        assert sim.cycles == r.cycles
 
 
 def _scatter_with_paced_acks(ack_depth: int = 2, reader: bool = False) -> tuple[Graph, dict, dict]:
