@@ -85,10 +85,9 @@ def _attention_case():
 
 def test_hier_tiled_attention_matches_interpreter_and_rtl_profile():
     """Outputs and both caches bit-exact against the interpreter (memories that answer at once;
-    one build), and the rtl profile's cycles within 2 % of the RTL's (the validation target's
-    mean, docs/validation.md). Measured: 218 against 217 (+0.5 %; 224, +3.2 %, while the
-    interpreter's Partition and Reassemble forwarded whole chunks); the first stream to diverge
-    is the request dispatch's first token (one cycle late), not a block of the rewrite."""
+    one build), and the rtl profile cycle-exact: every stream's handshakes as the RTL's
+    (measured: 217 cycles, 188 streams; 218 while the dispatch's first token was a cycle late, 224
+    while the interpreter's Partition and Reassemble forwarded whole chunks)."""
     graph, memory = _attention_case()
     want = interpret(graph, {k: v.copy() for k, v in memory.items()}).memory
     report = cosim.validate(graph, memory, config=HW, tier="fast", tag="hier_attention", quiet=True)
@@ -96,9 +95,8 @@ def test_hier_tiled_attention_matches_interpreter_and_rtl_profile():
     for name in ("out", "k_cache", "v_cache"):
         got = report.cosim.outputs[name]
         np.testing.assert_array_equal(got.view(np.uint16), want[name].view(np.uint16))
-    assert abs(report.rtl_profile_cycles - report.rtl_cycles) <= 0.02 * report.rtl_cycles, str(
-        report
-    )
+    assert report.rtl_profile_cycles == report.rtl_cycles, str(report)
+    assert report.divergence is None and report.compared_streams > 0, str(report)
 
 
 def test_hier_tiled_fixed_point_swiglu_matches_interpreter():
@@ -146,10 +144,10 @@ def _dynamic_moe_case():
 
 def test_hier_tiled_dynamic_moe_matches_interpreter_and_rtl_profile():
     """Outputs bit-exact against the interpreter (memories that answer at once; one build) and
-    the rtl profile's cycles within 2 % of the RTL's. Measured: 372 against 372 (381, +2.4 %,
-    while the interpreter's Partition forwarded whole chunks); the first stream to diverge is
-    the token selector's queue (the Partition holds its selector's slot until the chunk has
-    passed; the profile frees it when it takes the token, docs/simulator.md)."""
+    the rtl profile's cycles within 2 % of the RTL's. Measured on 2026-12-06: 372 against 372
+    (381, +2.4 %, while the interpreter's Partition forwarded whole chunks), but 90 of its 166
+    streams differ, the first a Promote's output a cycle late (``promote2.out`` token 5: profile
+    31, RTL 30), so the total's exactness is not asserted."""
     graph, memory = _dynamic_moe_case()
     want = interpret(graph, {k: v.copy() for k, v in memory.items()}).memory["out"]
     report = cosim.validate(graph, memory, config=HW, tier="fast", tag="hier_moe_dyn", quiet=True)
