@@ -83,7 +83,8 @@ def _run(summary: dict[str, Any]) -> str:
         f"* wall time: {summary.get('wall_s', 0) / 60:.1f} min",
     ]
     if run.get("where") or run.get("limit"):
-        lines.append(f"* filters: where {run.get('where') or '-'}, limit {run.get('limit') or '-'}")
+        where = ", ".join(run.get("where") or []) or "-"
+        lines.append(f"* filters: --where {where}; --limit {run.get('limit') or '-'} per sweep")
     return "## The run\n\n" + "\n".join(lines)
 
 

@@ -145,6 +145,20 @@ def test_a_summary_without_a_grid_verdict_or_paper_profile():
     assert "| t16 static | yes | 300 | 301 (+0.3%) | - | 25% |" in text
 
 
+def test_the_run_says_what_it_measured():
+    run = {"only": ["fig8"], "depths": ["sized"], "where": ["tile_b=32", "tile_i=64"], "limit": 2,
+           "complete": False, "cold": True, "cached_only": False}  # fmt: skip
+    rows = _section(R.markdown(_summary(POINTS[:1], run=run)), "## The run")
+    assert rows[0] == "* sweeps: fig8; depth settings: sized"
+    assert rows[2] == "* points measured: 1, failed or skipped: 0"
+    assert rows[3].startswith("* complete (every point of every sweep at every depth setting): no;")
+    assert "started from an empty cache (cold): yes" in rows[3]
+    assert rows[4] == "* wall time: 1.5 min"
+    assert rows[5] == "* filters: --where tile_b=32, tile_i=64; --limit 2 per sweep"
+    # an unfiltered run says nothing of filters
+    assert not any("filters" in r for r in _section(R.markdown(_summary(POINTS)), "## The run"))
+
+
 def test_the_missing_points_are_listed():
     text = R.markdown(_summary(POINTS, missing=["fig8_b32_i32 {...}: NotCached: a | b"]))
     assert _section(text, "## Failed or skipped") == ["* `fig8_b32_i32 {...}: NotCached: a \\| b`"]
