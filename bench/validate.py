@@ -1287,7 +1287,7 @@ def write_summary(points, missing, walls, wall, tier, memory, out, run, failed=(
             )
     comps = summary["comparisons"]
     for name in PROFILES:
-        judged = [c for c in comps if f"{name}_profile_agrees" in c]
+        judged = [c for cs in acceptance.picks(comps, name).values() for c in cs]
         if judged:
             agree = sum(c[f"{name}_profile_agrees"] for c in judged)
             print(

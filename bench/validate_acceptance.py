@@ -45,6 +45,7 @@ __all__ = [
     "WARM_S",
     "judge",
     "memory_bound",
+    "picks",
     "point_name",
     "sweep_of",
     "table",
@@ -120,14 +121,20 @@ def _profiles(stats: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def picks(comparisons: list[dict[str, Any]], profile: str) -> dict[str, list[dict[str, Any]]]:
+    """The comparisons ``profile`` ran every option of, by sweep, each with its own verdict
+    ``<profile>_profile_agrees`` (``bench.validate.comparisons``)."""
+    by_sweep: dict[str, list[dict[str, Any]]] = {}
+    for c in comparisons:
+        if f"{profile}_profile_agrees" in c:
+            by_sweep.setdefault(c["workload"], []).append(c)
+    return by_sweep
+
+
 def _picks(comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for profile, judged in (("rtl", True), ("paper", False)):
-        by_sweep: dict[str, list[dict[str, Any]]] = {}
-        for c in comparisons:
-            if f"{profile}_profile_agrees" in c:
-                by_sweep.setdefault(c["workload"], []).append(c)
-        for sweep, cs in by_sweep.items():
+        for sweep, cs in picks(comparisons, profile).items():
             missed = [c for c in cs if not c[f"{profile}_profile_agrees"]]
             value = f"{len(cs) - len(missed)} of {len(cs)}"
             if missed:

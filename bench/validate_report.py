@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.validate_acceptance import PROFILES, memory_bound, point_name, sweep_of
+from bench.validate_acceptance import PROFILES, memory_bound, picks, point_name, sweep_of
 from step_hw.paths import write_atomically
 
 __all__ = ["main", "markdown"]
@@ -110,7 +110,7 @@ def _fit(st: dict[str, Any] | None) -> str:
 
 
 def _picks(comparisons: list[dict[str, Any]], sweep: str, profile: str) -> str:
-    judged = [c for c in comparisons if c["workload"] == sweep and f"{profile}_profile_agrees" in c]
+    judged = picks(comparisons, profile).get(sweep)
     if not judged:
         return "-"
     return f"{sum(c[f'{profile}_profile_agrees'] for c in judged)} of {len(judged)}"
