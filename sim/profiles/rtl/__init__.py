@@ -25,7 +25,10 @@ of every hardware block (their docstrings; ``docs/hardware.md``), it predicts th
   next group's data while its last token waits in the output register
   (``_Block._fold_while_full``); a Reshape or Promote of rank 0 writes a held ``S1`` (and a short
   chunk's padding) before it takes the input that needs them (``contract.held_stop_chunk``), and
-  a Reshape's output and pad flags drain apart.
+  a Reshape's output and pad flags drain apart. A paper-form Promote of rank 1 or more takes the
+  token that releases a held ``S_a`` into a skid register as the stop goes out, and while the
+  skid holds a token takes the next input in the cycle the register frees for it
+  (:class:`_PromoteOutermost`).
 * **Routers and Broadcast** are combinational (latency 0): a token leaves in the cycle its
   input queue offers it, to each of several outputs in the first cycle that output has room, and
   is taken from its queue only when the (last) output takes it; a selector is taken with what it
@@ -104,7 +107,7 @@ cycles. Every ``m_axi`` port has its own memory front end over one memory, so di
 not share bandwidth; the operators on one shared port do.
 
 The model is split by hardware block: :mod:`.clocked` (the clock, Source, Sink, blocks that take
-early), :mod:`.blocks` and :mod:`.expand` (registered blocks), :mod:`.routers`, :mod:`.buffers`,
+early), :mod:`.blocks`, :mod:`.expand` and :mod:`.promote` (registered blocks), :mod:`.routers`, :mod:`.buffers`,
 :mod:`.loads`, :mod:`.block_loads`, :mod:`.sequencer`, :mod:`.axi`, :mod:`.stores`,
 :mod:`.ports` (shared AXI ports), :mod:`.registry` (:data:`RTL_TIMING`) and :mod:`.profile`.
 """

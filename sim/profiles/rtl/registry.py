@@ -14,6 +14,7 @@ from .buffers import _buffer_pair, _Bufferize, _Streamify
 from .clocked import _Sink, _Source
 from .expand import _Expand
 from .loads import _Load
+from .promote import promote_timing
 from .routers import _Broadcast, _EagerMerge, _Parallelize, _Partition, _Reassemble
 from .stores import _BlockStore, _RandomStore, _Store
 
@@ -60,5 +61,6 @@ RTL_TIMING.add(_Reassemble, ops.Reassemble)
 RTL_TIMING.add(_EagerMerge, ops.EagerMerge)
 RTL_TIMING.add(_Parallelize, ops.Parallelize)
 RTL_TIMING.add(_Expand, ops.Expand)
+RTL_TIMING.add(promote_timing, ops.Promote)
 # Every other operator is timed as the block its hardware-contract entry describes
 # (``step_hw.contract.BLOCKS``; ``_Block``): a new operator needs no entry here.
