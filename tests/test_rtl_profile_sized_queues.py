@@ -691,8 +691,9 @@ def test_random_paper_form_promotes_match_an_amaranth_simulation(case):
 @pytest.mark.parametrize("case", ["fanout", "route1", "blocks", "unpad_stops"])
 def test_run_time_depths_move_every_token_in_the_cycle_built_in_depths_do(case, depth):
     """A design whose queue depths are run-time settings (``HwConfig.queue_capacity``: every
-    queue built for 4, its depth set by ``queue_limits``) moves every token of the graph in the cycle the
-    design with those depths built in moves it, at mixed depths (1, 2, 3 and ``depth``)."""
+    queue built for 4, its depth set by ``queue_limits``) moves every token of the graph in the
+    cycle the design with those depths built in moves it, at mixed depths (1, 2, 3 and
+    ``depth``)."""
     graph, tensors, inputs = CASES[case]()
     streams = sorted({s.name for n in graph.nodes.values() for s in n.outputs})
     for i, name in enumerate(streams):
