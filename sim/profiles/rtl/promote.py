@@ -57,8 +57,9 @@ class _PromoteOutermost(_Block):
         def send_skid_taking(j: int, token: Any) -> Any:
             if self.skid and not self._releases(token):
                 # the skid's token is written into the register as the token before leaves
-                # (now): the RTL takes the next input in this cycle, or the skid drains
-                if io.has(0) and not early and self.now > self.last_take[0]:
+                # (now): the RTL takes the next input in this cycle, or the skid drains (the
+                # node took the last early token before this send, a cycle or more ago)
+                if io.has(0):
                     early.append((yield from recv(0)))
                 else:
                     self.skid = False
