@@ -107,9 +107,10 @@ cycles. Every ``m_axi`` port has its own memory front end over one memory, so di
 not share bandwidth; the operators on one shared port do.
 
 The model is split by hardware block: :mod:`.clocked` (the clock, Source, Sink, blocks that take
-early), :mod:`.blocks`, :mod:`.expand` and :mod:`.promote` (registered blocks), :mod:`.routers`, :mod:`.buffers`,
-:mod:`.loads`, :mod:`.block_loads`, :mod:`.sequencer`, :mod:`.axi`, :mod:`.stores`,
-:mod:`.ports` (shared AXI ports), :mod:`.registry` (:data:`RTL_TIMING`) and :mod:`.profile`.
+early), :mod:`.blocks`, :mod:`.expand` and :mod:`.promote` (registered blocks), :mod:`.routers`,
+:mod:`.buffers`, :mod:`.loads`, :mod:`.block_loads`, :mod:`.sequencer`, :mod:`.axi`,
+:mod:`.stores`, :mod:`.ports` (shared AXI ports), :mod:`.registry` (:data:`RTL_TIMING`) and
+:mod:`.profile`.
 """
 
 from .profile import RtlProfile

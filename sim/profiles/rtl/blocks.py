@@ -17,7 +17,7 @@ from step_lang.graph import Node
 from step_lang.tokens import Stop, is_data, to_tokens
 
 from ..base import ElementFlops, WaitFor
-from .clocked import _Clocked, _cycles_until, _frees_after
+from .clocked import _Clocked, _cycles_until, _frees_after, recv_early_first
 
 if TYPE_CHECKING:
     from .profile import RtlProfile
@@ -128,11 +128,6 @@ class _Block(_Clocked):
         inner = self.held_group if held else self.pending_after  # stops below: inside a group
         early: list[deque] = [deque() for _ in self.node.inputs]
 
-        def recv_early(i: int) -> Any:
-            if early[i]:
-                return early[i].popleft()
-            return (yield from recv(i))
-
         def foldable() -> bool | None:
             """Whether the next input tokens are taken without the register (None: not all
             there yet): data, a stop inside a group, and with held accumulators the stop that
@@ -193,7 +188,7 @@ class _Block(_Clocked):
             self.paid = True
             yield from send(j, token)
 
-        io.recv, io.send = recv_early, send_folding
+        io.recv, io.send = recv_early_first(recv, early), send_folding
 
     def _drain_apart(self, io: Any) -> None:
         """Output registers loaded together drain into their queues each on its own

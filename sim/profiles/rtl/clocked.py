@@ -154,6 +154,18 @@ class _Clocked(NodeTiming):
     _waits_for = ""
 
 
+def recv_early_first(recv: Any, early: list[deque]) -> Any:
+    """A node's ``recv`` for a block that takes input tokens before its node asks for them:
+    input ``i``'s tokens taken early (``early[i]``, oldest first) come first, then ``recv``'s."""
+
+    def recv_early(i: int) -> Any:
+        if early[i]:
+            return early[i].popleft()
+        return (yield from recv(i))
+
+    return recv_early
+
+
 def _frees_after(ch: Any, now: float) -> list[float]:
     """The cycles, after ``now``, at which slots of queue ``ch`` taken earlier free."""
     return [f for f in ch.frees if f > now]
@@ -201,11 +213,6 @@ class _TakesEarly(_Clocked):
         self.early: list[deque] = [deque() for _ in self.node.inputs]
         self.offered = has  # whether input i's queue offers a token now (not taken early)
 
-        def recv_early(i: int) -> Any:
-            if self.early[i]:
-                return self.early[i].popleft()
-            return (yield from recv(i))
-
         def has_early(i: int) -> bool:
             return bool(self.early[i]) or has(i)
 
@@ -243,7 +250,7 @@ class _TakesEarly(_Clocked):
             self.p._buffer_waiting.discard(self.io.proc.idx)
             yield from send(j, token)
 
-        io.recv, io.send, io.has = recv_early, send_taking, has_early
+        io.recv, io.send, io.has = recv_early_first(recv, self.early), send_taking, has_early
 
     def _beat_cost(self, port: int, token: Any) -> int:
         """Cycles from now to ``token``'s beat time (0 once there): the subclasses' ``on_send``."""

@@ -12,6 +12,7 @@ from step_lang.graph import Node
 from step_lang.tokens import DONE, Stop
 
 from .blocks import _Block
+from .clocked import recv_early_first
 
 if TYPE_CHECKING:
     from .profile import RtlProfile
@@ -47,12 +48,7 @@ class _PromoteOutermost(_Block):
     def attach(self, io: Any) -> None:
         super().attach(io)
         recv, send = io.recv, io.send
-        early: deque = deque()
-
-        def recv_early(i: int) -> Any:
-            if early:
-                return early.popleft()
-            return (yield from recv(i))
+        early = [deque()]  # the input taken as a skid token is sent
 
         def send_skid_taking(j: int, token: Any) -> Any:
             if self.skid and not self._releases(token):
@@ -60,12 +56,12 @@ class _PromoteOutermost(_Block):
                 # (now): the RTL takes the next input in this cycle, or the skid drains (the
                 # node took the last early token before this send, a cycle or more ago)
                 if io.has(0):
-                    early.append((yield from recv(0)))
+                    early[0].append((yield from recv(0)))
                 else:
                     self.skid = False
             yield from send(j, token)
 
-        io.recv, io.send = recv_early, send_skid_taking
+        io.recv, io.send = recv_early_first(recv, early), send_skid_taking
 
     def _releases(self, token: Any) -> bool:
         """Whether ``token`` is a held stop going out (``S_a``, or ``S_{a+1}`` before done)."""
