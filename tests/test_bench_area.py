@@ -45,3 +45,19 @@ def test_a_design_synthesised_by_module_counts_its_submodules_cells(tmp_path):
     assert by_module["cells_strash_map"] > top["num_cells"]  # the submodules' cells included
     # the same logic; flattening only optimises across the submodules' ports
     assert 0.8 < by_module["cells_strash_map"] / flat["cells_strash_map"] < 1.25
+
+
+def test_the_same_design_is_synthesised_once(tmp_path):
+    blocks = hw_area._blocks()
+    first = hw_area.measure(blocks["Broadcast(n=2)"](), "b", timeout=0, out_dir=tmp_path)
+    again = hw_area.measure(blocks["Broadcast(n=2)"](), "b", timeout=0, out_dir=tmp_path)
+    assert "cached" not in first
+    assert again == {**first, "cached": True}
+    # other options, or another design under the same name: synthesised again
+    by_module = hw_area.measure(
+        blocks["Broadcast(n=2)"](), "b", timeout=0, flatten=False, out_dir=tmp_path
+    )
+    assert "cached" not in by_module
+    other = hw_area.measure(blocks["Parallelize(n=4, rank 0)"](), "b", timeout=0, out_dir=tmp_path)
+    assert "cached" not in other
+    assert other["cells_strash_map"] != first["cells_strash_map"]
