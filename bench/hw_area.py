@@ -6,7 +6,8 @@ from :func:`bench.yosys_cells.generic_cells`: ``cells_strash_map`` after ABC's l
 for every design; ``cells`` after Yosys's default ``synth``, for blocks only and None with
 ``cells_note`` when it runs past ``--generic-timeout`` seconds, as ABC's SAT sweeping does on the
 16-lane MAC array), or ``error`` with Yosys's last lines. Blocks are flattened; whole examples
-are synthesised module by module (``--example-timeout`` gives them the default ``synth`` too).
+are synthesised module by module and without Yosys's resource sharing (``--example-timeout``
+gives them the default ``synth`` too).
 The designs, Yosys's logs and each row (``row.json``, reused while the design, the options and
 Yosys's version stay the same) are under ``build/bench/area/<name>/``; ``--jobs`` Yosys runs go
 at a time.
@@ -102,11 +103,11 @@ def measure(
     name: str,
     *,
     timeout: int = GENERIC_TIMEOUT_S,
-    flatten: bool = True,
+    whole: bool = False,
     out_dir: pathlib.Path = AREA_DIR,
 ) -> dict:
     """The JSON row of one design: :func:`prepare` and :func:`synthesise`."""
-    return synthesise(prepare(component, name, out_dir), name, timeout=timeout, flatten=flatten)
+    return synthesise(prepare(component, name, out_dir), name, timeout=timeout, whole=whole)
 
 
 def prepare(component, name: str, out_dir: pathlib.Path = AREA_DIR) -> pathlib.Path:
@@ -118,15 +119,16 @@ def prepare(component, name: str, out_dir: pathlib.Path = AREA_DIR) -> pathlib.P
     return work
 
 
-def synthesise(work: pathlib.Path, name: str, *, timeout: int, flatten: bool) -> dict:
+def synthesise(work: pathlib.Path, name: str, *, timeout: int, whole: bool) -> dict:
     """The JSON row of the design in ``work``: ``name``, its generic cell counts
-    (:func:`bench.yosys_cells.generic_cells`, the default synth given ``timeout`` seconds,
-    flattened or module by module) and ``synth_s``; Yosys's log is ``work/yosys.log``.
+    (:func:`bench.yosys_cells.generic_cells`, the default synth given ``timeout`` seconds; a
+    ``whole`` example module by module and without resource sharing, a block flattened) and
+    ``synth_s``; Yosys's log is ``work/yosys.log``.
 
     A row is kept in ``work/row.json`` with a key of the design's text, the synthesis options
     and Yosys's version; the next run of the same design returns it with ``"cached": true``
     (a row with ``error`` is not kept)."""
-    key = _cache_key(work / "design.il", timeout=timeout, flatten=flatten)
+    key = _cache_key(work / "design.il", timeout=timeout, whole=whole)
     saved = work / "row.json"
     if saved.exists():
         entry = json.loads(saved.read_text())
@@ -136,7 +138,8 @@ def synthesise(work: pathlib.Path, name: str, *, timeout: int, flatten: bool) ->
         if old.name != "design.il":
             old.unlink()
     t0 = time.perf_counter()
-    row = {"name": name, **generic_cells(work, timeout=timeout, flatten=flatten)}
+    options = {"flatten": not whole, "share": not whole}
+    row = {"name": name, **generic_cells(work, timeout=timeout, **options)}
     row["synth_s"] = round(time.perf_counter() - t0, 1)
     if "error" not in row:
         saved.write_text(json.dumps({"key": key, "row": row}, indent=2) + "\n")
@@ -223,7 +226,7 @@ def main(argv: list[str]) -> int:
         path.write_text(json.dumps(report, indent=2) + "\n")
         return 0
 
-    jobs = []  # (row list, work directory, name, timeout, flatten), in the report's order
+    jobs = []  # (row list, work directory, name, timeout, whole), in the report's order
     blocks, examples = [], []
     for name, make in _blocks().items():
         try:
@@ -231,7 +234,7 @@ def main(argv: list[str]) -> int:
         except TypeError as exc:  # a block's constructor changed: report, keep going
             print(f"{name}: skipped ({exc})")
             continue
-        jobs.append((blocks, prepare(block, name), name, args.generic_timeout, True))
+        jobs.append((blocks, prepare(block, name), name, args.generic_timeout, False))
     for name, make in EXAMPLES.items():  # every `make rtl` example, synthesised by module
         try:
             graph = make()
@@ -239,11 +242,11 @@ def main(argv: list[str]) -> int:
         except StepTypeError as exc:
             print(f"{name}: skipped ({exc})")
             continue
-        jobs.append((examples, prepare(top, name), name, args.example_timeout, False))
+        jobs.append((examples, prepare(top, name), name, args.example_timeout, True))
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:  # each a Yosys child process
         futures = [
-            (rows, pool.submit(synthesise, work, name, timeout=t, flatten=flat))
-            for rows, work, name, t, flat in jobs
+            (rows, pool.submit(synthesise, work, name, timeout=t, whole=whole))
+            for rows, work, name, t, whole in jobs
         ]
         for rows, future in futures:
             rows.append(future.result())

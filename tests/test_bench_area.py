@@ -38,7 +38,7 @@ def test_a_block_without_the_default_synthesis_says_so(tmp_path):
 def test_a_design_synthesised_by_module_counts_its_submodules_cells(tmp_path):
     make = hw_area._blocks()["LinearLoad (8x4 int16 tensor)"]
     flat = hw_area.measure(make(), "flat", timeout=0, out_dir=tmp_path)
-    by_module = hw_area.measure(make(), "by_module", timeout=0, flatten=False, out_dir=tmp_path)
+    by_module = hw_area.measure(make(), "by_module", timeout=0, whole=True, out_dir=tmp_path)
     stat = json.loads((tmp_path / "by_module" / "light.json").read_text())
     assert stat["design"]["num_submodules"] > 0  # a hierarchy, not one module
     top = next(v for k, v in stat["modules"].items() if k.endswith("top"))
@@ -55,7 +55,7 @@ def test_the_same_design_is_synthesised_once(tmp_path):
     assert again == {**first, "cached": True}
     # other options, or another design under the same name: synthesised again
     by_module = hw_area.measure(
-        blocks["Broadcast(n=2)"](), "b", timeout=0, flatten=False, out_dir=tmp_path
+        blocks["Broadcast(n=2)"](), "b", timeout=0, whole=True, out_dir=tmp_path
     )
     assert "cached" not in by_module
     other = hw_area.measure(blocks["Parallelize(n=4, rank 0)"](), "b", timeout=0, out_dir=tmp_path)

@@ -66,6 +66,15 @@ def test_generic_cells_by_module_synthesises_without_flattening(tmp_path, monkey
     assert all("synth -top top" in s and "-flatten" not in s for s, _ in scripts)
 
 
+def test_generic_cells_without_sharing_skips_the_share_pass(tmp_path, monkeypatch):
+    scripts = _fake_yosys(monkeypatch, default_rc=0)
+    yosys_cells.generic_cells(tmp_path, timeout=7, share=False)
+    assert all("-noshare" in s for s, _ in scripts)
+    scripts.clear()
+    yosys_cells.generic_cells(tmp_path, timeout=7)
+    assert not any("-noshare" in s for s, _ in scripts)
+
+
 def test_generic_cells_past_the_timeout_has_no_cells_and_says_why(tmp_path, monkeypatch):
     _fake_yosys(monkeypatch, default_rc=-1)
     row = yosys_cells.generic_cells(tmp_path, timeout=7)
