@@ -1,13 +1,16 @@
 """Area of the generated hardware: Yosys ``synth`` cell counts per block and per example.
 
 Writes ``build/bench/hw_area.json``: ``{"blocks": [row], "examples": [row], "units": [...]}``,
-each block and example row ``{"name", "cells", "cells_strash_map", "synth_s"}`` (generic cells
-from :func:`bench.yosys_cells.generic_cells`: ``cells_strash_map`` after ABC's light script,
-for every design; ``cells`` after Yosys's default ``synth``, for blocks only and None with
-``cells_note`` when it runs past ``--generic-timeout`` seconds, as ABC's SAT sweeping does on the
-16-lane MAC array), or ``error`` with Yosys's last lines. Blocks are flattened; whole examples
+each block and example row ``{"name", "cells", "cells_strash_map", "synth_s", "modules",
+"modules_synthesised"}`` (generic cells from :func:`bench.yosys_cells.generic_cells`:
+``cells_strash_map`` after ABC's light script, for every design; ``cells`` after Yosys's default
+``synth``, for blocks only and None with ``cells_note`` when it runs past ``--generic-timeout``
+seconds, as ABC's SAT sweeping does on the 16-lane MAC array), or ``error`` with Yosys's last
+lines. Blocks are flattened; whole examples
 are synthesised module by module and without Yosys's resource sharing (``--example-timeout``
-gives them the default ``synth`` too).
+gives them the default ``synth`` too). Identical modules are merged first
+(:mod:`bench.rtlil_modules`): ``modules`` is the design's count, ``modules_synthesised`` the
+distinct ones Yosys sees.
 The designs, Yosys's logs and each row (``row.json``, reused while the design, the options and
 Yosys's version stay the same) are under ``build/bench/area/<name>/``; ``--jobs`` Yosys runs go
 at a time.
@@ -39,6 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from amaranth.back import rtlil
 
+from bench.rtlil_modules import merge_identical_modules
 from bench.yosys_cells import GENERIC_TIMEOUT_S, LIGHT_ABC, generic_cells
 from step_hw.config import HwConfig
 from step_hw.payload import TokenFormat
@@ -49,6 +53,7 @@ TILE = TokenFormat.for_elem(Tile(int16, 4, 4), CFG)
 SCALAR = TokenFormat.for_elem(Tile(int16, 1, 1), CFG)
 SEL4 = TokenFormat.for_elem(Selector(4), CFG)
 AREA_DIR = pathlib.Path("build/bench/area")
+_MODULES = "modules.json"
 
 
 def _blocks() -> dict[str, Callable[[], object]]:
@@ -111,11 +116,17 @@ def measure(
 
 
 def prepare(component, name: str, out_dir: pathlib.Path = AREA_DIR) -> pathlib.Path:
-    """Write ``component``'s RTLIL (module ``top``) to ``out_dir/<name>/design.il``; returns
-    that directory, where :func:`synthesise` works."""
+    """Write ``component``'s RTLIL (module ``top``), its identical modules merged
+    (:func:`bench.rtlil_modules.merge_identical_modules`), to ``out_dir/<name>/design.il``, and
+    the module counts before and after to ``modules.json``; returns that directory, where
+    :func:`synthesise` works."""
     work = out_dir / _slug(name)
     work.mkdir(parents=True, exist_ok=True)
-    (work / "design.il").write_text(rtlil.convert(component, name="top", emit_src=False))
+    text = rtlil.convert(component, name="top", emit_src=False)
+    merged, modules, distinct = merge_identical_modules(text)
+    (work / "design.il").write_text(merged)
+    counts = {"modules": modules, "modules_synthesised": distinct}
+    (work / _MODULES).write_text(json.dumps(counts) + "\n")
     return work
 
 
@@ -135,11 +146,13 @@ def synthesise(work: pathlib.Path, name: str, *, timeout: int, whole: bool) -> d
         if entry.get("key") == key:
             return {**entry["row"], "cached": True}
     for old in work.iterdir():
-        if old.name != "design.il":
+        if old.name not in ("design.il", _MODULES):
             old.unlink()
     t0 = time.perf_counter()
     options = {"flatten": not whole, "share": not whole}
     row = {"name": name, **generic_cells(work, timeout=timeout, **options)}
+    if (work / _MODULES).exists():
+        row.update(json.loads((work / _MODULES).read_text()))
     row["synth_s"] = round(time.perf_counter() - t0, 1)
     if "error" not in row:
         saved.write_text(json.dumps({"key": key, "row": row}, indent=2) + "\n")

