@@ -481,13 +481,9 @@ SIM_SOURCES = ("sim", "step_lang", "step_hw", "examples", "bench/validate_scale.
 def _source_digest() -> str:
     """The digest of :data:`SIM_SOURCES` as this process first read them (the code it runs, not
     an edit made since; ``main`` reads them at start)."""
-    h = hashlib.sha256()
-    for top in SIM_SOURCES:
-        root = ROOT / top
-        for f in sorted(root.rglob("*.py")) if root.is_dir() else [root]:
-            h.update(str(f.relative_to(ROOT)).encode())
-            h.update(f.read_bytes())
-    return h.hexdigest()[:16]
+    from step_hw.design_key import source_digest
+
+    return source_digest([ROOT / top for top in SIM_SOURCES], ROOT)
 
 
 def _simulate(

@@ -3,10 +3,11 @@
 Co-simulation caches a Verilator build per design. Converting a graph to Verilog only to hash the
 text costs 2 to 70 s per run; :func:`design_key` instead hashes what determines the Verilog: the
 lowered graph (every node's class, name, ports, types and parameters, the queue depths but the
-run-time ones (``HwConfig.queue_capacity``), the tensors), the :class:`~step_hw.config.HwConfig`, the top module's name, and the source code of
-``step_lang`` and ``step_hw`` (so any change to the generator invalidates every key). A graph with
-an operator defined outside those packages (registered by the user, ``docs/architecture.md``) has
-no key: its hardware block is code the key does not hash.
+run-time ones (``HwConfig.queue_capacity``), the tensors), the :class:`~step_hw.config.HwConfig`,
+the top module's name, and the code of ``step_lang`` and ``step_hw`` without docstrings
+(:func:`source_digest`: any change to the generator's code invalidates every key, a change to
+its documentation none). A graph with an operator defined outside those packages (registered by
+the user, ``docs/architecture.md``) has no key: its hardware block is code the key does not hash.
 
 A key must never be shared by two different designs, and must be the same in every process:
 functions are described by their code (bytecode, the names it looks up, its constants, nested
@@ -19,6 +20,7 @@ the Verilog text. Pure Python, no Amaranth.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
 import json
@@ -37,7 +39,7 @@ from step_lang.passes import lower
 from .config import HwConfig
 from .run_time_depths import built_in_depths
 
-__all__ = ["design_key", "source_version"]
+__all__ = ["design_key", "source_digest", "source_version"]
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 #: packages whose source :func:`source_version` hashes
@@ -49,15 +51,38 @@ class _Uncacheable(Exception):
 
 
 @cache
+@cache
 def source_version() -> str:
-    """SHA-256 (16 hex digits) of every ``.py`` file of ``step_lang`` and ``step_hw``."""
+    """:func:`source_digest` of ``step_lang`` and ``step_hw``, as this process first read them
+    (the code it runs, not an edit made since)."""
+    root = Path(__file__).resolve().parent.parent
+    return source_digest([root / "step_lang", root / "step_hw"], root)
+
+
+def source_digest(paths: list[Path], root: Path) -> str:
+    """SHA-256 (16 hex digits) of the code of every ``.py`` file under ``paths`` (a folder, or
+    one file), each with its path relative to ``root``.
+
+    The code is the file's syntax tree without its docstrings: a change to a docstring, a comment
+    or the layout keeps the digest, so the caches keyed on it (a design's RTL result, a
+    simulator result, a conversion) outlive a documentation commit; any other change, a
+    constant or a string that is not a docstring among them, gives a new digest."""
     h = hashlib.sha256()
-    for package in ("step_lang", "step_hw"):
-        root = Path(__file__).resolve().parent.parent / package
-        for path in sorted(root.rglob("*.py")):
-            h.update(str(path.relative_to(root.parent)).encode())
-            h.update(path.read_bytes())
+    for top in paths:
+        for path in sorted(top.rglob("*.py")) if top.is_dir() else [top]:
+            h.update(f"\0{path.relative_to(root).as_posix()}\0".encode())
+            h.update(ast.dump(_without_docstrings(ast.parse(path.read_bytes()))).encode())
     return h.hexdigest()[:16]
+
+
+def _without_docstrings(tree: ast.Module) -> ast.Module:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            value = first.value if isinstance(first, ast.Expr) else None
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                node.body = node.body[1:] or [ast.Pass()]
+    return tree
 
 
 def _code_digest(code: types.CodeType) -> str:

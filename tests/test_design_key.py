@@ -152,3 +152,41 @@ def test_run_time_depths_leave_the_depths_out_of_the_key():
     scaled = at(1)
     scaled.queue_scale["load_up.out"] = 2
     assert design_key(scaled, run_time, "t") != design_key(at(1), run_time, "t")
+
+
+def test_the_source_digest_ignores_documentation_and_layout_but_not_code(tmp_path):
+    from step_hw.design_key import source_digest
+
+    package = tmp_path / "pkg"
+    package.mkdir()
+    code = '''"""A module."""
+
+def f(x):
+    """Twice x."""
+    return 2 * x  # doubled
+'''
+    (package / "m.py").write_text(code)
+    base = source_digest([package], tmp_path)
+    same = {
+        "docstring": code.replace("Twice x.", "Two times x, documented at length."),
+        "comment": code.replace("# doubled", "# times two"),
+        "layout": code.replace("return 2 * x", "return (2\n            * x)"),
+        "no docstrings": code.replace('"""A module."""\n', "").replace('    """Twice x."""\n', ""),
+    }
+    for change, text in same.items():
+        (package / "m.py").write_text(text)
+        assert source_digest([package], tmp_path) == base, change
+    other = {
+        "constant": code.replace("2 * x", "3 * x"),
+        "string that is code": code.replace("return 2 * x", 'return "2" * x'),
+        "name": code.replace("def f", "def g"),
+    }
+    for change, text in other.items():
+        (package / "m.py").write_text(text)
+        assert source_digest([package], tmp_path) != base, change
+    (package / "m.py").write_text(code)
+    (package / "n.py").write_text(code)  # another file, or the same code under another path
+    assert source_digest([package], tmp_path) != base
+    (package / "n.py").unlink()
+    (package / "m.py").rename(package / "o.py")
+    assert source_digest([package], tmp_path) != base
