@@ -259,3 +259,35 @@ def test_a_build_under_way_is_not_taken_for_the_users_optimisation(monkeypatch):
     assert os.environ["MAKEFLAGS"] == before
     monkeypatch.setenv("MAKEFLAGS", f"{before} OPT_FAST=-O2")
     assert verilator.effective_optimisation("OPT_FAST=-O1") == f"{before} OPT_FAST=-O2"
+
+
+def test_a_failed_build_keeps_its_verilog_and_log_but_not_its_objects(tmp_path, monkeypatch):
+    """A Verilator or C++ failure raises ``CosimError`` with the log's tail; the generated C++
+    and objects (150 to 250 MB for a large design) are removed, the Verilog and log kept."""
+    import contextlib
+
+    from step_hw.config import HwConfig
+    from step_hw.cosim import verilator
+    from step_lang import Graph, Map, Sink, Source, StreamType, Tile, numerics
+    from step_lang.types import int16
+
+    def failing_build(self, *, build_dir, log_file, **kw):
+        build_dir.mkdir(parents=True, exist_ok=True)
+        (build_dir / "Vtop__ALL.o").write_bytes(bytes(1 << 16))
+        log_file.write_text("%Error: step_top.v:3:1: syntax error\n")
+        raise SystemExit(2)
+
+    monkeypatch.setattr(verilator._Verilator, "build", failing_build)
+    monkeypatch.setattr(verilator, "shared_runtime", lambda *a, **kw: contextlib.nullcontext())
+    monkeypatch.setattr(harness, "BUILD", tmp_path / "cosim")
+    monkeypatch.setattr(harness, "_DESIGNS", {})
+    monkeypatch.setenv("STEP_CONVERT_BUILD", str(tmp_path / "convert"))
+    g = Graph("broken")
+    x = Source(g, StreamType(Tile(int16, 4, 4), (2,)), name="x").out
+    Sink(Map(x, fn=numerics.functions(HwConfig()).silu, name="f").out, name="y")
+    with pytest.raises(harness.CosimError, match="build of 'broken' failed") as failure:
+        harness.design(g, HwConfig(), quiet=True)
+    assert "syntax error" in str(failure.value)
+    (left,) = [p for p in (tmp_path / "cosim").iterdir() if p.name != "keys"]
+    assert sorted(p.name for p in left.iterdir()) == ["build.log", "ports.vlt", "step_top.v"]
+    assert not list((tmp_path / "cosim").glob("*/built.ok"))

@@ -383,6 +383,9 @@ def design(
             raise
         except (RuntimeError, SystemExit) as exc:
             _say(quiet, f"building {graph.name}: failed")
+            # the generated C++ and its objects (150 to 250 MB for a large design) go; the
+            # Verilog and the log stay for the user, until a build of the same design
+            shutil.rmtree(tmp / "sim_build", ignore_errors=True)
             raise CosimError(
                 f"Verilator build of '{graph.name}' failed ({exc}); log: {log}\n{_tail(log)}",
                 log=log,
