@@ -6,12 +6,10 @@ each block and example row ``{"name", "cells", "cells_strash_map", "synth_s", "m
 ``cells_strash_map`` after ABC's light script, for every design; ``cells`` after Yosys's default
 ``synth``, for blocks only and None with ``cells_note`` when it runs past ``--generic-timeout``
 seconds, as ABC's SAT sweeping does on the 16-lane MAC array), or ``error`` with Yosys's last
-lines. Blocks are flattened; whole examples
-are synthesised module by module and without Yosys's resource sharing (``--example-timeout``
-gives them the default ``synth`` too). Identical modules are merged first
-(:mod:`bench.rtlil_modules`): ``modules`` is the design's count, ``modules_synthesised`` the
-distinct ones Yosys sees.
-The designs, Yosys's logs and each row (``row.json``, reused while the design, the options and
+lines. Blocks are flattened; whole examples are synthesised module by module and without
+Yosys's resource sharing (``--example-timeout`` gives them the default ``synth`` too).
+Identical modules are merged first (:mod:`bench.rtlil_modules`): ``modules`` is the design's
+count, ``modules_synthesised`` the distinct ones Yosys sees. The designs, Yosys's logs and each row (``row.json``, reused while the design, the options and
 Yosys's version stay the same) are under ``build/bench/area/<name>/``; ``--jobs`` Yosys runs go
 at a time.
 

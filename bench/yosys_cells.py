@@ -98,7 +98,9 @@ def saved_row(work: pathlib.Path, tools: tuple[str, ...], **options) -> tuple[st
         entry = json.loads((work / ROW_FILE).read_text())
     except (OSError, ValueError):
         return key, None
-    return key, ({**entry["row"], "cached": True} if entry.get("key") == key else None)
+    if not isinstance(entry, dict) or entry.get("key") != key or "row" not in entry:
+        return key, None
+    return key, {**entry["row"], "cached": True}
 
 
 def keep_row(work: pathlib.Path, key: str, row: dict) -> None:

