@@ -4,7 +4,11 @@ Amaranth writes one RTLIL module per instance (``top.silu0``, ``top.silu1``, ...
 example holds many copies of the same hardware: the dynamic BF16 MoE has 461 modules, 154 of
 them distinct. Yosys's ``synth`` without ``-flatten`` optimises each module on its own, and ABC maps
 each module separately, so synthesising one copy and counting it once per instance
-(``stat -top top``) gives the same total.
+(``stat -top top``) gives the same total, up to ABC's sensitivity to the order of its input
+(Yosys's internal names differ between the runs): measured on the nine examples that synthesise
+both ways, eight totals equal and the BF16 attention's 346,219 against 346,217 cells. Yosys's
+time falls with the copies: 4.6 times on the BF16 MoE (656 s to 144 s), 1.04 times on the int16
+SwiGLU (69.8 s to 67.4 s).
 
 Two modules are identical when their attributes and bodies are the same text once the modules
 they instantiate are named by their representatives; the merge runs to a fixed point, so a
