@@ -165,6 +165,9 @@ def _status(row: dict) -> str:
         return f"{row['name']:<34} FAILED: {row['error'].splitlines()[0]}"
     cells = "-" if row["cells"] is None else row["cells"]
     took = "cached" if row.get("cached") else f"{row['synth_s']:.1f} s"
+    merged = row.get("modules", 0) - row.get("modules_synthesised", 0)
+    if merged:
+        took += f"; {row['modules_synthesised']} of {row['modules']} modules"
     return (
         f"{row['name']:<34} {cells:>8} cells  {row['cells_strash_map']:>8} (strash; map)  ({took})"
     )
