@@ -59,6 +59,7 @@ from step_lang import (
     metrics,
 )
 from step_lang import functions as F
+from step_lang.types import numpy_dtype
 
 __all__ = [
     "CONSTRUCTIONS",
@@ -260,7 +261,7 @@ def build(
     for e, xs in enumerate(per_expert):
         if dyn:
             if artifact:  # rows rounded to chunks of one (no padding) and flattened back
-                one = Reshape(xs, 1, pad=np.zeros((1, D), np.dtype(c.dtype)), name=f"round{e}")
+                one = Reshape(xs, 1, pad=np.zeros((1, D), numpy_dtype(c.dtype)), name=f"round{e}")
                 xs = Flatten(one.outputs[0], 0, 1, name=f"round_flat{e}").out
             grouped = Promote(xs, name=f"promote{e}").out
             pad_masks.append(None)
@@ -268,7 +269,7 @@ def build(
             r = Reshape(
                 xs,
                 s.tile_n,
-                pad=np.zeros((1, D), np.dtype(c.dtype)),
+                pad=np.zeros((1, D), numpy_dtype(c.dtype)),
                 pad_flags=True,
                 name=f"chunk{e}",
             )
@@ -385,7 +386,7 @@ def inputs(config: MoEConfig, choices: np.ndarray, *, seed: int = 0) -> dict[str
     if k != c.top_k:
         raise ValueError(f"choices have {k} experts per token, config {c.name} has top_k {c.top_k}")
     rng = np.random.default_rng(seed)
-    dt = np.dtype(c.dtype)
+    dt = numpy_dtype(c.dtype)
     # Routing weights in slot order; the graph consumes them per expert in token order.
     w = routing_weights(choices, seed=seed)
     if np.issubdtype(dt, np.integer):  # fixed point Q8.8

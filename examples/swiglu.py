@@ -22,6 +22,7 @@ import numpy as np
 
 from step_lang import Accum, Graph, LinearOffChipLoad, LinearOffChipStore, Map, metrics
 from step_lang import functions as F
+from step_lang.types import numpy_dtype
 
 __all__ = ["SWEEP", "TILED_SIZE", "TILED_TILINGS", "SwiGLUConfig", "build", "hardware_tiled",
            "inputs", "reference"]  # fmt: skip
@@ -133,7 +134,7 @@ def inputs(config: SwiGLUConfig = SwiGLUConfig(), seed: int = 0) -> dict[str, np
     """Random activations and weights (scaled to keep activations in a useful range)."""
     rng = np.random.default_rng(seed)
     c = config
-    dt = np.dtype(c.dtype)
+    dt = numpy_dtype(c.dtype)  # bfloat16 included (ml_dtypes)
     if np.issubdtype(dt, np.integer):  # fixed point Q8.8: values of a few units
         return {
             k: rng.integers(-256, 256, shape).astype(dt)

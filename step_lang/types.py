@@ -34,6 +34,7 @@ __all__ = [
     "int16",
     "int32",
     "int64",
+    "numpy_dtype",
     "uint8",
     "uint32",
     "uint64",
@@ -84,6 +85,13 @@ bool_ = DType("bool", 1, "bool")
 
 _ALL = (int8, int16, int32, int64, uint8, uint32, uint64, float16, bfloat16, float32, float64)
 DTYPES: dict[str, DType] = {t.name: t for t in (*_ALL, bool_)}
+
+
+def numpy_dtype(value: DType | str | np.dtype) -> np.dtype:
+    """The numpy dtype that holds values of a :class:`DType` given by itself or its name:
+    ``numpy_dtype("bfloat16")`` is ``ml_dtypes.bfloat16``, which ``np.dtype("bfloat16")``
+    knows only once ``ml_dtypes`` is imported."""
+    return dtype(value).numpy
 
 
 def dtype(value: DType | str | np.dtype) -> DType:

@@ -55,3 +55,24 @@ def test_bad_tiles_are_rejected():
         match=r"^tiles must divide the layer: batch 64 by tile_b 24, intermediate 512 by tile_i 16$",
     ):
         swiglu.build(swiglu.SwiGLUConfig(), 24, 16)
+
+
+def test_bf16_inputs_in_a_process_that_has_not_imported_ml_dtypes():
+    """``np.dtype("bfloat16")`` is known only once ``ml_dtypes`` is imported; the examples' inputs
+    must not depend on something else having imported it (``bench.cosim_speed`` failed so)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from examples import moe, swiglu\n"
+        "assert 'ml_dtypes' not in sys.modules\n"
+        "x = swiglu.inputs(swiglu.SwiGLUConfig(batch=2, hidden=4, intermediate=4,"
+        " dtype='bfloat16'))\n"
+        "c = moe.MoEConfig('bf16', 4, 8, 4, 2, dtype='bfloat16')\n"
+        "m = moe.inputs(c, moe.synthetic_routing(8, c.experts, c.top_k, seed=0))\n"
+        "print(sorted({a.dtype.name for a in x.values()}), m['x'].dtype.name)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['bfloat16'] bfloat16"
