@@ -173,6 +173,10 @@ def _status(row: dict) -> str:
     )
 
 
+def _say(row: dict) -> None:
+    print(_status(row), flush=True)
+
+
 def _units() -> list[dict]:
     from bench.fp_units import run_units
 
@@ -230,31 +234,34 @@ def main(argv: list[str]) -> int:
         path.write_text(json.dumps(report, indent=2) + "\n")
         return 0
 
-    jobs = []  # (row list, work directory, name, timeout, whole), in the report's order
     blocks, examples = [], []
-    for name, make in _blocks().items():
-        try:
-            block = make()
-        except TypeError as exc:  # a block's constructor changed: report, keep going
-            print(f"{name}: skipped ({exc})")
-            continue
-        jobs.append((blocks, prepare(block, name), name, args.generic_timeout, False))
-    for name, make in EXAMPLES.items():  # every `make rtl` example, synthesised by module
-        try:
-            graph = make()
-            top = ElaboratedGraph(graph, config_for(graph))
-        except StepTypeError as exc:
-            print(f"{name}: skipped ({exc})")
-            continue
-        jobs.append((examples, prepare(top, name), name, args.example_timeout, True))
+    futures = []  # (row list, the row's future), in the report's order
+    # Each design goes to Yosys as soon as it is written, so the examples' elaboration (about a
+    # minute each, in this process) overlaps the synthesis of the designs before them.
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:  # each a Yosys child process
-        futures = [
-            (rows, pool.submit(synthesise, work, name, timeout=t, whole=whole))
-            for rows, work, name, t, whole in jobs
-        ]
+
+        def submit(rows: list, work: pathlib.Path, name: str, timeout: int, whole: bool):
+            future = pool.submit(synthesise, work, name, timeout=timeout, whole=whole)
+            future.add_done_callback(lambda done: done.exception() or _say(done.result()))
+            futures.append((rows, future))
+
+        for name, make in _blocks().items():
+            try:
+                block = make()
+            except TypeError as exc:  # a block's constructor changed: report, keep going
+                print(f"{name}: skipped ({exc})")
+                continue
+            submit(blocks, prepare(block, name), name, args.generic_timeout, False)
+        for name, make in EXAMPLES.items():  # every `make rtl` example, synthesised by module
+            try:
+                graph = make()
+                top = ElaboratedGraph(graph, config_for(graph))
+            except StepTypeError as exc:
+                print(f"{name}: skipped ({exc})")
+                continue
+            submit(examples, prepare(top, name), name, args.example_timeout, True)
         for rows, future in futures:
             rows.append(future.result())
-            print(_status(rows[-1]), flush=True)
     units = _units()
     (out / "hw_area.json").write_text(
         json.dumps({"blocks": blocks, "examples": examples, "units": units}, indent=2) + "\n"

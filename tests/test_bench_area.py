@@ -87,3 +87,27 @@ def test_an_example_row_says_how_many_modules_were_synthesised(tmp_path):
     assert row["modules"] - row["modules_synthesised"] >= 1
     design = (tmp_path / "two" / "design.il").read_text()
     assert design.count("\nmodule ") + design.startswith("module ") == row["modules_synthesised"]
+
+
+def test_main_reports_every_design_in_order_and_prints_each_as_it_ends(
+    tmp_path, monkeypatch, capsys
+):
+    import step_hw.rtl
+
+    every = hw_area._blocks()
+    chosen = ["Broadcast(n=2)", "Queue(4x4 int16, depth 3)", "Parallelize(n=4, rank 0)"]
+    monkeypatch.setattr(hw_area, "_blocks", lambda: {name: every[name] for name in chosen})
+    monkeypatch.setattr(step_hw.rtl, "EXAMPLES", {"two_queues": lambda: None})
+    monkeypatch.setattr("step_hw.elaborate.ElaboratedGraph", lambda graph, config: two_queues())
+    monkeypatch.setattr("step_hw.config.config_for", lambda graph: None)
+    monkeypatch.setattr(hw_area, "_units", lambda: [])
+    monkeypatch.chdir(tmp_path)
+    assert hw_area.main(["--generic-timeout", "0", "--jobs", "2"]) == 0
+    report = json.loads((tmp_path / "build" / "bench" / "hw_area.json").read_text())
+    assert [row["name"] for row in report["blocks"]] == chosen
+    assert [row["name"] for row in report["examples"]] == ["two_queues"]
+    assert all(row["cells_strash_map"] > 0 for row in report["blocks"] + report["examples"])
+    printed = capsys.readouterr().out.splitlines()
+    assert sorted(line.split()[0] for line in printed) == sorted(
+        ["Broadcast(n=2)", "Queue(4x4", "Parallelize(n=4,", "two_queues"]
+    )
