@@ -51,7 +51,6 @@ class _Uncacheable(Exception):
 
 
 @cache
-@cache
 def source_version() -> str:
     """:func:`source_digest` of ``step_lang`` and ``step_hw``, as this process first read them
     (the code it runs, not an edit made since)."""
