@@ -65,7 +65,9 @@ def source_digest(paths: list[Path], root: Path) -> str:
     The code is the file's syntax tree without its docstrings: a change to a docstring, a comment
     or the layout keeps the digest, so the caches keyed on it (a design's RTL result, a
     simulator result, a conversion) outlive a documentation commit; any other change, a
-    constant or a string that is not a docstring among them, gives a new digest."""
+    constant or a string that is not a docstring among them, gives a new digest. Parsing is
+    the cost: 0.9 s for the 94 files of ``step_lang`` and ``step_hw`` on a busy 2-core machine
+    (against 4 ms to hash their bytes), once per process (:func:`source_version` is cached)."""
     h = hashlib.sha256()
     for top in paths:
         for path in sorted(top.rglob("*.py")) if top.is_dir() else [top]:
