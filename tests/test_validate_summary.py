@@ -433,7 +433,10 @@ def test_a_failed_point_reports_the_sizing_it_did(monkeypatch, tmp_path):
         raise RuntimeError("no build")
 
     monkeypatch.setattr(V, "run_point", fail)
-    r = V._run_indexed("first", 0, {"traces": None, "depths": ("sized",), "memory": None})
+    # _run_indexed sets the module's TRACES (in a worker process); restored after this test,
+    # or the sweeps built later in this pytest worker would read traces from None
+    monkeypatch.setattr(V, "TRACES", V.TRACES)
+    r = V._run_indexed("first", 0, {"traces": V.TRACES, "depths": ("sized",), "memory": None})
     assert r["error"].endswith("RuntimeError: no build") and r["fatal"] is False
     assert r["_speed"] == {"sizing_s": 12.5} and V._sized_here == {}
 
