@@ -166,8 +166,8 @@ def measure(spec: UnitSpec, *, ecp5: bool = True, out_dir: pathlib.Path = OUT_DI
     except Exception as exc:  # a datapath that does not elaborate: record, keep going
         row["error"] = f"elaboration: {type(exc).__name__}: {exc}"
         return row
-    tools = _TOOLS if ecp5 else _TOOLS[:1]
-    key, saved = saved_row(work, tools, ecp5=ecp5, pnr=PNR_FLAGS, timeout=GENERIC_TIMEOUT_S)
+    tools, pnr = (_TOOLS, PNR_FLAGS) if ecp5 else (_TOOLS[:1], None)  # nextpnr runs with ecp5
+    key, saved = saved_row(work, tools, ecp5=ecp5, pnr=pnr, timeout=GENERIC_TIMEOUT_S)
     if saved is not None:
         return saved
     clear_outputs(work)

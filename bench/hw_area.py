@@ -9,9 +9,9 @@ seconds, as ABC's SAT sweeping does on the 16-lane MAC array), or ``error`` with
 lines. Blocks are flattened; whole examples are synthesised module by module and without
 Yosys's resource sharing (``--example-timeout`` gives them the default ``synth`` too).
 Identical modules are merged first (:mod:`bench.rtlil_modules`): ``modules`` is the design's
-count, ``modules_synthesised`` the distinct ones Yosys sees. The designs, Yosys's logs and each row (``row.json``, reused while the design, the options and
-Yosys's version stay the same) are under ``build/bench/area/<name>/``; ``--jobs`` Yosys runs go
-at a time.
+count, ``modules_synthesised`` the distinct ones Yosys sees. The designs, Yosys's logs and each
+row (``row.json``, reused while the design, the options and Yosys's version stay the same) are
+under ``build/bench/area/<name>/``; ``--jobs`` Yosys runs go at a time.
 
 ``units`` (from :mod:`bench.fp_units`) has one row per arithmetic datapath, BF16/FP32 and their
 int16 counterparts, each between registers: ``{"unit", "format", "reg_bits", "cells",

@@ -33,7 +33,10 @@ def test_a_unit_measured_again_is_read_back_unless_the_options_change(tmp_path, 
     again = fp_units.measure(spec, ecp5=False, out_dir=tmp_path)
     assert "cached" not in first and "error" not in first
     assert again == {**first, "cached": True}
+    # nextpnr's flags do not matter without it; the default synth's timeout does
     monkeypatch.setattr(fp_units, "PNR_FLAGS", [*fp_units.PNR_FLAGS, "--seed", "2"])
+    assert fp_units.measure(spec, ecp5=False, out_dir=tmp_path) == again
+    monkeypatch.setattr(fp_units, "GENERIC_TIMEOUT_S", 0)
     other = fp_units.measure(spec, ecp5=False, out_dir=tmp_path)
-    assert "cached" not in other
+    assert "cached" not in other and other["cells"] is None
     assert other["cells_strash_map"] == first["cells_strash_map"]  # the same design
