@@ -265,3 +265,20 @@ def test_paper_profile_for_rtl_takes_the_hardware_rates():
 def test_elementwise_cycles_is_checked():
     with pytest.raises(ValueError, match="elementwise_cycles"):
         PaperProfile(elementwise_cycles=-1)
+
+
+def test_element_flops_of_zipped_tiles_follow_each_tuples_shapes():
+    """A Map of a Zip's tuples of dynamic tiles costs what each tuple's tiles hold: the FLOPs
+    cache is keyed by the items' shapes, not by the tuple (which once kept the first shapes)."""
+    from sim.profiles.base import ElementFlops
+    from step_lang import Zip, ragged
+
+    g = Graph("zipped")
+    dyn = Tile(float32, ragged("R"), 4)
+    a = Source(g, StreamType(dyn, (3,)), name="a").out
+    b = Source(g, StreamType(dyn, (3,)), name="b").out
+    node = Map(Zip(a, b).out, fn=F.mul, name="mul")
+    flops = ElementFlops(node)
+    tiles = [np.zeros((rows, 4), np.float32) for rows in (3, 1, 0)]
+    assert [flops([(t, t)]) for t in tiles] == [12, 4, 0]
+    assert [flops([t, t]) for t in tiles] == [12, 4, 0]  # Map(a, b): the same

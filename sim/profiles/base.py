@@ -140,19 +140,14 @@ class ElementFlops:
     def __call__(self, values: list[Any]) -> int:
         from step_lang.types import Tile
 
-        # Keyed by the shapes of the tokens as received: one tuple token (a zipped input) keys
-        # as a whole, so its FLOPs come from the first element of its shape.
-        key = tuple(
-            tuple(v.shape) if hasattr(v, "shape") and not isinstance(v, tuple) else None
-            for v in values
-        )
+        if len(values) == 1 and isinstance(values[0], tuple):  # a zipped input, taken apart
+            values = list(values[0])
+        key = tuple(tuple(v.shape) if hasattr(v, "shape") else None for v in values)
         hit = self._cache.get(key)
         if hit is None:
-            if len(values) == 1 and isinstance(values[0], tuple):
-                values = list(values[0])
             types = []
             for t, v in zip(self.node.arg_types, values, strict=False):
-                if isinstance(t, Tile) and hasattr(v, "shape") and not isinstance(v, tuple):
+                if isinstance(t, Tile) and hasattr(v, "shape"):
                     t = Tile(t.dtype, int(v.shape[0]), int(v.shape[1]))
                 types.append(t)
             hit = self._cache[key] = int(self.node.fn.flops(*types))
