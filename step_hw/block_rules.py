@@ -19,7 +19,7 @@ from step_lang.dims import is_ragged, is_static
 from step_lang.errors import StepTypeError
 from step_lang.types import TupleType
 
-from .checks import int_tuple, node_call, node_formats, where
+from .checks import int_tuple, node_call, node_formats, operand_ports, unpacks_tuple, where
 from .config import HwConfig
 from .dyntile import dim_bound, symbol_bounds
 from .function_params import FUNCTION_PARAMS
@@ -66,17 +66,26 @@ def zip_rule(node: ops.Zip, config: HwConfig, bounds: Bounds | None = None) -> N
 
 
 #: The blocks that move a Zip's tuples (``step_hw.shape``: they rewrite stop tokens and never
-#: look into the data) and the Zip itself (:func:`zip_rule`); every other block, and a Sink's
-#: top-level port, has no encoding for a tuple (:func:`tuple_rule`).
-TUPLE_MOVERS = (ops.Flatten, ops.Reshape, ops.Promote, ops.Expand, ops.RepeatStatic, ops.Zip)
+#: look into the data; Broadcast, which copies them) and the Zip itself (:func:`zip_rule`);
+#: besides them only a unit whose function takes the tuples apart reads them (:func:`tuple_rule`).
+TUPLE_MOVERS = (
+    ops.Flatten,
+    ops.Reshape,
+    ops.Promote,
+    ops.Expand,
+    ops.RepeatStatic,
+    ops.Zip,
+    ops.Broadcast,
+)
 
 
 def tuple_rule(node: Any, config: HwConfig) -> None:
-    """Only :data:`TUPLE_MOVERS` read a stream of tuples (a Zip's output): a compute unit takes
-    its operands as separate streams (``Map(a, b)``, not ``Map(Zip(a, b))``), and a router, a
-    buffer, a store or a Sink has no tuple encoding. The message is the one the block's
-    ``from_node`` gives (:meth:`TokenFormat.for_elem`)."""
-    if isinstance(node, TUPLE_MOVERS) or node.is_feedback:
+    """Only :data:`TUPLE_MOVERS` and a unit whose function takes the tuple apart
+    (``Map(Zip(a, b), fn)`` with a two-argument ``fn``, :func:`step_hw.checks.unpacks_tuple`)
+    read a stream of tuples (a Zip's output); a router, a buffer, a store, a Sink, and a unit
+    whose function wants the tuple whole, have no tuple encoding. The message is the one the
+    block's ``from_node`` gives (:meth:`TokenFormat.for_elem`)."""
+    if isinstance(node, TUPLE_MOVERS) or node.is_feedback or unpacks_tuple(node):
         return
     top = isinstance(node, ops.Sink)  # a top-level port: named by its node alone
     for port, s in zip(node.input_names, node.inputs, strict=True):
@@ -208,7 +217,7 @@ RETILE_FUNCTIONS = {
 def _static_only(node: Any, config: HwConfig, what: str, first: int) -> None:
     """Reject dynamic tiles on inputs ``first..`` of a unit without dynamic-row support there."""
     ins, _ = node_formats(node, config)
-    for port, f in list(zip(node.input_names, ins, strict=True))[first:]:
+    for port, f in list(zip(operand_ports(node), ins, strict=True))[first:]:
         if f.dynamic:
             raise node.error(port, f"{what} has no hardware for dynamically sized tiles")
 

@@ -16,11 +16,13 @@ from amaranth.lib.wiring import In, Out
 from step_lang import ops
 from step_lang.errors import StepTypeError
 from step_lang.graph import Node
+from step_lang.types import TupleType
 
 from .checks import check_format, check_int, check_node_class, where
 from .config import HwConfig
 from .payload import Kind, TokenFormat
 from .payload_fields import put
+from .tuple_format import TupleFormat, tuple_format
 
 __all__ = ["Broadcast", "fork", "node_format", "token"]
 
@@ -80,8 +82,8 @@ class Broadcast(wiring.Component):
 
     Parameters
     ----------
-    fmt : TokenFormat
-        Token format of the input and of every output.
+    fmt : TokenFormat or TupleFormat
+        Token format of the input and of every output (a Zip's tuples are copied whole).
     n : int
         Number of outputs, a positive integer.
 
@@ -112,8 +114,8 @@ class Broadcast(wiring.Component):
         Tiles, stop tokens and the done token are copied unchanged and in order.
     """
 
-    def __init__(self, *, fmt: TokenFormat, n: int):
-        check_format(type(self).__name__, "fmt", fmt)
+    def __init__(self, *, fmt: TokenFormat | TupleFormat, n: int):
+        check_format(type(self).__name__, "fmt", fmt, types=(TokenFormat, TupleFormat))
         check_int(type(self).__name__, "n", n)
         self._fmt = fmt
         self._n = n
@@ -124,8 +126,9 @@ class Broadcast(wiring.Component):
     def from_node(cls, node: ops.Broadcast, config: HwConfig) -> Broadcast:
         """The block for a step_lang Broadcast node under ``config``."""
         check_node_class(node, ops.Broadcast, cls.__name__)
-        fmt = node_format(node, config, 0)
-        return cls(fmt=fmt, n=node.n)
+        if isinstance(node.inputs[0].elem, TupleType):  # a Zip's tuples, copied whole
+            return cls(fmt=tuple_format(node, 0, config), n=node.n)
+        return cls(fmt=node_format(node, config, 0), n=node.n)
 
     @property
     def fmt(self) -> TokenFormat:

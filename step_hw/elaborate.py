@@ -53,7 +53,7 @@ from step_lang.passes import lower
 from step_lang.registry import NodeRegistry, Unsupported
 
 from . import contract, conversions
-from .checks import where
+from .checks import unpacks_tuple, where
 from .compute import fp_cells
 from .config import HwConfig, config_for
 from .contract import axi_managers
@@ -63,6 +63,7 @@ from .payload import Kind, TokenFormat
 from .queue import Queue
 from .run_time_depths import limit_fields, pack_limits, queues
 from .run_time_geometry import check_geometry, pack_geometry
+from .tuple_format import connect_items
 
 __all__ = ["HARDWARE", "ElaboratedGraph", "axi_managers", "convert", "supported_kinds", "write"]
 
@@ -275,6 +276,8 @@ class ElaboratedGraph(wiring.Component):
                 with m.If(sink.valid & sink.ready & (sink.payload.kind == Kind.DONE)):
                     m.d.sync += seen.eq(1)
                 done_bits.append(seen)
+            elif unpacks_tuple(node):  # Map(Zip(a, b), fn): the tuple's items to in0, in1
+                connect_items(m, q.o, self.blocks[node.name].in_ports)
             else:
                 wiring.connect(m, q.o, self.blocks[node.name].in_ports[i])
         for port, names in self.axi_managers.items():

@@ -23,7 +23,15 @@ import numpy as np
 from step_lang import functions, ops
 from step_lang.types import Selector
 
-from .checks import INT_BITS, check_choice, check_int, check_node, node_call, node_formats
+from .checks import (
+    INT_BITS,
+    check_choice,
+    check_int,
+    check_node,
+    node_call,
+    node_formats,
+    operand_ports,
+)
 from .config import HwConfig
 from .payload import TokenFormat
 
@@ -141,7 +149,7 @@ def _check_flatmap(node: Any, names: tuple[str, ...], unit: str) -> None:
 
 def _int_formats(node: Any, config: HwConfig, unit: str) -> tuple[list[TokenFormat], TokenFormat]:
     ins, out = node_formats(node, config)
-    for port, f in zip(node.input_names, ins, strict=True):
+    for port, f in zip(operand_ports(node), ins, strict=True):
         if f.kind != "tile" or (f.rows, f.cols) != (1, 1) or f.elem_bits not in INT_BITS:
             raise node.error(port, f"{unit} needs [1,1] 8-, 16- or 32-bit integer tiles")
     return ins, out

@@ -23,7 +23,7 @@ combinational from the output registers' ``ready`` (and, for Zip and Expand, fro
 ``valid``), as the stream rules allow. Latencies and intervals in the docstrings are measured by
 ``tests/test_hw_shape.py`` with sources always valid and sinks always ready.
 
-Zip's tuple payload (:class:`TupleFormat`) is defined here rather than in ``payload.py``: its data
+Zip's tuple payload (:class:`TupleFormat`) is defined in ``step_hw/tuple_format.py``: its data
 field is a ``StructLayout`` ``{"a": <first item's data>, "b": <second item's data>}``, ``a`` in the
 least significant bits; kind and level are as in every token.
 """
@@ -31,12 +31,11 @@ least significant bits; kind and level are as in every token.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from amaranth.hdl import Const, Module, Signal, Value
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from step_lang import ops
@@ -48,90 +47,16 @@ from step_lang.stoprules import (
     promote_stop,
     reshape_outer_stop,
 )
-from step_lang.tokens import DONE, Stop, Token
+from step_lang.tokens import DONE, Stop
 from step_lang.types import TupleType
 
 from .block_rules import reshape_rule, zip_rule
 from .checks import check_format, check_int, expect_node, rank_levels_fit, where
 from .config import HwConfig
-from .payload import KIND_BITS, Kind, TokenFormat, pack_fields, unpack_fields
-from .payload_fields import token_layout
+from .payload import Kind, TokenFormat
+from .tuple_format import TupleFormat, tuple_format
 
 __all__ = ["Expand", "Flatten", "Promote", "RepeatStatic", "Reshape", "TupleFormat", "Zip"]
-
-
-# -- the tuple payload ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TupleFormat:
-    """Payload format of a stream of 2-tuples (Zip's output).
-
-    Layout, from the least significant bit: ``kind`` (``KIND_BITS``), ``level`` (``level_bits``), then
-    ``data``, a ``StructLayout({"a": a.data_shape, "b": b.data_shape})``. Both items must use the
-    same ``level_bits``. :meth:`pack` / :meth:`unpack` map ``(x, y)`` tuples, stops and done to
-    payload integers, like :class:`~step_hw.payload.TokenFormat`.
-    """
-
-    a: TokenFormat
-    b: TokenFormat
-
-    def __post_init__(self):
-        for name in ("a", "b"):
-            value = getattr(self, name)
-            if not isinstance(value, TokenFormat):
-                raise TypeError(f"TupleFormat item {name} must be a TokenFormat, not {value!r}")
-        if self.a.level_bits != self.b.level_bits:
-            raise ValueError(
-                f"TupleFormat items must have the same level_bits, not {self.a.level_bits} "
-                f"and {self.b.level_bits}"
-            )
-
-    @property
-    def level_bits(self) -> int:
-        return self.a.level_bits
-
-    @property
-    def data_shape(self) -> data.StructLayout:
-        return data.StructLayout({"a": self.a.data_shape, "b": self.b.data_shape})
-
-    @property
-    def data_bits(self) -> int:
-        return self.a.data_bits + self.b.data_bits
-
-    @property
-    def width(self) -> int:
-        return KIND_BITS + self.level_bits + self.data_bits
-
-    def layout(self) -> data.StructLayout:
-        return token_layout(self.level_bits, data=self.data_shape)
-
-    def signature(self) -> stream.Signature:
-        return stream.Signature(self.layout())
-
-    def pack(self, token: Token) -> int:
-        """The payload bits of one token (data tokens are ``(x, y)`` tuples)."""
-        if token is DONE or isinstance(token, Stop):
-            return self.a.pack(token)  # same kind and level fields
-        if not isinstance(token, tuple) or len(token) != 2:
-            raise ValueError(f"a tuple stream carries 2-tuples, not {type(token).__name__}")
-        lb = self.level_bits
-        a_bits = unpack_fields(lb, self.a.pack(token[0]))[2]
-        b_bits = unpack_fields(lb, self.b.pack(token[1]))[2]
-        return pack_fields(lb, kind=Kind.DATA, data=a_bits | b_bits << self.a.data_bits)
-
-    def unpack(self, bits: int) -> Token:
-        """The token of some payload bits (data as a tuple of two items)."""
-        lb = self.level_bits
-        kind, level, payload = unpack_fields(lb, bits)
-        if kind != Kind.DATA:
-            return self.a.unpack(pack_fields(lb, kind=kind, level=level))
-        a_bits = payload & (2**self.a.data_bits - 1)
-        b_bits = payload >> self.a.data_bits
-        return (
-            self.a.unpack(pack_fields(lb, kind=Kind.DATA, data=a_bits)),
-            self.b.unpack(pack_fields(lb, kind=Kind.DATA, data=b_bits)),
-        )
 
 
 _Format = TokenFormat | TupleFormat
@@ -146,12 +71,11 @@ def _check_format(owner: str, name: str, fmt: Any) -> None:
 
 def _node_format(node: Node, port: int, config: HwConfig) -> _Format:
     """The payload format of input ``port`` of ``node``; unsupported elements name the node."""
-    elem = node.inputs[port].elem
-    at = where(node, node.input_names[port])
-    if isinstance(elem, TupleType) and len(elem.items) == 2:
-        a, b = (TokenFormat.for_elem(e, config, where=at) for e in elem.items)
-        return TupleFormat(a, b)
-    return TokenFormat.for_elem(elem, config, where=at)
+    if isinstance(node.inputs[port].elem, TupleType):
+        return tuple_format(node, port, config)
+    return TokenFormat.for_elem(
+        node.inputs[port].elem, config, where=where(node, node.input_names[port])
+    )
 
 
 def _build(node: Node, cls: type, **params: Any) -> Any:

@@ -243,19 +243,23 @@ GRAPH_RULES = {
         HW,
         "Zip 'z1', port 'in0': no hardware block: nested tuples have no hardware encoding",
     ),
-    "map-of-a-zip": (
-        lambda: _source_sink(T, lambda s: Map(Zip(s, s, name="z").out, fn=FNS.add, name="m").out),
+    "buffer-of-a-zip": (
+        lambda: _source_sink(
+            T,
+            lambda s: Streamify(Bufferize(Zip(s, s, name="z").out, 1, name="bz").out).out,
+            (2, 2),
+        ),
         HW,
-        "Map 'm', port 'in0': element (Tile<int16, 4x4>, Tile<int16, 4x4>) has no hardware "
-        "encoding (only shape blocks move a Zip's tuples; give a compute unit its operands as "
-        "separate streams, Map(a, b), not Map(Zip(a, b)))",
+        "Bufferize 'bz', port 'in': element (Tile<int16, 4x4>, Tile<int16, 4x4>) has no hardware "
+        "encoding (only shape blocks move a Zip's tuples, and only a function of their items, "
+        "e.g. Map(Zip(a, b), fn=add), reads them)",
     ),
     "sink-of-a-zip": (
         lambda: _source_sink(T, lambda s: Promote(Zip(s, s, name="z").out, 0, name="p").out),
         HW,
         "Sink 'y': element (Tile<int16, 4x4>, Tile<int16, 4x4>) has no hardware encoding "
-        "(only shape blocks move a Zip's tuples; give a compute unit its operands as separate "
-        "streams, Map(a, b), not Map(Zip(a, b)))",
+        "(only shape blocks move a Zip's tuples, and only a function of their items, e.g. "
+        "Map(Zip(a, b), fn=add), reads them)",
     ),
     "buffer-without-a-bound": (
         lambda: _source_sink(

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 
 def _fn_args(node: Node, toks: list[Any]) -> list[Any]:
-    """A FlatMap's function arguments from its input tokens (as ``FlatMap.execute``)."""
+    """A node's function arguments from its input tokens, a zipped input's tuple taken apart
+    (as ``Map.execute`` and ``FlatMap.execute``)."""
     from step_lang.ops.higher_order import _args
 
     return list(_args(toks, len(node.arg_types)))
@@ -97,7 +98,7 @@ class _Block(_Clocked):
                 # ... a MAC array reads its operands in place from the cycle all are offered
                 # (its result register may still hold the last result: only the last step
                 # writes it) and takes them in its last step.
-                heads = [self.io.head(q) for q in range(self.group)]
+                heads = _fn_args(self.node, [self.io.head(q) for q in range(self.group)])
                 self.steps = _matmul_steps(self.node, self.p.config.lanes, heads[0], heads[1])
                 offered = max(self.io.inputs[q].q[0][0] for q in range(self.group))
                 start = max(t, offered, self.steps_from)
