@@ -481,9 +481,9 @@ SIM_SOURCES = ("sim", "step_lang", "step_hw", "examples", "bench/validate_scale.
 def _source_digest() -> str:
     """The digest of :data:`SIM_SOURCES` as this process first read them (the code it runs, not
     an edit made since; ``main`` reads them at start)."""
-    from step_hw.design_key import source_digest
+    from step_hw.design_key import code_memo, source_digest
 
-    return source_digest([ROOT / top for top in SIM_SOURCES], ROOT)
+    return source_digest([ROOT / top for top in SIM_SOURCES], ROOT, memo=code_memo())
 
 
 def _simulate(

@@ -25,6 +25,7 @@ import dataclasses
 import hashlib
 import json
 import re
+import sys
 import types
 from dataclasses import asdict
 from functools import cache
@@ -37,9 +38,10 @@ from step_lang.graph import Graph, Node, OffChipTensor, Stream
 from step_lang.passes import lower
 
 from .config import HwConfig
+from .paths import build_folder, write_atomically
 from .run_time_depths import built_in_depths
 
-__all__ = ["design_key", "source_digest", "source_version"]
+__all__ = ["code_memo", "design_key", "source_digest", "source_version"]
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 #: packages whose source :func:`source_version` hashes
@@ -53,12 +55,19 @@ class _Uncacheable(Exception):
 @cache
 def source_version() -> str:
     """:func:`source_digest` of ``step_lang`` and ``step_hw``, as this process first read them
-    (the code it runs, not an edit made since)."""
+    (the code it runs, not an edit made since), with the memo in ``build/``
+    (:func:`code_memo`)."""
     root = Path(__file__).resolve().parent.parent
-    return source_digest([root / "step_lang", root / "step_hw"], root)
+    return source_digest([root / "step_lang", root / "step_hw"], root, memo=code_memo())
 
 
-def source_digest(paths: list[Path], root: Path) -> str:
+def code_memo() -> Path:
+    """The file that keeps each source file's code digest by the hash of its bytes
+    (:func:`source_digest`'s ``memo``): ``build/code_digests.json``."""
+    return build_folder("code_digests.json")
+
+
+def source_digest(paths: list[Path], root: Path, *, memo: Path | None = None) -> str:
     """SHA-256 (16 hex digits) of the code of every ``.py`` file under ``paths`` (a folder, or
     one file), each with its path relative to ``root``.
 
@@ -66,14 +75,47 @@ def source_digest(paths: list[Path], root: Path) -> str:
     or the layout keeps the digest, so the caches keyed on it (a design's RTL result, a
     simulator result, a conversion) outlive a documentation commit; any other change, a
     constant or a string that is not a docstring among them, gives a new digest. Parsing is
-    the cost: 0.9 s for the 94 files of ``step_lang`` and ``step_hw`` on a busy 2-core machine
-    (against 4 ms to hash their bytes), once per process (:func:`source_version` is cached)."""
+    the cost: 0.9 s for the 94 files of ``step_lang`` and ``step_hw`` on a busy 2-core machine,
+    against 4 ms to hash their bytes. ``memo`` (a JSON file) keeps each file's code digest by
+    the SHA-256 of its bytes and this Python's version (whose syntax trees it dumps): a file
+    parsed once, by any process, is not parsed again until its bytes change. An unreadable memo
+    counts as empty; the memo keeps the :data:`_MEMO_ENTRIES` newest entries."""
+    known = _read_memo(memo)
+    used: dict[str, str] = {}
     h = hashlib.sha256()
     for top in paths:
         for path in sorted(top.rglob("*.py")) if top.is_dir() else [top]:
-            h.update(f"\0{path.relative_to(root).as_posix()}\0".encode())
-            h.update(ast.dump(_without_docstrings(ast.parse(path.read_bytes()))).encode())
+            data = path.read_bytes()
+            key = f"{sys.version_info[0]}.{sys.version_info[1]}:{hashlib.sha256(data).hexdigest()}"
+            code = known.get(key) or used.get(key) or _code_of(data)
+            used[key] = code
+            h.update(f"\0{path.relative_to(root).as_posix()}\0{code}".encode())
+    if memo is not None and not used.keys() <= known.keys():
+        kept = [(k, v) for k, v in known.items() if k not in used]
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(memo, json.dumps(dict([*kept, *used.items()][-_MEMO_ENTRIES:])))
     return h.hexdigest()[:16]
+
+
+#: how many file digests :func:`source_digest`'s memo keeps (the project has about 100 files)
+_MEMO_ENTRIES = 2000
+
+
+def _read_memo(memo: Path | None) -> dict[str, str]:
+    if memo is None:
+        return {}
+    try:
+        known = json.loads(memo.read_text())
+    except (OSError, ValueError):
+        return {}
+    ok = isinstance(known, dict) and all(isinstance(v, str) for v in known.values())
+    return known if ok else {}
+
+
+def _code_of(source: bytes) -> str:
+    """SHA-256 of a file's syntax tree without its docstrings."""
+    tree = _without_docstrings(ast.parse(source))
+    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
 
 
 def _without_docstrings(tree: ast.Module) -> ast.Module:

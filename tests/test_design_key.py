@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from examples import attention, moe, swiglu
 from step_hw.config import HwConfig
@@ -190,3 +191,37 @@ def f(x):
     (package / "n.py").unlink()
     (package / "m.py").rename(package / "o.py")
     assert source_digest([package], tmp_path) != base
+
+
+def test_the_source_digest_memo_parses_a_file_once_per_content(tmp_path, monkeypatch):
+    import json
+
+    from step_hw import design_key as dk
+
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "m.py").write_text("def f(x):\n    return 2 * x\n")
+    (package / "n.py").write_text("Y = 3\n")
+    memo = tmp_path / "build" / "memo.json"
+    base = dk.source_digest([package], tmp_path)
+    assert dk.source_digest([package], tmp_path, memo=memo) == base
+    assert len(json.loads(memo.read_text())) == 2  # a digest per file content
+
+    def no_parsing(*args, **kwargs):
+        raise AssertionError("parsed a file the memo knows")
+
+    with monkeypatch.context() as m:
+        m.setattr(dk.ast, "parse", no_parsing)
+        assert dk.source_digest([package], tmp_path, memo=memo) == base
+        (package / "n.py").write_text("Y = 4\n")  # a new content is parsed
+        with pytest.raises(AssertionError, match="parsed a file the memo knows"):
+            dk.source_digest([package], tmp_path, memo=memo)
+    changed = dk.source_digest([package], tmp_path, memo=memo)
+    assert changed != base and changed == dk.source_digest([package], tmp_path)
+    assert len(json.loads(memo.read_text())) == 3  # the old content's entry stays
+    memo.write_text("{not json")  # an unreadable memo counts as empty
+    assert dk.source_digest([package], tmp_path, memo=memo) == changed
+    monkeypatch.setattr(dk, "_MEMO_ENTRIES", 2)
+    (package / "m.py").write_text("def f(x):\n    return 5 * x\n")
+    dk.source_digest([package], tmp_path, memo=memo)
+    assert len(json.loads(memo.read_text())) == 2  # the newest, the files just read
