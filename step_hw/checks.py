@@ -261,7 +261,7 @@ def unpacks_tuple(node: Any) -> bool:
     """Whether ``node``'s function takes its one input's tuples apart (``Map(Zip(a, b), fn)``
     with a two-argument ``fn``; Accum, Scan and FlatMap alike): its block then has an input port
     per item of the tuple (``in0``, ``in1``), which the elaborator feeds from the one stream
-    (``step_hw.shape.connect_items``), exactly as it feeds ``Map(a, b)``'s from two."""
+    (``step_hw.tuple_format.connect_items``), exactly as it feeds ``Map(a, b)``'s from two."""
     args = getattr(node, "arg_types", None)
     return args is not None and len(node.inputs) == 1 and len(args) > 1
 
