@@ -65,8 +65,9 @@ def zip_rule(node: ops.Zip, config: HwConfig, bounds: Bounds | None = None) -> N
             raise node.error(port, "no hardware block: nested tuples have no hardware encoding")
 
 
-#: The blocks that move a Zip's tuples (``step_hw.shape``: they rewrite stop tokens and never
-#: look into the data; Broadcast, which copies them) and the Zip itself (:func:`zip_rule`);
+#: The blocks that move a Zip's tuples without looking into them (the shape blocks of
+#: ``step_hw.shape``, which rewrite stop tokens; Broadcast, which copies them; the routers of
+#: ``step_hw.router``, which steer them by selectors) and the Zip itself (:func:`zip_rule`);
 #: besides them only a unit whose function takes the tuples apart reads them (:func:`tuple_rule`).
 TUPLE_MOVERS = (
     ops.Flatten,
@@ -76,14 +77,18 @@ TUPLE_MOVERS = (
     ops.RepeatStatic,
     ops.Zip,
     ops.Broadcast,
+    ops.Partition,
+    ops.Reassemble,
+    ops.EagerMerge,
+    ops.Parallelize,
 )
 
 
 def tuple_rule(node: Any, config: HwConfig) -> None:
     """Only :data:`TUPLE_MOVERS` and a unit whose function takes the tuple apart
     (``Map(Zip(a, b), fn)`` with a two-argument ``fn``, :func:`step_hw.checks.unpacks_tuple`)
-    read a stream of tuples (a Zip's output); a router, a buffer, a store, a Sink, and a unit
-    whose function wants the tuple whole, have no tuple encoding. The message is the one the
+    read a stream of tuples (a Zip's output); a buffer, a store, a Sink, and a unit whose
+    function wants the tuple whole, have no tuple encoding. The message is the one the
     block's ``from_node`` gives (:meth:`TokenFormat.for_elem`)."""
     if isinstance(node, TUPLE_MOVERS) or node.is_feedback or unpacks_tuple(node):
         return
@@ -93,6 +98,12 @@ def tuple_rule(node: Any, config: HwConfig) -> None:
             TokenFormat.for_elem(s.elem, config, where=where(node, None if top else port))
 
 
+def _formats(elem: Any, config: HwConfig, at: str) -> list[TokenFormat]:
+    """The token format of ``elem``, or of each item of a Zip's tuple."""
+    items = elem.items if isinstance(elem, TupleType) else (elem,)
+    return [TokenFormat.for_elem(e, config, where=at) for e in items]
+
+
 def merge_rule(
     node: ops.EagerMerge | ops.Reassemble, config: HwConfig, bounds: Bounds | None = None
 ) -> None:
@@ -100,10 +111,10 @@ def merge_rule(
     dynamic tile on the output, whose rows unify inputs of different rows, needs dynamic tiles on
     every input (static and dynamic tiles do not merge)."""
     out = node.out_types[0].elem
-    fmt = TokenFormat.for_elem(out, config, where=where(node, node.output_names[0]))
+    fmt = _formats(out, config, where(node, node.output_names[0]))
     n = len(node.inputs) - (1 if isinstance(node, ops.Reassemble) else 0)  # and its selector
     for port, x in zip(node.input_names[:n], node.inputs[:n], strict=True):
-        if TokenFormat.for_elem(x.elem, config, where=where(node, port)) != fmt:
+        if _formats(x.elem, config, where(node, port)) != fmt:
             raise node.error(
                 port,
                 f"tile {x.elem} and the output's {out} have different hardware formats "

@@ -56,9 +56,13 @@ def token(fmt: TokenFormat, kind: Kind, level: Value | int = 0) -> Value:
     return put(fmt, kind=kind, level=level)
 
 
-def node_format(node: Node, config: HwConfig, port: int, *, output: bool = False) -> TokenFormat:
-    """The token format of one port of a step_lang node; :class:`StepTypeError` naming the node
-    and port when the stream has no hardware encoding or its stops do not fit the level field."""
+def node_format(
+    node: Node, config: HwConfig, port: int, *, output: bool = False
+) -> TokenFormat | TupleFormat:
+    """The token format of one port of a step_lang node (a :class:`TupleFormat` for a Zip's
+    tuples, which the blocks that call this move without looking into); :class:`StepTypeError`
+    naming the node and port when the stream has no hardware encoding or its stops do not fit
+    the level field."""
     names, stypes = (
         (node.output_names, node.out_types)
         if output
@@ -66,7 +70,10 @@ def node_format(node: Node, config: HwConfig, port: int, *, output: bool = False
     )
     at = where(node, names[port])
     stype = stypes[port]
-    fmt = TokenFormat.for_elem(stype.elem, config, where=at)
+    if isinstance(stype.elem, TupleType):
+        fmt: TokenFormat | TupleFormat = tuple_format(stype.elem, config, where=at)
+    else:
+        fmt = TokenFormat.for_elem(stype.elem, config, where=at)
     if stype.rank > config.max_level:
         raise StepTypeError(
             f"{at}: a rank-{stype.rank} stream needs stop levels up to S{stype.rank}; "
@@ -126,12 +133,10 @@ class Broadcast(wiring.Component):
     def from_node(cls, node: ops.Broadcast, config: HwConfig) -> Broadcast:
         """The block for a step_lang Broadcast node under ``config``."""
         check_node_class(node, ops.Broadcast, cls.__name__)
-        if isinstance(node.inputs[0].elem, TupleType):  # a Zip's tuples, copied whole
-            return cls(fmt=tuple_format(node, 0, config), n=node.n)
         return cls(fmt=node_format(node, config, 0), n=node.n)
 
     @property
-    def fmt(self) -> TokenFormat:
+    def fmt(self) -> TokenFormat | TupleFormat:
         return self._fmt
 
     @property

@@ -29,6 +29,7 @@ from .checks import check_format, check_int, check_level, check_node_class
 from .config import HwConfig
 from .payload import Kind, TokenFormat
 from .payload_fields import put
+from .tuple_format import TupleFormat
 
 __all__ = ["EagerMerge", "Parallelize", "Partition", "Reassemble"]
 
@@ -36,7 +37,7 @@ __all__ = ["EagerMerge", "Parallelize", "Partition", "Reassemble"]
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def _selector_format(fmt: TokenFormat, n: int) -> TokenFormat:
+def _selector_format(fmt: TokenFormat | TupleFormat, n: int) -> TokenFormat:
     return TokenFormat("selector", n=n, level_bits=fmt.level_bits)
 
 
@@ -54,7 +55,11 @@ def _onehot(index: Value, n: int) -> Value:
 
 
 def _select(
-    m: Module, ports: Sequence[stream.Interface], index: Value, fmt: TokenFormat, name: str
+    m: Module,
+    ports: Sequence[stream.Interface],
+    index: Value,
+    fmt: TokenFormat | TupleFormat,
+    name: str,
 ) -> tuple[Signal, Value]:
     """``valid`` and ``payload`` of ``ports[index]``."""
     valid = Signal(name=f"{name}_valid")
@@ -75,7 +80,7 @@ class Partition(wiring.Component):
 
     Parameters
     ----------
-    fmt : TokenFormat
+    fmt : TokenFormat or TupleFormat (a Zip's tuples)
         Token format of the data input and of every output.
     n : int
         Number of outputs (the selector's width), a positive integer.
@@ -119,9 +124,9 @@ class Partition(wiring.Component):
         hold ``S_{s-b}`` when ``s > b`` (checked) before its next element.
     """
 
-    def __init__(self, *, fmt: TokenFormat, n: int, rank: int):
+    def __init__(self, *, fmt: TokenFormat | TupleFormat, n: int, rank: int):
         block = type(self).__name__
-        check_format(block, "fmt", fmt)
+        check_format(block, "fmt", fmt, types=(TokenFormat, TupleFormat))
         check_int(block, "n", n)
         check_int(block, "rank", rank, 0)
         check_level(block, "rank", rank, fmt.level_bits)
@@ -146,7 +151,7 @@ class Partition(wiring.Component):
         return cls(fmt=fmt, n=node.n, rank=node.rank)
 
     @property
-    def fmt(self) -> TokenFormat:
+    def fmt(self) -> TokenFormat | TupleFormat:
         """Token format of the data streams."""
         return self._fmt
 
@@ -244,7 +249,7 @@ class Reassemble(wiring.Component):
 
     Parameters
     ----------
-    fmt : TokenFormat
+    fmt : TokenFormat or TupleFormat (a Zip's tuples)
         Token format of every data input and of the output.
     n : int
         Number of data inputs (the selector's width), a positive integer.
@@ -299,10 +304,16 @@ class Reassemble(wiring.Component):
     """
 
     def __init__(
-        self, *, fmt: TokenFormat, n: int, rank: int, sel_rank: int, count: int | None = None
+        self,
+        *,
+        fmt: TokenFormat | TupleFormat,
+        n: int,
+        rank: int,
+        sel_rank: int,
+        count: int | None = None,
     ):
         block = type(self).__name__
-        check_format(block, "fmt", fmt)
+        check_format(block, "fmt", fmt, types=(TokenFormat, TupleFormat))
         check_int(block, "n", n)
         check_int(block, "rank", rank, 0)
         check_int(block, "sel_rank", sel_rank, 0)
@@ -343,7 +354,7 @@ class Reassemble(wiring.Component):
         )
 
     @property
-    def fmt(self) -> TokenFormat:
+    def fmt(self) -> TokenFormat | TupleFormat:
         """Token format of the data streams."""
         return self._fmt
 
@@ -478,7 +489,7 @@ class EagerMerge(wiring.Component):
 
     Parameters
     ----------
-    fmt : TokenFormat
+    fmt : TokenFormat or TupleFormat (a Zip's tuples)
         Token format of every data input and of ``o``.
     n : int
         Number of inputs, a positive integer.
@@ -519,9 +530,9 @@ class EagerMerge(wiring.Component):
         ends each output.
     """
 
-    def __init__(self, *, fmt: TokenFormat, n: int, rank: int):
+    def __init__(self, *, fmt: TokenFormat | TupleFormat, n: int, rank: int):
         block = type(self).__name__
-        check_format(block, "fmt", fmt)
+        check_format(block, "fmt", fmt, types=(TokenFormat, TupleFormat))
         check_int(block, "n", n)
         check_int(block, "rank", rank, 0)
         check_level(block, "rank", rank, fmt.level_bits)
@@ -544,7 +555,7 @@ class EagerMerge(wiring.Component):
         return cls(fmt=fmt, n=len(node.inputs), rank=node.chunk_rank)
 
     @property
-    def fmt(self) -> TokenFormat:
+    def fmt(self) -> TokenFormat | TupleFormat:
         """Token format of the data streams."""
         return self._fmt
 
@@ -634,7 +645,7 @@ class Parallelize(wiring.Component):
 
     Parameters
     ----------
-    fmt : TokenFormat
+    fmt : TokenFormat or TupleFormat (a Zip's tuples)
         Token format of the input and of every output.
     n : int
         Number of outputs, a positive integer.
@@ -665,9 +676,9 @@ class Parallelize(wiring.Component):
         (``s >= b``) is written ``S_b``. The done token goes to every output.
     """
 
-    def __init__(self, *, fmt: TokenFormat, n: int, rank: int):
+    def __init__(self, *, fmt: TokenFormat | TupleFormat, n: int, rank: int):
         block = type(self).__name__
-        check_format(block, "fmt", fmt)
+        check_format(block, "fmt", fmt, types=(TokenFormat, TupleFormat))
         check_int(block, "n", n)
         check_int(block, "rank", rank, 0)
         check_level(block, "rank", rank, fmt.level_bits)
@@ -683,7 +694,7 @@ class Parallelize(wiring.Component):
         return cls(fmt=fmt, n=node.n, rank=node.rank)
 
     @property
-    def fmt(self) -> TokenFormat:
+    def fmt(self) -> TokenFormat | TupleFormat:
         """Token format of the data streams."""
         return self._fmt
 

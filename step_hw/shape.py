@@ -71,11 +71,10 @@ def _check_format(owner: str, name: str, fmt: Any) -> None:
 
 def _node_format(node: Node, port: int, config: HwConfig) -> _Format:
     """The payload format of input ``port`` of ``node``; unsupported elements name the node."""
-    if isinstance(node.inputs[port].elem, TupleType):
-        return tuple_format(node, port, config)
-    return TokenFormat.for_elem(
-        node.inputs[port].elem, config, where=where(node, node.input_names[port])
-    )
+    elem, at = node.inputs[port].elem, where(node, node.input_names[port])
+    if isinstance(elem, TupleType):
+        return tuple_format(elem, config, where=at)
+    return TokenFormat.for_elem(elem, config, where=at)
 
 
 def _build(node: Node, cls: type, **params: Any) -> Any:

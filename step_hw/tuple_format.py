@@ -2,8 +2,8 @@
 tuple port (:func:`tuple_format`), and the wiring that hands a tuple's items to a unit's two
 operand ports (:func:`connect_items`).
 
-Blocks that only move tokens (the shape blocks of ``step_hw/shape.py``, Broadcast, queues) carry
-the tuple whole; a compute unit whose function takes the tuple apart (``Map(Zip(a, b), fn)``,
+Blocks that only move tokens (the shape blocks of ``step_hw/shape.py``, Broadcast, the routers,
+queues) carry the tuple whole; a compute unit whose function takes the tuple apart (``Map(Zip(a, b), fn)``,
 :func:`step_hw.checks.unpacks_tuple`) reads its items on ``in0`` and ``in1``.
 """
 
@@ -16,10 +16,9 @@ from typing import Any
 from amaranth.hdl import Module
 from amaranth.lib import data, stream
 
-from step_lang.graph import Node
 from step_lang.tokens import DONE, Stop, Token
+from step_lang.types import TupleType
 
-from .checks import where
 from .config import HwConfig
 from .payload import KIND_BITS, Kind, TokenFormat, pack_fields, unpack_fields
 from .payload_fields import token_layout
@@ -98,11 +97,10 @@ class TupleFormat:
         )
 
 
-def tuple_format(node: Node, port: int, config: HwConfig) -> TupleFormat:
-    """The :class:`TupleFormat` of input ``port`` of ``node``, a stream of 2-tuples; an item
-    without a hardware encoding raises a :class:`StepTypeError` naming the node and the port."""
-    at = where(node, node.input_names[port])
-    a, b = (TokenFormat.for_elem(e, config, where=at) for e in node.inputs[port].elem.items)
+def tuple_format(elem: TupleType, config: HwConfig, *, where: str) -> TupleFormat:
+    """The :class:`TupleFormat` of a stream of 2-tuples ``elem`` (a Zip's output); an item
+    without a hardware encoding raises a :class:`StepTypeError` that starts with ``where``."""
+    a, b = (TokenFormat.for_elem(e, config, where=where) for e in elem.items)
     return TupleFormat(a, b)
 
 

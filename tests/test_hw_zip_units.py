@@ -3,7 +3,7 @@
 
 The elaborator feeds the tuple's items to the unit's ``in0`` and ``in1``
 (``step_hw.tuple_format.connect_items``); a Zip read by several units is copied whole by a
-Broadcast. Each graph runs in an Amaranth simulation of the elaborated design (Sources offering a
+Broadcast, and the routers steer tuples whole. Each graph runs in an Amaranth simulation of the elaborated design (Sources offering a
 token every cycle, Sinks always ready): every Sink's tokens must equal the interpreter's, bit for
 bit, and the cycle every token enters every queue, and the total, the rtl profile's
 (``tests/test_sim_rtl_profile.amaranth_pushes``).
@@ -24,6 +24,10 @@ from step_lang import (
     FlatMap,
     Graph,
     Map,
+    Parallelize,
+    Partition,
+    Reassemble,
+    Selector,
     Sink,
     Source,
     StreamType,
@@ -108,6 +112,31 @@ def test_a_flatmap_reads_a_zips_tuples():
     want = _agree(g, inputs, INT16)
     addresses = [int(t[0, 0]) for t in want.tokens(g.nodes["addr"].out)[:-1]]
     assert addresses == [0, 1, 4, 5, 6, 7, 8]
+
+
+def test_routers_steer_a_zips_tuples():
+    """A Partition by selectors and a Reassemble by the same selectors, and a Parallelize, move
+    ``(a, b)`` pairs whole; the Map on each branch takes them apart."""
+    fx = numerics.functions(INT16)
+    tile = Tile(DTYPES["int16"], 4, 4)
+    g = Graph("routed")
+    a = Source(g, StreamType(tile, (3, 2)), name="a").out
+    b = Source(g, StreamType(tile, (3, 2)), name="b").out
+    sel = Source(g, StreamType(Selector(2), (3,)), name="sel").out
+    parts = Partition(Zip(a, b, name="pairs").out, sel, rank=1, name="part").outputs
+    sums = Map(parts[0], fn=fx.add, name="sum").out
+    products = Map(parts[1], fn=fx.mul, name="product").out
+    Sink(Reassemble([sums, products], sel, name="gather").out, name="y")
+    dealt = Parallelize(Zip(a, b, name="again").out, 2, 1, name="deal").outputs
+    for k, part in enumerate(dealt):
+        Sink(Map(part, fn=fx.sub, name=f"diff{k}").out, name=f"y_diff{k}")
+    rng = np.random.default_rng(5)
+    inputs = {k: nest_leaves((3, 2), lambda: _values(INT16, rng, (4, 4))) for k in "ab"}
+    inputs["sel"] = [np.array(s, bool) for s in ((1, 0), (1, 1), (0, 1))]
+    want = _agree(g, inputs, INT16)
+    got = [t for t in want.tokens(g.nodes["gather"].out) if isinstance(t, np.ndarray)]
+    assert len(got) == 2 + 2 * 2 + 2  # the second row of pairs goes both ways
+    assert np.array_equal(got[0], inputs["a"][0][0] + inputs["b"][0][0])
 
 
 @st.composite

@@ -2,9 +2,9 @@
 
 Hypothesis draws a Source of integer tiles, an optional route (two branches with a Map each:
 Partition by a selector stream and Reassemble by the same selectors, or Partition or
-Parallelize and an EagerMerge in arrival order) and a chain of shape, memory and higher-order
-operators (Map, Map of a Zip, RetileStreamify, Accum, Scan, ...), each drawn among those that
-fit the current stream. Every stream of the graph must carry the same tokens in ``interpret``
+Parallelize and an EagerMerge in arrival order; of the tiles, or of a Zip's pairs of them) and
+a chain of shape, memory and higher-order operators (Map, Map of a Zip, RetileStreamify, Accum,
+Scan, ...), each drawn among those that fit the current stream. Every stream of the graph must carry the same tokens in ``interpret``
 and in ``simulate`` under both timing profiles (``paper`` and ``rtl``): timing may differ,
 values, stops and their order may not; where an EagerMerge chooses by arrival, the interpreter
 replays the order the profile chose. The graphs compute with the hardware's arithmetic
@@ -182,8 +182,12 @@ def _route(draw, g: Graph, x, rank: int, inputs: dict[str, Any], fns: Any):
     ``Reassemble`` by the same selectors; the same ``Partition`` and an ``EagerMerge`` in
     arrival order; or ``Parallelize`` (chunks dealt round robin) and an ``EagerMerge``. An
     EagerMerge's ``sel`` output goes to a Sink (``merge_sel``): the order it chose, which the
-    interpreter replays (:func:`_agree`)."""
+    interpreter replays (:func:`_agree`). Half the time the routers move ``Zip(x, x)``'s tuples
+    instead, and each branch's Map takes a tuple apart (``Map(part, fn=add)``)."""
     kind = draw(st.sampled_from(ROUTES))
+    zipped = draw(st.booleans())
+    if zipped:
+        x = Zip(x, x, name="pairs").out
     if kind == "parallel":
         parts = Parallelize(x, 2, rank, name="deal").outputs
     else:
@@ -193,8 +197,8 @@ def _route(draw, g: Graph, x, rank: int, inputs: dict[str, Any], fns: Any):
         inputs["sel"] = nest_leaves(outer, lambda: np.array(draw(choice), bool))
         parts = Partition(x, sel, rank=rank, name="part").outputs
     branches = [
-        Map(parts[0], parts[0], fn=fns.add, name="twice").out,
-        Map(parts[1], parts[1], fn=fns.sub, name="zero").out,
+        Map(*[parts[0]] * (1 if zipped else 2), fn=fns.add, name="twice").out,
+        Map(*[parts[1]] * (1 if zipped else 2), fn=fns.sub, name="zero").out,
     ]
     if kind == "reassemble":
         return Reassemble(branches, sel, name="gather").out
