@@ -8,7 +8,7 @@ each block and example row ``{"name", "cells", "cells_strash_map", "synth_s", "m
 seconds, as ABC's SAT sweeping does on the 16-lane MAC array), or ``error`` with Yosys's last
 lines. Blocks are flattened; whole examples are synthesised module by module and without
 Yosys's resource sharing (``--example-timeout`` gives them the default ``synth`` too).
-Identical modules are merged first (:mod:`bench.rtlil_modules`): ``modules`` is the design's
+Identical modules are merged first (:mod:`step_hw.rtlil_modules`): ``modules`` is the design's
 count, ``modules_synthesised`` the distinct ones Yosys sees. The designs, Yosys's logs and each
 row (``row.json``, reused while the design, the options and Yosys's version stay the same) are
 under ``build/bench/area/<name>/``; ``--jobs`` Yosys runs go at a time.
@@ -39,7 +39,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 from amaranth.back import rtlil
 
-from bench.rtlil_modules import merge_identical_modules
 from bench.yosys_cells import (
     GENERIC_TIMEOUT_S,
     clear_outputs,
@@ -49,6 +48,7 @@ from bench.yosys_cells import (
 )
 from step_hw.config import HwConfig
 from step_hw.payload import TokenFormat
+from step_hw.rtlil_modules import merge_identical_modules
 from step_lang.types import Selector, Tile, int16
 
 CFG = HwConfig()
@@ -120,7 +120,7 @@ def measure(
 
 def prepare(component, name: str, out_dir: pathlib.Path = AREA_DIR) -> pathlib.Path:
     """Write ``component``'s RTLIL (module ``top``), its identical modules merged
-    (:func:`bench.rtlil_modules.merge_identical_modules`), to ``out_dir/<name>/design.il``, and
+    (:func:`step_hw.rtlil_modules.merge_identical_modules`), to ``out_dir/<name>/design.il``, and
     the module counts before and after to ``modules.json``; returns that directory, where
     :func:`synthesise` works."""
     work = out_dir / _slug(name)

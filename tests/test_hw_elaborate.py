@@ -167,3 +167,27 @@ def test_sources_wait_for_start_and_lose_no_token():
     assert len(received) == len(tokens)
     for got, want in zip(received, tokens, strict=True):
         assert got == want if not isinstance(want, np.ndarray) else np.array_equal(got, want)
+
+
+def test_a_hidden_instance_is_found_through_a_merged_module():
+    """Instance ``b`` of the module written for ``a`` (identical modules merged) is named like
+    a wire of that module: Verilator's VARHIDDEN, so its node must be renamed."""
+    from step_hw.elaborate import _hidden_instances
+
+    text = """module top(clk);
+  input clk;
+  \\top.a  a (
+    .clk(clk)
+  );
+  \\top.a  b (
+    .clk(clk)
+  );
+endmodule
+
+module \\top.a (clk);
+  input clk;
+  wire [3:0] b;
+endmodule
+"""
+    assert _hidden_instances(text, "top", {"a": "node_a", "b": "node_b"}) == ["node_b"]
+    assert _hidden_instances(text.replace("wire [3:0] b;", "wire c;"), "top", {"b": "b"}) == []

@@ -37,6 +37,7 @@ from __future__ import annotations
 import re
 
 from step_hw.memory_model import MAX_OUTSTANDING, MemoryModel
+from step_hw.verilog_modules import instance_module, module_bodies
 
 from .cell_tables import loader
 
@@ -89,15 +90,16 @@ def ports(verilog: str, top: str = "step_top") -> dict[str, tuple[str, int]]:
 
 
 def queue_level_widths(verilog: str, queues: list[str], top: str = "step_top") -> dict[str, int]:
-    """The width of each queue instance's ``fifo.level``, from its FIFO module's declaration."""
+    """The width of each queue instance's ``fifo.level``, from its FIFO module's declaration
+    (the module found by the instantiations, :mod:`step_hw.verilog_modules`)."""
     out = {}
+    bodies = module_bodies(verilog)
     for q in queues:
-        head = verilog.find(f"module \\{top}.{q}.fifo ")
-        if head < 0:
+        module = instance_module(bodies, f"{top}.{q}.fifo")
+        if module is None:
             raise ValueError(f"fast tier: no FIFO module for queue instance '{q}' in the Verilog")
-        end = verilog.index("endmodule", head)
         m = re.search(
-            r"^\s*(?:wire|reg|output)\s+(?:\[(\d+):0\]\s+)?level\s*[;=]", verilog[head:end], re.M
+            r"^\s*(?:wire|reg|output)\s+(?:\[(\d+):0\]\s+)?level\s*[;=]", bodies[module], re.M
         )
         if m is None:
             raise ValueError(f"fast tier: queue instance '{q}' has no fifo.level signal")

@@ -1,4 +1,4 @@
-"""bench.rtlil_modules: identical RTLIL modules merged without changing the hardware."""
+"""step_hw.rtlil_modules: identical RTLIL modules merged without changing the hardware."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.rtlil_modules import merge_identical_modules
+from step_hw.rtlil_modules import merge_identical_modules
 
 
 def _module(name: str, body: list[str], cells: dict[str, str] | None = None, top=False) -> str:

@@ -1,8 +1,19 @@
-"""Merge identical modules of an RTLIL design, so that Yosys synthesises each distinct one once.
+"""Merge identical modules of an RTLIL design, so that Yosys synthesises each distinct one once
+and the Verilog holds each distinct one once.
 
 Amaranth writes one RTLIL module per instance (``top.silu0``, ``top.silu1``, ...), so a whole
 example holds many copies of the same hardware: the dynamic BF16 MoE has 461 modules, 154 of
-them distinct. Yosys's ``synth`` without ``-flatten`` optimises each module on its own, and ABC maps
+them distinct.
+
+Verilog conversions (``step_hw.verilog_backend.convert(merge_modules=True)``, which
+``step_hw.elaborate`` uses) write the merged design: an instance keeps its name and is an
+instance of its module's representative, so code that looks inside an instance finds its module
+by the instantiation (``step_hw.verilog_modules``). The dynamic BF16 MoE's Verilog falls from
+5.6 MB (465 modules) to 2.9 MB (158), and its Verilator build at ``-O0`` from 83 s to 68 s
+(Verilator 28.4 s to 20.6 s, compiling 54.3 s to 47.7 s); the int16 MoE's from 4.7 MB to 2.2 MB
+and 37 to 32 s (2026-12-07, an idle machine).
+
+In the area report (``bench/hw_area.py``) Yosys's ``synth`` without ``-flatten`` optimises each module on its own, and ABC maps
 each module separately, so synthesising one copy and counting it once per instance
 (``stat -top top``) gives the same total, up to ABC's sensitivity to the order of its input
 (Yosys's internal names differ between the runs): measured on the nine examples that synthesise
