@@ -1,10 +1,11 @@
-"""Zip's tuple payload in hardware: its format (:class:`TupleFormat`), the format of a node's
-tuple port (:func:`tuple_format`), and the wiring that hands a tuple's items to a unit's two
-operand ports (:func:`connect_items`).
+"""Zip's tuple payload in hardware: its format (:class:`TupleFormat`), the format of a stream of
+tuples (:func:`tuple_format`), and the wiring that hands a tuple's items to a unit's two operand
+ports (:func:`connect_items`).
 
 Blocks that only move tokens (the shape blocks of ``step_hw/shape.py``, Broadcast, the routers,
-queues) carry the tuple whole; a compute unit whose function takes the tuple apart (``Map(Zip(a, b), fn)``,
-:func:`step_hw.checks.unpacks_tuple`) reads its items on ``in0`` and ``in1``.
+queues) carry the tuple whole; a compute unit whose function takes the tuple apart
+(``Map(Zip(a, b), fn)``, :func:`step_hw.checks.unpacks_tuple`) reads its items on ``in0`` and
+``in1``.
 """
 
 from __future__ import annotations

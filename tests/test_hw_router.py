@@ -684,7 +684,7 @@ def test_from_node_rejects_unsupported():
     [
         (lambda: Broadcast(fmt=FMT, n=0), ValueError, r"^Broadcast n must be a positive integer, not 0$"),
         (lambda: Broadcast(fmt=FMT, n=True), TypeError, r"^Broadcast n must be a positive integer, not True$"),
-        (lambda: Broadcast(fmt="int16", n=2), TypeError, r"^Broadcast fmt must be a TokenFormat, not 'int16'$"),
+        (lambda: Broadcast(fmt="int16", n=2), TypeError, r"^Broadcast fmt must be a TokenFormat or TupleFormat, not 'int16'$"),
         (lambda: Partition(fmt=FMT, n=2, rank=-1), ValueError, r"^Partition rank must be a non-negative integer, not -1$"),
         (lambda: Partition(fmt=FMT, n=2, rank=1.0), TypeError, r"^Partition rank must be a non-negative integer, not 1\.0$"),
         (lambda: Partition(fmt=FMT, n=2, rank=8), ValueError, r"^Partition rank S8 does not fit the format's 3 level bits \(levels up to S7\)$"),
@@ -695,7 +695,7 @@ def test_from_node_rejects_unsupported():
         (lambda: Reassemble(fmt=FMT, n=2, rank=0, sel_rank=0, count=-1), ValueError, r"^Reassemble count must be a non-negative integer, not -1$"),
         (lambda: Reassemble(fmt=FMT, n=2, rank=1, sel_rank=0, count=0), ValueError, r"^Reassemble count 0 with rank > 0 would make an empty non-innermost dimension$"),
         (lambda: EagerMerge(fmt=FMT, n=-2, rank=0), ValueError, r"^EagerMerge n must be a positive integer, not -2$"),
-        (lambda: EagerMerge(fmt=None, n=2, rank=0), TypeError, r"^EagerMerge fmt must be a TokenFormat, not None$"),
+        (lambda: EagerMerge(fmt=None, n=2, rank=0), TypeError, r"^EagerMerge fmt must be a TokenFormat or TupleFormat, not None$"),
         (lambda: Parallelize(fmt=FMT, n=2, rank=None), TypeError, r"^Parallelize rank must be a non-negative integer, not None$"),
         (lambda: Parallelize(FMT, 2, 0), TypeError, r"takes 1 positional argument but 4 were given$"),
     ],
