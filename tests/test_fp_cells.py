@@ -15,6 +15,7 @@ from examples import swiglu
 from step_hw.compute import fp, fp_approx, fp_cells
 from step_hw.config import BF16_CONFIG
 from step_hw.elaborate import convert
+from step_hw.verilog_modules import instance_module, module_bodies
 from step_lang.errors import StepTypeError
 
 
@@ -89,14 +90,18 @@ def test_convert_instantiates_the_cells_of_a_bf16_graph():
     text, _ = convert(graph, BF16_CONFIG)
     defined = re.findall(r"^module (step_fp_\w+)\(", text, re.M)
     assert len(defined) == len(set(defined)) and "step_fp_mul_bf16" in defined
-    # one multiplier per lane in each matmul unit (gate, up, down), one per element in `mul`
-    per_module = {}
-    for name, body in re.findall(r"^module (\S+?) ?\((.*?)^endmodule", text, re.M | re.S):
-        n = len(re.findall(r"^\s*step_fp_mul_bf16 \\?\S+ \(", body, re.M))
-        if n:
-            per_module[name.split(".")[-1]] = n
+    # one multiplier per lane in each matmul unit (gate, up, down), one per element in `mul`;
+    # gate and up, of the same shapes, are one module instantiated twice (identical modules
+    # are merged)
+    bodies = module_bodies(text)
+    units = {u: instance_module(bodies, f"{graph.name}.{u}") for u in ("gate", "up", "down", "mul")}
+    per_unit = {
+        u: len(re.findall(r"^\s*step_fp_mul_bf16 \\?\S+ \(", bodies[module], re.M))
+        for u, module in units.items()
+    }
     lanes, elements = BF16_CONFIG.lanes, BF16_CONFIG.tile_rows * BF16_CONFIG.tile_cols
-    assert per_module == {"gate": lanes, "up": lanes, "down": lanes, "mul": elements}
+    assert per_unit == {"gate": lanes, "up": lanes, "down": lanes, "mul": elements}
+    assert units["gate"] == units["up"] and len(set(units.values())) == 3
     # every instantiated cell is defined
     assert set(re.findall(r"^\s*(step_fp_\w+) \\?\S+ \(", text, re.M)) <= set(defined)
 
