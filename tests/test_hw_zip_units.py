@@ -114,11 +114,13 @@ def test_a_flatmap_reads_a_zips_tuples():
     assert addresses == [0, 1, 4, 5, 6, 7, 8]
 
 
-def test_routers_steer_a_zips_tuples():
-    """A Partition by selectors and a Reassemble by the same selectors, and a Parallelize, move
-    ``(a, b)`` pairs whole; the Map on each branch takes them apart."""
-    fx = numerics.functions(INT16)
-    tile = Tile(DTYPES["int16"], 4, 4)
+def routed_pairs(config: HwConfig) -> tuple[Graph, dict]:
+    """A graph whose routers move a Zip's tuples, and its Source tokens: ``(a, b)`` pairs of 4x4
+    tiles (``[3, 2]``) through a Partition by selectors (``sum`` and ``product`` branches, the
+    second row of pairs both ways) and a Reassemble by the same selectors, and dealt by a
+    Parallelize to two ``sub`` units."""
+    fx = numerics.functions(config)
+    tile = Tile(DTYPES[config.elem_dtype], 4, 4)
     g = Graph("routed")
     a = Source(g, StreamType(tile, (3, 2)), name="a").out
     b = Source(g, StreamType(tile, (3, 2)), name="b").out
@@ -131,8 +133,15 @@ def test_routers_steer_a_zips_tuples():
     for k, part in enumerate(dealt):
         Sink(Map(part, fn=fx.sub, name=f"diff{k}").out, name=f"y_diff{k}")
     rng = np.random.default_rng(5)
-    inputs = {k: nest_leaves((3, 2), lambda: _values(INT16, rng, (4, 4))) for k in "ab"}
+    inputs = {k: nest_leaves((3, 2), lambda: _values(config, rng, (4, 4))) for k in "ab"}
     inputs["sel"] = [np.array(s, bool) for s in ((1, 0), (1, 1), (0, 1))]
+    return g, inputs
+
+
+def test_routers_steer_a_zips_tuples():
+    """A Partition and a Reassemble by selectors, and a Parallelize, move ``(a, b)`` pairs
+    whole; the Map on each branch takes them apart."""
+    g, inputs = routed_pairs(INT16)
     want = _agree(g, inputs, INT16)
     got = [t for t in want.tokens(g.nodes["gather"].out) if isinstance(t, np.ndarray)]
     assert len(got) == 2 + 2 * 2 + 2  # the second row of pairs goes both ways
