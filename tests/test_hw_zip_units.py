@@ -3,10 +3,10 @@
 
 The elaborator feeds the tuple's items to the unit's ``in0`` and ``in1``
 (``step_hw.tuple_format.connect_items``); a Zip read by several units is copied whole by a
-Broadcast, and the routers steer tuples whole. Each graph runs in an Amaranth simulation of the elaborated design (Sources offering a
-token every cycle, Sinks always ready): every Sink's tokens must equal the interpreter's, bit for
-bit, and the cycle every token enters every queue, and the total, the rtl profile's
-(``tests/test_sim_rtl_profile.amaranth_pushes``).
+Broadcast, and the routers steer tuples whole. Each graph runs in an Amaranth simulation of the
+elaborated design (Sources offering a token every cycle, Sinks always ready): every Sink's tokens
+must equal the interpreter's, bit for bit, and the cycle every token enters every queue, and the
+total, the rtl profile's (``tests/test_sim_rtl_profile.amaranth_pushes``).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from step_lang import (
     ragged,
     to_tokens,
 )
+from step_lang.interpret import InterpretResult
 from step_lang.types import DTYPES
 from tests.hw_helpers import assert_same_tokens
 from tests.oracle import nest_leaves
@@ -53,7 +54,7 @@ def _values(config: HwConfig, rng: np.random.Generator, shape: tuple[int, int]) 
     return rng.integers(-300, 300, shape).astype(np.int16)
 
 
-def _agree(graph: Graph, inputs: dict, config: HwConfig) -> dict:
+def _agree(graph: Graph, inputs: dict, config: HwConfig) -> InterpretResult:
     """The Sinks' tokens and every queue's cycles of the elaborated ``graph`` against the
     interpreter and the rtl profile; the interpreter's result."""
     want = interpret(graph, inputs=inputs)
