@@ -5,9 +5,9 @@ Partition by a selector stream and Reassemble by the same selectors, or Partitio
 Parallelize and an EagerMerge in arrival order; of the tiles, or of a Zip's pairs of them) and
 a chain of shape, memory and higher-order operators (Map, Map of a Zip, RetileStreamify, Accum,
 Scan, ...), each drawn among those that fit the current stream. Every stream of the graph must
-carry the same tokens in ``interpret`` and in ``simulate`` under both timing profiles (``paper`` and ``rtl``): timing may differ,
-values, stops and their order may not; where an EagerMerge chooses by arrival, the interpreter
-replays the order the profile chose. The graphs compute with the hardware's arithmetic
+carry the same tokens in ``interpret`` and in ``simulate`` under both timing profiles (``paper``
+and ``rtl``): timing may differ, values, stops and their order may not; where an EagerMerge
+chooses by arrival, the interpreter replays the order the profile chose. The graphs compute with the hardware's arithmetic
 (``numerics.functions``), which the ``rtl`` profile needs.
 
 :func:`dispatch_graphs` draws the dynamic attention's loop instead: requests dealt to the region
