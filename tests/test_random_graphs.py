@@ -7,8 +7,8 @@ a chain of shape, memory and higher-order operators (Map, Map of a Zip, RetileSt
 Scan, ...), each drawn among those that fit the current stream. Every stream of the graph must
 carry the same tokens in ``interpret`` and in ``simulate`` under both timing profiles (``paper``
 and ``rtl``): timing may differ, values, stops and their order may not; where an EagerMerge
-chooses by arrival, the interpreter replays the order the profile chose. The graphs compute with the hardware's arithmetic
-(``numerics.functions``), which the ``rtl`` profile needs.
+chooses by arrival, the interpreter replays the order the profile chose. The graphs compute with
+the hardware's arithmetic (``numerics.functions``), which the ``rtl`` profile needs.
 
 :func:`dispatch_graphs` draws the dynamic attention's loop instead: requests dealt to the region
 that frees up first, the regions' done signals fed back through a ``Feedback`` into an
