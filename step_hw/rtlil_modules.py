@@ -13,9 +13,9 @@ by the instantiation (``step_hw.verilog_modules``). The dynamic BF16 MoE's Veril
 (Verilator 28.4 s to 20.6 s, compiling 54.3 s to 47.7 s); the int16 MoE's from 4.7 MB to 2.2 MB
 and 37 to 32 s (2026-12-07, an idle machine).
 
-In the area report (``bench/hw_area.py``) Yosys's ``synth`` without ``-flatten`` optimises each module on its own, and ABC maps
-each module separately, so synthesising one copy and counting it once per instance
-(``stat -top top``) gives the same total, up to ABC's sensitivity to the order of its input
+In the area report (``bench/hw_area.py``) Yosys's ``synth`` without ``-flatten`` optimises each
+module on its own, and ABC maps each module separately, so synthesising one copy and counting it
+once per instance (``stat -top top``) gives the same total, up to ABC's sensitivity to the order of its input
 (Yosys's internal names differ between the runs): measured on the nine examples that synthesise
 both ways, eight totals equal and the BF16 attention's 346,219 against 346,217 cells. Yosys's
 time falls with the copies: 4.6 times on the BF16 MoE (656 s to 144 s), 1.04 times on the int16
