@@ -48,13 +48,13 @@ from step_lang.stoprules import (
     reshape_outer_stop,
 )
 from step_lang.tokens import DONE, Stop
-from step_lang.types import TupleType
 
 from .block_rules import reshape_rule, zip_rule
-from .checks import check_format, check_int, expect_node, rank_levels_fit, where
+from .broadcast import node_format
+from .checks import check_format, check_int, expect_node, rank_levels_fit
 from .config import HwConfig
 from .payload import Kind, TokenFormat
-from .tuple_format import TupleFormat, tuple_format
+from .tuple_format import TupleFormat
 
 __all__ = ["Expand", "Flatten", "Promote", "RepeatStatic", "Reshape", "TupleFormat", "Zip"]
 
@@ -70,11 +70,9 @@ def _check_format(owner: str, name: str, fmt: Any) -> None:
 
 
 def _node_format(node: Node, port: int, config: HwConfig) -> _Format:
-    """The payload format of input ``port`` of ``node``; unsupported elements name the node."""
-    elem, at = node.inputs[port].elem, where(node, node.input_names[port])
-    if isinstance(elem, TupleType):
-        return tuple_format(elem, config, where=at)
-    return TokenFormat.for_elem(elem, config, where=at)
+    """The payload format of input ``port`` of ``node`` (:func:`step_hw.broadcast.node_format`:
+    unsupported elements and stops beyond the level field name the node and port)."""
+    return node_format(node, config, port)
 
 
 def _build(node: Node, cls: type, **params: Any) -> Any:

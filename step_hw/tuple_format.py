@@ -1,4 +1,4 @@
-"""Zip's tuple payload in hardware: its format (:class:`TupleFormat`), the format of a stream of
+"""A Zip's tuple payload in hardware: its format (:class:`TupleFormat`), the format of a stream of
 tuples (:func:`tuple_format`), and the wiring that hands a tuple's items to a unit's two operand
 ports (:func:`connect_items`).
 
