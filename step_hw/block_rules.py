@@ -19,7 +19,7 @@ from step_lang.dims import is_ragged, is_static
 from step_lang.errors import StepTypeError
 from step_lang.types import TupleType
 
-from .checks import int_tuple, node_call, node_formats, operand_ports, unpacks_tuple, where
+from .checks import int_tuple, node_call, node_formats, operand_ports, where
 from .config import HwConfig
 from .dyntile import dim_bound, symbol_bounds
 from .function_params import FUNCTION_PARAMS
@@ -86,11 +86,11 @@ TUPLE_MOVERS = (
 
 def tuple_rule(node: Any, config: HwConfig) -> None:
     """Only :data:`TUPLE_MOVERS` and a unit whose function takes the tuple apart
-    (``Map(Zip(a, b), fn)`` with a two-argument ``fn``, :func:`step_hw.checks.unpacks_tuple`)
+    (``Map(Zip(a, b), fn)`` with a two-argument ``fn``, :attr:`step_lang.graph.Node.unpacks_tuple`)
     read a stream of tuples (a Zip's output); a buffer, a store, a Sink, and a unit whose
     function wants the tuple whole, have no tuple encoding. The message is the one the
     block's ``from_node`` gives (:meth:`TokenFormat.for_elem`)."""
-    if isinstance(node, TUPLE_MOVERS) or node.is_feedback or unpacks_tuple(node):
+    if isinstance(node, TUPLE_MOVERS) or node.is_feedback or node.unpacks_tuple:
         return
     top = isinstance(node, ops.Sink)  # a top-level port: named by its node alone
     for port, s in zip(node.input_names, node.inputs, strict=True):

@@ -47,7 +47,6 @@ __all__ = [
     "operand_ports",
     "outstanding",
     "rank_levels_fit",
-    "unpacks_tuple",
     "where",
 ]
 
@@ -257,29 +256,20 @@ def where(node: Any, port: str | None) -> str:
     return f"{node.kind} '{node.name}'" + ("" if port is None else f", port '{port}'")
 
 
-def unpacks_tuple(node: Any) -> bool:
-    """Whether ``node``'s function takes its one input's tuples apart (``Map(Zip(a, b), fn)``
-    with a two-argument ``fn``; Accum, Scan and FlatMap alike): its block then has an input port
-    per item of the tuple (``in0``, ``in1``), which the elaborator feeds from the one stream
-    (``step_hw.tuple_format.connect_items``), exactly as it feeds ``Map(a, b)``'s from two."""
-    args = getattr(node, "arg_types", None)
-    return args is not None and len(node.inputs) == 1 and len(args) > 1
-
-
 def operand_ports(node: Any) -> list[str]:
     """The node's port behind each of its block's input ports (:func:`node_formats`' order):
     its input names, or its one input's name once per item of a tuple its function takes apart."""
-    if unpacks_tuple(node):
+    if node.unpacks_tuple:
         return [node.input_names[0]] * len(node.arg_types)
     return list(node.input_names)
 
 
 def node_formats(node: Any, config: HwConfig) -> tuple[list[TokenFormat], TokenFormat]:
     """The token formats of ``node``'s block's input ports and of its output: one per input, or
-    one per item of a tuple its function takes apart (:func:`unpacks_tuple`); unsupported
+    one per item of a tuple its function takes apart (:attr:`step_lang.graph.Node.unpacks_tuple`); unsupported
     elements raise a :class:`StepTypeError` naming the node and the port."""
     check_config(None, config)
-    elems = node.arg_types if unpacks_tuple(node) else [s.elem for s in node.inputs]
+    elems = node.arg_types if node.unpacks_tuple else [s.elem for s in node.inputs]
     ins = [
         TokenFormat.for_elem(e, config, where=where(node, p))
         for p, e in zip(operand_ports(node), elems, strict=True)

@@ -53,7 +53,7 @@ from step_lang.passes import lower
 from step_lang.registry import NodeRegistry, Unsupported
 
 from . import contract, conversions
-from .checks import unpacks_tuple, where
+from .checks import where
 from .compute import fp_cells
 from .config import HwConfig, config_for
 from .contract import axi_managers
@@ -277,7 +277,7 @@ class ElaboratedGraph(wiring.Component):
                 with m.If(sink.valid & sink.ready & (sink.payload.kind == Kind.DONE)):
                     m.d.sync += seen.eq(1)
                 done_bits.append(seen)
-            elif unpacks_tuple(node):  # Map(Zip(a, b), fn): the tuple's items to in0, in1
+            elif node.unpacks_tuple:  # Map(Zip(a, b), fn): the tuple's items to in0, in1
                 connect_items(m, q.o, self.blocks[node.name].in_ports)
             else:
                 wiring.connect(m, q.o, self.blocks[node.name].in_ports[i])

@@ -4,7 +4,7 @@ ports (:func:`connect_items`).
 
 Blocks that only move tokens (the shape blocks of ``step_hw/shape.py``, Broadcast, the routers,
 queues) carry the tuple whole; a compute unit whose function takes the tuple apart
-(``Map(Zip(a, b), fn)``, :func:`step_hw.checks.unpacks_tuple`) reads its items on ``in0`` and
+(``Map(Zip(a, b), fn)``, :attr:`step_lang.graph.Node.unpacks_tuple`) reads its items on ``in0`` and
 ``in1``.
 """
 

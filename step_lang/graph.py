@@ -113,6 +113,10 @@ class Node:
     is_compute: ClassVar[bool] = False
     #: Whether the operator closes a loop (its input edge is not a dependency; ``Feedback``).
     is_feedback: ClassVar[bool] = False
+    #: Whether the operator's function takes its one input's tuples apart (``Map(Zip(a, b), fn)``
+    #: with a two-argument ``fn``; Accum, Scan and FlatMap alike): its ``arg_types`` are the
+    #: tuple's items. Set per instance by those operators (``step_lang.ops.higher_order``).
+    unpacks_tuple: bool = False
 
     def __init__(self, graph: Graph, name: str | None):
         if not isinstance(graph, Graph):

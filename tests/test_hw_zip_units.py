@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from step_hw.checks import operand_ports, unpacks_tuple
+from step_hw.checks import operand_ports
 from step_hw.config import HwConfig
 from step_hw.payload import TokenFormat
 from step_lang import (
@@ -102,7 +102,7 @@ def test_units_read_a_zips_tuples(config):
     g, inputs = zipped_units(config)
     units = [g.nodes[name] for name in ("mul", "mm", "acc")]
     for unit in units:
-        assert unpacks_tuple(unit) and operand_ports(unit) == ["in0", "in0"]
+        assert unit.unpacks_tuple and operand_ports(unit) == ["in0", "in0"]
     want = _agree(g, inputs, config)
     assert len(want.tokens(units[2].out)) == 2 + 1  # a sum per row of pairs, done
 

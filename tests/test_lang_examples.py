@@ -30,6 +30,7 @@ from step_lang import (
     Scan,
     Selector,
     Sink,
+    Source,
     Streamify,
     StreamType,
     Tile,
@@ -170,6 +171,26 @@ def test_zip_pairs_elements():
         out
         == "(array([[1]], dtype=int32), array([[3]], dtype=int32)) (array([[2]], dtype=int32), array([[4]], dtype=int32)) S1 D"
     )
+
+
+def test_a_function_on_a_zip_takes_its_tuples_apart():
+    """``Map(Zip(a, b), add)`` unpacks the tuple (``Node.unpacks_tuple``, which the simulator
+    and the elaborator read too) and adds what ``Map(a, b, add)`` adds; a Map of two streams
+    and an operator without a function do not unpack."""
+    g = Graph("zipped")
+    a = Source(g, st(1, 2), name="a").out
+    b = Source(g, st(1, 2), name="b").out
+    zipped = Map(Zip(a, b).out, fn=F.add, name="zipped")
+    pairs = Map(a, b, fn=F.add, name="pairs")
+    assert zipped.unpacks_tuple and not pairs.unpacks_tuple
+    assert not zipped.inputs[0].node.unpacks_tuple  # the Zip itself
+    assert zipped.arg_types == pairs.arg_types
+    x, y = np.ones((1, 1), np.int32), np.full((1, 1), 2, np.int32)
+    assert zipped.fn_args([(x, y)]) == pairs.fn_args([x, y]) == (x, y)
+    Sink(zipped.out)
+    Sink(pairs.out)
+    res = interpret(g, inputs={"a": parse("1 2 S1 D"), "b": parse("3 4 S1 D")})
+    assert show(res.tokens(zipped.out)) == show(res.tokens(pairs.out)) == "4 6 S1 D"
 
 
 def test_partition_rank0():

@@ -281,4 +281,5 @@ def test_element_flops_of_zipped_tiles_follow_each_tuples_shapes():
     flops = ElementFlops(node)
     tiles = [np.zeros((rows, 4), np.float32) for rows in (3, 1, 0)]
     assert [flops([(t, t)]) for t in tiles] == [12, 4, 0]
-    assert [flops([t, t]) for t in tiles] == [12, 4, 0]  # Map(a, b): the same
+    two_inputs = ElementFlops(Map(a, b, fn=F.mul, name="mul2"))  # Map(a, b): the same
+    assert [two_inputs([t, t]) for t in tiles] == [12, 4, 0]

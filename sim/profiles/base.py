@@ -140,13 +140,12 @@ class ElementFlops:
     def __call__(self, values: list[Any]) -> int:
         from step_lang.types import Tile
 
-        if len(values) == 1 and isinstance(values[0], tuple):  # a zipped input, taken apart
-            values = list(values[0])
+        values = self.node.fn_args(values)  # a zipped input's tuple, taken apart
         key = tuple(tuple(v.shape) if hasattr(v, "shape") else None for v in values)
         hit = self._cache.get(key)
         if hit is None:
             types = []
-            for t, v in zip(self.node.arg_types, values, strict=False):
+            for t, v in zip(self.node.arg_types, values, strict=True):
                 if isinstance(t, Tile) and hasattr(v, "shape"):
                     t = Tile(t.dtype, int(v.shape[0]), int(v.shape[1]))
                 types.append(t)

@@ -59,10 +59,20 @@ def _arg_types(streams: Sequence[Stream], arity: int) -> tuple[ElemType, ...]:
     return types
 
 
-def _args(values: Sequence[Any], n_types: int) -> tuple[Any, ...]:
-    if len(values) == 1 and n_types > 1:
-        return tuple(values[0])
-    return tuple(values)
+class _FnNode(Node):
+    """An operator that applies a function to its inputs' elements (Map, Accum, Scan, FlatMap):
+    the one home of how a zipped input's tuples become the function's arguments."""
+
+    arg_types: tuple[ElemType, ...]
+
+    def _set_arg_types(self, streams: Sequence[Stream], arity: int) -> None:
+        self.arg_types = _arg_types(streams, arity)
+        self.unpacks_tuple = len(streams) == 1 and len(self.arg_types) > 1
+
+    def fn_args(self, toks: Sequence[Any]) -> tuple[Any, ...]:
+        """The function's arguments from one token per input: a zipped input's tuple taken
+        apart when :attr:`unpacks_tuple`."""
+        return tuple(toks[0]) if self.unpacks_tuple else tuple(toks)
 
 
 def _check_fn(node: Node, fn: Any, cls: type, what: str) -> None:
@@ -71,7 +81,7 @@ def _check_fn(node: Node, fn: Any, cls: type, what: str) -> None:
         raise node.error(None, f"fn must be {what} from step_lang.functions, got {got}")
 
 
-class Map(Node):
+class Map(_FnNode):
     """Apply ``fn`` to every element (or every tuple of zipped elements); stop tokens pass through."""
 
     kind = "Map"
@@ -84,7 +94,7 @@ class Map(Node):
         _check_fn(self, fn, MapFn, "a MapFn")
         ins, shape = _zip_inputs(self, inputs)
         self.fn = fn
-        self.arg_types = _arg_types([s for _, s in ins], fn.arity)
+        self._set_arg_types([s for _, s in ins], fn.arity)
         elem = fn.out_type(self.error, *self.arg_types)
         self._finish(ins, [("out", StreamType(elem, shape))])
 
@@ -110,10 +120,10 @@ class Map(Node):
                 if first is DONE:
                     return
                 continue
-            yield from io.send(0, self.fn.apply(out, *_args(toks, len(self.arg_types))))
+            yield from io.send(0, self.fn.apply(out, *self.fn_args(toks)))
 
 
-class _Reduce(Node):
+class _Reduce(_FnNode):
     """Shared construction of Accum and Scan."""
 
     def _build(
@@ -136,7 +146,7 @@ class _Reduce(Node):
                 + f", not {rank!r}",
             )
         self.fn, self.rank = fn, rank
-        self.arg_types = _arg_types([s for _, s in ins], fn.arity)
+        self._set_arg_types([s for _, s in ins], fn.arity)
         n = len(shape)
         hshape = shape[n - inner - held : n - inner]
         bad = [d for d in hshape if not isinstance(d, int) or d < 1]
@@ -279,7 +289,7 @@ class Accum(_Reduce):
                         yield from io.send(0, Stop(level))
                 accs, started = [None] * n_pos, False
                 continue
-            args = _args(toks, len(self.arg_types))
+            args = self.fn_args(toks)
             if accs[pos] is None:
                 accs[pos] = self._init(args)
             accs[pos] = self.fn.update(out, accs[pos], *args)
@@ -319,14 +329,14 @@ class Scan(_Reduce):
                 if first is DONE:
                     return
                 continue
-            args = _args(toks, len(self.arg_types))
+            args = self.fn_args(toks)
             if not started:
                 acc, started = self._init(args), True
             acc = self.fn.update(out, acc, *args)
             yield from io.send(0, self.fn.emit(out, acc))
 
 
-class FlatMap(Node):
+class FlatMap(_FnNode):
     """Replace every element by the sub-stream ``fn`` makes of it, concatenated in order.
 
     With a rank-``c`` sub-stream, ``[D_a..D_1, D_0]`` becomes ``[D_a..D_1, D', *inner]``: the
@@ -345,7 +355,7 @@ class FlatMap(Node):
         _check_fn(self, fn, FlatMapFn, "a FlatMapFn")
         ins, shape = _zip_inputs(self, inputs)
         self.fn = fn
-        self.arg_types = _arg_types([s for _, s in ins], fn.arity)
+        self._set_arg_types([s for _, s in ins], fn.arity)
         elem, inner, count = fn.out_type(self.error, *self.arg_types)
         merged = (
             self.fresh_ragged("n")
@@ -369,7 +379,7 @@ class FlatMap(Node):
             if isinstance(first, Stop):
                 yield from writer.outer_stop(first.level)
                 continue
-            sub = self.fn.apply(out, *_args(toks, len(self.arg_types)))
+            sub = self.fn.apply(out, *self.fn_args(toks))
             yield from writer.block(to_tokens(sub, self.fn.rank)[:-1])
 
 

@@ -23,14 +23,6 @@ if TYPE_CHECKING:
     from .profile import RtlProfile
 
 
-def _fn_args(node: Node, toks: list[Any]) -> list[Any]:
-    """A node's function arguments from its input tokens, a zipped input's tuple taken apart
-    (as ``Map.execute`` and ``FlatMap.execute``)."""
-    from step_lang.ops.higher_order import _args
-
-    return list(_args(toks, len(node.arg_types)))
-
-
 def _matmul_steps(node: Node, lanes: int, a: Any, b: Any) -> int:
     """Cycles of a MAC array on tiles ``a`` and ``b`` (``contract.matmul_steps``), with ``M``
     the rows ``a`` actually holds (a dynamic tile's, not its bound)."""
@@ -98,7 +90,7 @@ class _Block(_Clocked):
                 # ... a MAC array reads its operands in place from the cycle all are offered
                 # (its result register may still hold the last result: only the last step
                 # writes it) and takes them in its last step.
-                heads = _fn_args(self.node, [self.io.head(q) for q in range(self.group)])
+                heads = self.node.fn_args([self.io.head(q) for q in range(self.group)])
                 self.steps = _matmul_steps(self.node, self.p.config.lanes, heads[0], heads[1])
                 offered = max(self.io.inputs[q].q[0][0] for q in range(self.group))
                 start = max(t, offered, self.steps_from)
@@ -240,7 +232,7 @@ class _Block(_Clocked):
         if isinstance(self.node, ops.RepeatStatic):
             return self.node.count
         toks = [token] + [self.io.head(q) for q in range(1, self.group)]
-        sub = self.node.fn.apply(self.node.out_types[0].elem, *_fn_args(self.node, toks))
+        sub = self.node.fn.apply(self.node.out_types[0].elem, *self.node.fn_args(toks))
         return sum(1 for t in to_tokens(sub, self.node.fn.rank)[:-1] if is_data(t))
 
     def on_recv(self, port: int, token: Any) -> int:
