@@ -393,6 +393,7 @@ def run_point(
         # what the memory waits for once the reads end (the rtl profile's node statistics)
         "reads_done_cycle": sims["reads_done_cycle"],
         "last_compute": sims["last_compute"],
+        "sizing": sizing_record(p),
         "_speed": {
             "sim_wall_s": sims["sim_wall_s"],
             "paper_wall_s": sims["paper_wall_s"],
@@ -419,6 +420,24 @@ def compute_floor_cycles(graph: Any, flops_per_cycle: float) -> float | None:
     if not all(isinstance(f, int) for f in flops):
         return None
     return max(flops, default=0) / flops_per_cycle
+
+
+def sizing_record(p: Point) -> dict[str, Any] | None:
+    """How ``p``'s sized depths were found (``None`` at the default depths): the images sized
+    on, and the held-out images (the design's other points) checked, sized on too, and the
+    worst of their sized cycles over their reference (:func:`sized_depths`)."""
+    if p.sizing is None:
+        return None
+    cached = cached_json(p.sizing) or {}
+    held = cached.get("held_out_cycles", [])
+    return {
+        "images": cached.get("images"),
+        "held_out": len(held),
+        "held_out_added": cached.get("held_out_added", []),
+        "held_out_worst": max((c / ref for c, ref in held if c is not None), default=None),
+        "held_out_deadlocked": sum(c is None for c, _ in held),
+        "bits_sized": cached.get("bits_sized"),
+    }
 
 
 def _sizing_done_here(p: Point) -> float:
@@ -755,7 +774,9 @@ DEPTHS = ("default", "sized")
 SIZED = "_sized"
 SIZING = OUT / "sizing"
 #: Memory images a design is sized on: the first of its points (as ``make bench``'s sizing
-#: takes three representative images; every point then runs with those depths).
+#: takes three representative images). The depths are then checked on the images of the
+#: design's other points (held out); one they miss by more than the tolerance is sized on too
+#: (``plan_queue_sizes(held_out=...)``), so every point's sized depths hold their 1%.
 SIZING_IMAGES = 3
 
 
@@ -766,8 +787,8 @@ _sized_here: dict[Path, float] = {}
 
 def sized_depths(group: list[Point], memory: MemoryModel) -> dict[str, int]:
     """The queue depths :func:`sim.sizing.plan_queue_sizes` picks for the design of ``group``
-    (points that share it) over the first :data:`SIZING_IMAGES` memory images of the group, with
-    the rtl profile of its hardware and memory, without the uniform-depth search (only the
+    (points that share it) over the first :data:`SIZING_IMAGES` memory images of the group,
+    checked on the others' images (held out: one they miss is sized on too), with the rtl profile of its hardware and memory, without the uniform-depth search (only the
     storage comparison of ``step size-queues`` needs it); cached in ``build/validate/sizing/``
     with the cycles at deep, sized and default depths (one process sizes a design, the others
     wait for its result)."""
@@ -784,18 +805,21 @@ def sized_depths(group: list[Point], memory: MemoryModel) -> dict[str, int]:
         if sized is not None and "depths" in sized:
             return sized["depths"]
         t0 = time.perf_counter()
+        images = [timing_image(p.make(), q.memory) for q in group]
         report = plan_queue_sizes(
-            p.make(), [timing_image(p.make(), q.memory) for q in group[:SIZING_IMAGES]],
-            hw_config=p.config,
+            p.make(), images[:SIZING_IMAGES], held_out=images[SIZING_IMAGES:], hw_config=p.config,
             profile=RtlProfile.for_memory(memory, p.config), functional=False, uniform=False,
         )  # fmt: skip
         wall = time.perf_counter() - t0
         _sized_here[cache] = wall
         write_atomically(cache, json.dumps({
             "depths": report.depths, "wall_s": wall,
-            "images": len(group[:SIZING_IMAGES]), "cycles_deep": report.cycles_deep,
+            "images": report.images, "cycles_deep": report.cycles_deep,
             "cycles_sized": report.cycles_sized, "cycles_default": report.cycles_default,
             "simulations": report.simulations,
+            # by index among the group's points after the first SIZING_IMAGES
+            "held_out_added": report.held_out_added,
+            "held_out_cycles": report.held_out_cycles, "bits_sized": report.bits_sized,
         }))  # fmt: skip
     return report.depths
 
@@ -1233,6 +1257,25 @@ def speed_totals(speed: list[dict[str, Any]]) -> dict[str, float]:
     return {**totals, "points_s": whole, "other_s": round(whole - sum(totals.values()), 1)}
 
 
+def sizing_line(points: list[dict]) -> str:
+    """One line on the sized designs of ``points``: images sized on, held-out images checked and
+    sized on too, and the worst held-out image's sized cycles over its reference (rtl profile)."""
+    designs = {p["design"]: p["sizing"] for p in points if p.get("sizing")}
+    if not designs:
+        return "sized depths: none in this run"
+    rows = designs.values()
+    worst = [r["held_out_worst"] for r in rows if r["held_out_worst"] is not None]
+    text = (
+        f"sized depths: {len(designs)} designs, {sum(r['images'] or 0 for r in rows)} images "
+        f"sized on ({sum(len(r['held_out_added']) for r in rows)} of them held out and added), "
+        f"{sum(r['held_out'] for r in rows)} held-out images checked"
+    )
+    if worst:
+        text += f", worst held-out {max(worst):.4f} x its reference"
+    deadlocked = sum(r["held_out_deadlocked"] for r in rows)
+    return text + (f", {deadlocked} deadlocked" if deadlocked else "")
+
+
 def write_summary(points, missing, walls, wall, tier, memory, out, run, failed=()) -> list:
     """summary.json, report.md, the scatter, the Fig. 8 grid and the speed file; print the
     statistics and the acceptance rows (:mod:`bench.validate_acceptance`), which it returns.
@@ -1289,6 +1332,7 @@ def write_summary(points, missing, walls, wall, tier, memory, out, run, failed=(
             print(
                 f"{name} profile picks the RTL's fastest option in {agree}/{len(judged)} comparisons"
             )
+    print(sizing_line(points))
     print("acceptance (docs/validation.md):")
     print(acceptance.table(summary["acceptance"]))
     print(

@@ -37,6 +37,12 @@ given a deep run's high-water marks — the depth that suffices.
    more than ``tolerance`` on an image (growing can end in slower depths, and the margin can slow
    a run), the graph's own depths are returned instead. So sizing
    never returns depths slower than the graph's (with ``min_depth`` applied to them).
+4. **Held-out images** (optional): depths sized on some images need not hold on others (a
+   wider KV batch, another routing). Each held-out image is checked against its own
+   reference; the ones missed are sized on too (refined from the depths so far, worst first;
+   then the queues that grew are shrunk again over every image sized on), and the check
+   repeats until every held-out image is within ``tolerance``. Sizing on a few images and checking the rest costs a run or three per
+   held-out image where sizing on all of them costs the refinement's and shrinking's runs on each.
 
 :func:`size_queues` applies a plan to the graph (``Graph.queue_depths``, which both the simulator
 and the hardware elaborator read). The report also finds the smallest *uniform* depth that runs
@@ -221,6 +227,21 @@ class SizingReport:
     steps: list[str] = field(default_factory=list)  # refinement log
     deadlock_free: bool = True
     simulations: int = 0  # timing runs simulated (each depths-and-image pair once)
+    # Held-out images (``plan_queue_sizes(held_out=...)``), by their index there: the ones sized
+    # on too (in the order added), and each one's cycles at the sized depths (None: a deadlock)
+    # against its reference.
+    held_out_added: list[int] = field(default_factory=list)
+    held_out_cycles: list[tuple[int | None, int]] = field(default_factory=list)
+
+    @property
+    def held_out_missed(self) -> list[int]:
+        """The held-out images the sized depths miss by more than the tolerance (none unless a
+        sized-on image itself could not be brought within it)."""
+        return [
+            k
+            for k, (c, ref) in enumerate(self.held_out_cycles)
+            if c is None or c > ref * (1 + self.tolerance)
+        ]
 
     @property
     def bits_sized(self) -> int:
@@ -247,6 +268,12 @@ class SizingReport:
             f"cycles, depth {DEEP} {self.cycles_deep}",
             f"simulator runs    {self.simulations} over {self.images} image(s)",
         ]
+        if self.held_out_cycles:
+            worst = max((c or math.inf) / ref for c, ref in self.held_out_cycles)
+            lines.append(
+                f"held out          {len(self.held_out_cycles)} image(s), "
+                f"{len(self.held_out_added)} sized on too, worst {worst:.3f} x its reference"
+            )
         if self.uniform_depth is not None:
             lines.insert(3, f"bits uniform      {self.bits_uniform} (depth {self.uniform_depth})"
                             f"   cycles {self.cycles_uniform}")  # fmt: skip
@@ -274,6 +301,10 @@ class SizingReport:
             "deadlock_free": self.deadlock_free,
             "steps": self.steps,
             "simulations": self.simulations,
+            "images": self.images,
+            "held_out_added": self.held_out_added,
+            "held_out_cycles": [list(p) for p in self.held_out_cycles],
+            "held_out_missed": self.held_out_missed,
         }
 
 
@@ -347,6 +378,7 @@ def plan_queue_sizes(
     min_depth: int = 1,
     shrink_budget: int = 64,
     uniform: bool = True,
+    held_out: Sequence[Mapping[str, Any]] | None = None,
 ) -> SizingReport:
     """Size every queue of ``graph`` (module docstring); the graph itself is not changed.
 
@@ -368,6 +400,12 @@ def plan_queue_sizes(
         uniform: also find the smallest uniform depth that matches the reference (a search of
             several runs per image, for comparing storage); ``False`` leaves
             ``uniform_depth`` and ``cycles_uniform`` ``None``.
+        held_out: more memory images the depths must also hold on (e.g. the rest of a trace
+            set, when sizing on all of it costs too much): each is checked against its own
+            reference after sizing; the ones missed are sized on too (refined from the depths
+            so far, worst first, then the queues that grew shrunk again over every image sized
+            on), until every held-out image is within ``tolerance``. The report says which were added and each one's
+            cycles against its reference.
 
     A run with the same depths on the same image is simulated once (the timing model is
     deterministic), so the checks of the last phases reuse the refinement's runs.
@@ -415,22 +453,41 @@ def plan_queue_sizes(
         except SimDeadlock:
             return None
 
-    deep_runs = [run(dict.fromkeys(streams, deep), m) for m in images]
-    cycles_deep = [r.cycles for r in deep_runs]
+    def within(cycles: int, ref: int) -> bool:
+        return cycles <= ref * (1 + tolerance)
+
+    own = {n: max(base, d) for n, d in default_depths.items()}
+    cycles_deep: list[int] = []
+    cycles_default_each: list[int | None] = []
     # What a sized run is held to on each image: the faster of the deep run and the graph's own
     # depths (deeper queues can be slower: loads that run ahead on a shared port), so a sized
     # run is held to the graph's own depths where those beat the deep run.
-    cycles_default_each = [cycles(default_depths, m) for m in images]
-    reference = [
-        d if c is None else min(d, c) for d, c in zip(cycles_deep, cycles_default_each, strict=True)
-    ]
+    reference: list[int] = []
     # The most a queue can usefully get: the deep run's peak, and at least the profile's default
     # depth (a queue that never holds more than one token may still need slots for throughput).
-    hwm = {
-        n: max(max(r.queue_high_water.get(n, 0) for r in deep_runs), base, profile.channel_depth)
-        for n in streams
-    }
-    peak = {n: max(max(r.queue_high_water.get(n, 0) for r in deep_runs), base) for n in streams}
+    peak = dict.fromkeys(streams, base)
+    hwm = dict.fromkeys(streams, max(base, int(profile.channel_depth)))
+
+    def measure(image) -> tuple[Any, int]:
+        """The deep run of ``image`` and its reference (both cached by :func:`run`)."""
+        r = run(dict.fromkeys(streams, deep), image)
+        c = cycles(default_depths, image)
+        return r, r.cycles if c is None else min(r.cycles, c)
+
+    def take(image) -> Any:
+        """Size on ``image`` too: its deep run's peaks bound what a queue can usefully get."""
+        r, ref = measure(image)
+        images_sized.append(image)
+        cycles_deep.append(r.cycles)
+        cycles_default_each.append(cycles(default_depths, image))
+        reference.append(ref)
+        for n in streams:
+            peak[n] = max(peak[n], r.queue_high_water.get(n, 0))
+            hwm[n] = max(hwm[n], peak[n])
+        return r
+
+    images_sized: list[Any] = []
+    deep_runs = [take(m) for m in images]
 
     # Every queue starts at the profile's default depth (what sustains full throughput) or what
     # the LP says it buffers; refinement grows, shrinking then takes back what is not needed.
@@ -443,9 +500,6 @@ def plan_queue_sizes(
 
     steps: list[str] = []
     depths = dict(analytic)
-
-    def within(cycles: int, ref: int) -> bool:
-        return cycles <= ref * (1 + tolerance)
 
     def grow(names, why: str) -> bool:
         grown = []
@@ -497,17 +551,14 @@ def plan_queue_sizes(
             steps.append(f"growing by stalls ends at {missed}: "
                          f"{len(short)} queue(s) to the deep run's peak")  # fmt: skip
 
-    for image, ref in zip(images, reference, strict=True):
-        refine(image, ref)
-
     # The image that failed the last check is tried first: a trial that fails usually fails on
     # the same image again, and an answer needs every image only when the trial passes (the
     # order changes how many runs a check costs, never its answer).
-    order = list(range(len(images)))
+    order: list[int] = []
 
     def passes(trial: Mapping[str, int]) -> bool:
         for i in order:
-            c = cycles(trial, images[i])
+            c = cycles(trial, images_sized[i])
             if c is None or not within(c, reference[i]):
                 order.remove(i)
                 order.insert(0, i)
@@ -531,40 +582,84 @@ def plan_queue_sizes(
             lower(names[:half], to)
             lower(names[half:], to)
 
-    # Shrink: the LP's estimates are upper bounds and the default depth is more than some queues
-    # need; give back what the runs show is not needed, widest tokens first.
-    widest = sorted(streams, key=lambda n: (-depths[n] * bits[n], n))
-    lower([n for n in widest if depths[n] > start], start)
-    for n in [n for n in widest if depths[n] > start]:  # the smallest depth that passes
-        lo, hi = start - 1, depths[n]  # below `start` is the last phase's job; hi passes
-        while hi - lo > 1 and checks[0] > 0:
-            checks[0] -= 1
-            mid = (lo + hi) // 2
-            if passes({**depths, n: mid}):
-                hi = mid
-            else:
-                lo = mid
-        if hi < depths[n]:
-            depths[n] = hi
-            steps.append(f"shrink: {n}->{hi}")
-    if start > base:
-        lower([n for n in widest if depths[n] == start], base)
+    def shrink(names: Sequence[str] | None = None) -> None:
+        """Give back what the runs show is not needed (the LP's estimates are upper bounds and
+        the default depth is more than some queues need), widest tokens first; only ``names``
+        when given (the queues a held-out image's refinement grew: the others were shrunk as far
+        as fewer images allowed)."""
+        checks[0] = shrink_budget
+        widest = sorted(
+            streams if names is None else names, key=lambda n: (-depths[n] * bits[n], n)
+        )
+        lower([n for n in widest if depths[n] > start], start)
+        for n in [n for n in widest if depths[n] > start]:  # the smallest depth that passes
+            lo, hi = start - 1, depths[n]  # below `start` is the last phase's job; hi passes
+            while hi - lo > 1 and checks[0] > 0:
+                checks[0] -= 1
+                mid = (lo + hi) // 2
+                if passes({**depths, n: mid}):
+                    hi = mid
+                else:
+                    lo = mid
+            if hi < depths[n]:
+                depths[n] = hi
+                steps.append(f"shrink: {n}->{hi}")
+        if start > base:
+            lower([n for n in widest if depths[n] == start], base)
 
-    dependent = _data_dependent(graph) or len(images) > 1
-    if dependent and margin > 1:
-        depths = {n: math.ceil(d * margin) if d > start else d for n, d in depths.items()}
-    sized = [cycles(depths, image) for image in images]
-    # Whatever the phases above found, never slower than the graph's own depths beyond the
-    # tolerance on an image: growing can end slower (deeper queues can be slower), and the
-    # margin can slow a run.
-    own = {n: max(base, d) for n, d in default_depths.items()}
-    own_cycles = [cycles(own, image) for image in images]
-    if None not in own_cycles and any(
-        c is None or not within(c, o) for c, o in zip(sized, own_cycles, strict=True)
-    ):
-        depths, sized = dict(own), own_cycles
-        steps.append("sized slower than the graph's own depths: keeping the graph's own")
+    def finish() -> tuple[dict[str, int], list[int | None]]:
+        """The margin for data-dependent rates, then never slower than the graph's own depths
+        beyond the tolerance on an image: growing can end slower (deeper queues can be slower),
+        and the margin can slow a run."""
+        dependent = _data_dependent(graph) or len(images_sized) > 1
+        final = dict(depths)
+        if dependent and margin > 1:
+            final = {n: math.ceil(d * margin) if d > start else d for n, d in final.items()}
+        sized = [cycles(final, image) for image in images_sized]
+        own_cycles = [cycles(own, image) for image in images_sized]
+        if None not in own_cycles and any(
+            c is None or not within(c, o) for c, o in zip(sized, own_cycles, strict=True)
+        ):
+            final, sized = dict(own), own_cycles
+            steps.append("sized slower than the graph's own depths: keeping the graph's own")
+        return final, sized
+
+    for k, image in enumerate(images_sized):
+        refine(image, reference[k])
+        order.append(k)
+    shrink()
+    final, sized = finish()
+
+    # Held-out images: each is checked against its own reference; the one the sized depths
+    # miss by the most is sized on too (refined from the depths so far, then shrunk again over
+    # every image sized on), until every held-out image is within the tolerance.
+    held = dict(enumerate(held_out or []))  # held-out index -> image, not sized on
+    added: list[int] = []
+    while held:
+        missed: dict[int, float] = {}
+        for k, image in held.items():
+            c = cycles(final, image)
+            ref = measure(image)[1]
+            if c is None or not within(c, ref):
+                missed[k] = math.inf if c is None else c / ref
+        if not missed:
+            break
+        before = dict(depths)
+        for k in sorted(missed, key=lambda k: (-missed[k], k)):  # the worst first
+            how = "a deadlock" if missed[k] == math.inf else f"{missed[k]:.3f} x its reference"
+            steps.append(f"held-out image {k}: {how}; sized on it too")
+            added.append(k)
+            image = held.pop(k)
+            take(image)
+            refine(image, reference[-1])
+            order.insert(0, len(images_sized) - 1)
+        shrink([n for n in streams if depths[n] > before[n]])
+        final, sized = finish()
+    held_out_cycles = [(cycles(final, image), measure(image)[1]) for image in (held_out or [])]
+    depths = final
+    dependent = _data_dependent(graph) or len(images_sized) > 1
     deadlock_free = None not in sized
+    images = images_sized
 
     def uniform_ok(d: int) -> int | None:
         worst = 0
@@ -613,6 +708,8 @@ def plan_queue_sizes(
         steps=steps,
         deadlock_free=deadlock_free,
         simulations=len(runs),
+        held_out_added=added,
+        held_out_cycles=held_out_cycles,
     )
 
 

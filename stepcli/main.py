@@ -219,7 +219,8 @@ def cmd_sweep(args) -> None:
 def cmd_size_queues(args) -> None:
     from .sizing import size_example, size_hardware
 
-    options = {"images": args.images, "margin": args.margin, "tolerance": args.tolerance}
+    options = {"images": args.images, "held_out": args.held_out, "margin": args.margin,
+               "tolerance": args.tolerance}  # fmt: skip
     if args.hardware:
         if args.param:
             raise UsageError("--hardware sizes the fixed hardware-size graph; it takes no -p")
@@ -373,6 +374,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         metavar="N",
         help="representative memory images (seeds seed..seed+N-1; e.g. routings)",
+    )
+    p.add_argument(
+        "--held-out",
+        type=_number(int, 0, 1024),
+        default=0,
+        metavar="N",
+        help="check the depths on N more images (the next seeds); one they miss is sized on too",
     )
     p.add_argument(
         "--margin",

@@ -5,7 +5,9 @@ tokens taking a queue slot as they do in the generated hardware
 (``PaperProfile(stops_take_slots=True)``). Hardware-size examples (:data:`HARDWARE`, the graphs
 ``make rtl`` writes) are sized with the simulator's ``rtl`` profile and the hardware's token
 widths. Data-dependent examples are sized over several memory images (``images``: seeds
-``seed``, ``seed + 1``, ...: different routings or KV lengths).
+``seed``, ``seed + 1``, ...: different routings or KV lengths), and the depths checked on
+``held_out`` more (the next seeds; an image they miss is sized on too,
+:func:`sim.sizing.plan_queue_sizes`).
 """
 
 from __future__ import annotations
@@ -43,9 +45,10 @@ SCHEDULES: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
-def _check_images(images: Any) -> int:
-    if isinstance(images, bool) or not isinstance(images, int) or images < 1:
-        raise UsageError(f"images must be a positive integer, not {images!r}")
+def _check_images(images: Any, name: str = "images", low: int = 1) -> int:
+    if isinstance(images, bool) or not isinstance(images, int) or images < low:
+        rule = "a positive integer" if low == 1 else "a non-negative integer"
+        raise UsageError(f"{name} must be {rule}, not {images!r}")
     return images
 
 
@@ -65,22 +68,25 @@ def _check_options(options: Mapping[str, Any]) -> None:
 
 
 def size_example(
-    name: str, given: Mapping[str, Any], *, images: int = 1, **options: Any
+    name: str, given: Mapping[str, Any], *, images: int = 1, held_out: int = 0, **options: Any
 ) -> SizingReport:
-    """Size example ``name`` with parameters ``given`` over ``images`` memory images."""
+    """Size example ``name`` with parameters ``given`` over ``images`` memory images, checked on
+    ``held_out`` more."""
     _check_options(options)
     _check_images(images)
+    _check_images(held_out, "held_out", 0)
     ex = example(name)
     params = ex.params(dict(given))
     graph = ex.build(params)
     memories, dims = [], {}
-    for i in range(_check_images(images)):
+    for i in range(images + held_out):
         p = {**params, "seed": params["seed"] + i}
         memories.append(ex.memory(p, False))
         for k, v in ex.dims(p).items():
             dims[k] = max(dims.get(k, 0), int(v))
     profile = dataclasses.replace(ex.profile(params), stops_take_slots=True)
-    return plan_queue_sizes(graph, memories, profile=profile, dims=dims, **options)
+    return plan_queue_sizes(graph, memories[:images], profile=profile, dims=dims,
+                            held_out=memories[images:], **options)  # fmt: skip
 
 
 # -- hardware size ---------------------------------------------------------------------------------
@@ -145,11 +151,15 @@ def hardware_case(name: str, schedule: str | None = None, images: int = 1):
 
 
 def size_hardware(
-    name: str, schedule: str | None = None, *, images: int = 1, **options: Any
+    name: str, schedule: str | None = None, *, images: int = 1, held_out: int = 0, **options: Any
 ) -> SizingReport:
-    """Size the hardware-size graph of ``name`` with the ``rtl`` profile of ``HwConfig()``."""
+    """Size the hardware-size graph of ``name`` with the ``rtl`` profile of ``HwConfig()`` over
+    ``images`` memory images, checked on ``held_out`` more."""
     from step_hw.config import HwConfig
 
     _check_options(options)
-    graph, memories = hardware_case(name, schedule, images)
-    return plan_queue_sizes(graph, memories, hw_config=HwConfig(), functional=True, **options)
+    _check_images(images)
+    _check_images(held_out, "held_out", 0)
+    graph, memories = hardware_case(name, schedule, images + held_out)
+    return plan_queue_sizes(graph, memories[:images], hw_config=HwConfig(), functional=True,
+                            held_out=memories[images:], **options)  # fmt: skip

@@ -167,6 +167,10 @@ OTHER = [
         "argument --images: must be an integer in [1, 1024], not 5000",
     ),
     (
+        ["size-queues", "swiglu", "--held-out", "-1"],
+        "argument --held-out: must be an integer in [0, 1024], not -1",
+    ),
+    (
         ["size-queues", "swiglu", "--margin", "-1"],
         "argument --margin: must be a number at least 1 (1: no margin), not -1",
     ),
@@ -667,6 +671,8 @@ def test_kv_trace_fit_when_asked(tmp_path):
         ({"images": 0}, "images must be a positive integer, not 0"),
         ({"images": -1}, "images must be a positive integer, not -1"),
         ({"images": 1.5}, "images must be a positive integer, not 1.5"),
+        ({"held_out": -1}, "held_out must be a non-negative integer, not -1"),
+        ({"held_out": True}, "held_out must be a non-negative integer, not True"),
         ({"margin": 0.5}, "margin must be a finite number of at least 1, not 0.5"),
         ({"margin": -1}, "margin must be a finite number of at least 1, not -1"),
         ({"tolerance": -0.5}, "tolerance must be a finite number of at least 0, not -0.5"),

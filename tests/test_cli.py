@@ -218,6 +218,21 @@ def test_size_queues_reports_storage_and_cycles(capsys, tmp_path):
     assert report["uniform_depth"] > 1 and report["data_dependent"]
 
 
+def test_size_queues_checks_held_out_images(capsys, tmp_path):
+    """``--held-out 3``: the next three seeds' routings are checked, and the ones the depths
+    miss are sized on too; every held-out image ends within the tolerance of its reference."""
+    out_json = tmp_path / "sizing.json"
+    rc, out, _ = run(capsys, "size-queues", "moe", "-p", "model=small", "-p", "tiling=static",
+                     "-p", "batch=16", "--images", "1", "--held-out", "3", "--margin", "1",
+                     "--json", str(out_json))  # fmt: skip
+    report = json.loads(out_json.read_text())
+    assert rc == 0 and len(report["held_out_cycles"]) == 3 and report["held_out_missed"] == []
+    assert report["images"] == 1 + len(report["held_out_added"])
+    assert all(c <= ref * 1.01 for c, ref in report["held_out_cycles"])
+    added = len(report["held_out_added"])
+    assert f"held out          3 image(s), {added} sized on too, worst " in out
+
+
 def test_size_queues_rejects_an_unknown_parameter(capsys):
     rc, _, err = run(capsys, "size-queues", "swiglu", "-p", "tile=3")
     assert rc == 2 and "has no parameter tile" in err

@@ -371,3 +371,67 @@ def test_sizing_reaches_the_deep_run_where_growing_by_stalls_does_not():
     assert r.deadlock_free and r.cycles_sized <= r.cycles_deep * 1.01
     assert any("to the deep run's peak" in s for s in r.steps)
     assert not any("keeping the graph's own" in s for s in r.steps)
+
+
+def _small_moe_routings():
+    """The small static MoE and eight synthetic routings, from even to skewed (skew 0 to 4)."""
+    cfg = moe.SMALL
+    g = moe.build(cfg, moe.MoESchedule("static", tile_n=4, tile_f=cfg.intermediate), 16)
+    images = [
+        moe.routing_tensors(
+            cfg, traces.synthetic_routing(16, cfg.experts, cfg.top_k, skew=s, seed=seed)
+        )
+        for s in (0.0, 1.0, 2.0, 4.0)
+        for seed in (1, 2)
+    ]
+    return g, images
+
+
+def test_held_out_images_the_depths_miss_are_sized_on_too():
+    """Sized on the even routing alone (no margin), the small MoE's depths run some skewed
+    routings about 30% slower than their references; checked on them as held-out images, the
+    worst is sized on too until every one is within the tolerance, and the report's cycles are
+    what the simulator gives at the returned depths."""
+    g, images = _small_moe_routings()
+    profile = PaperProfile(stops_take_slots=True)
+    options = dict(profile=profile, dims={}, margin=1.0, uniform=False)
+    alone = plan_queue_sizes(g, images[:1], **options)
+
+    def run(image, depths):
+        return simulate(g, image, profile=profile, functional=False, queue_depths=depths).cycles
+
+    deep = dict.fromkeys(alone.depths, 1024)
+    refs = [min(run(m, deep), run(m, alone.default_depths)) for m in images[1:]]
+    slow = [run(m, alone.depths) / ref for m, ref in zip(images[1:], refs, strict=True)]
+    assert max(slow) > 1.2  # the premise: one image's depths miss others
+
+    r = plan_queue_sizes(g, images[:1], held_out=images[1:], **options)
+    assert r.held_out_added and r.images == 1 + len(r.held_out_added)
+    assert r.held_out_added[0] == max(range(len(slow)), key=slow.__getitem__)  # worst first
+    assert r.held_out_missed == [] and r.deadlock_free
+    got = [run(m, r.depths) for m in images[1:]]
+    assert [c for c, _ in r.held_out_cycles] == got
+    assert [ref for _, ref in r.held_out_cycles] == refs
+    assert all(c <= ref * 1.01 for c, ref in zip(got, refs, strict=True))
+    assert run(images[0], r.depths) <= r.cycles_sized
+    assert any(s.startswith(f"held-out image {r.held_out_added[0]}: ") for s in r.steps)
+    assert r.to_json()["held_out_added"] == r.held_out_added
+    assert "held out          7 image(s)" in r.summary()
+
+
+def test_held_out_images_the_depths_hold_on_add_nothing():
+    """Held-out images that the depths already hold on (copies of images sized on) change
+    nothing: the same depths, and three runs per held-out image beyond the sizing (its deep
+    run, its run at the graph's own depths, its run at the sized depths)."""
+    g, images = _small_moe_routings()
+    options = dict(profile=PaperProfile(stops_take_slots=True), dims={}, uniform=False)
+    sized = plan_queue_sizes(g, images, **options)
+    copies = [{k: np.array(v, copy=True) for k, v in m.items()} for m in images[:2]]
+    r = plan_queue_sizes(g, images, held_out=copies, **options)
+    assert r.depths == sized.depths and r.held_out_added == [] and r.held_out_missed == []
+    assert r.simulations == sized.simulations + 3 * len(copies)
+    profile = options["profile"]
+    for (c, ref), image in zip(r.held_out_cycles, images[:2], strict=True):
+        assert c == simulate(g, image, profile=profile, functional=False,
+                             queue_depths=r.depths).cycles  # fmt: skip
+        assert c <= ref * 1.01

@@ -77,7 +77,8 @@ def test_a_cut_short_sizing_is_sized_again(monkeypatch, tmp_path):
     monkeypatch.setattr(V, "_sized_here", {})
     sized = []
     report = types.SimpleNamespace(depths={"x": 1}, cycles_deep=1, cycles_sized=2,
-                                   cycles_default=3, simulations=4)  # fmt: skip
+                                   cycles_default=3, simulations=4, images=1, held_out_added=[],
+                                   held_out_cycles=[], bits_sized=5)  # fmt: skip
     monkeypatch.setattr(sim.sizing, "plan_queue_sizes", lambda *a, **k: sized.append(1) or report)
     group = V.swiglu_points()[:1]
     memory = V.MemoryModel.axi_ram()

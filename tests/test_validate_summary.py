@@ -451,7 +451,8 @@ def test_the_speed_file_counts_a_designs_sizing_once_and_sums_each_part(monkeypa
     monkeypatch.setattr(V, "SIZING", tmp_path / "sizing")
     monkeypatch.setattr(V, "_sized_here", {})
     report = types.SimpleNamespace(depths={"x": 1}, cycles_deep=1, cycles_sized=2,
-                                   cycles_default=3, simulations=4)  # fmt: skip
+                                   cycles_default=3, simulations=4, images=1, held_out_added=[],
+                                   held_out_cycles=[], bits_sized=5)  # fmt: skip
     monkeypatch.setattr(sim.sizing, "plan_queue_sizes", lambda *a, **k: report)
     group = V.swiglu_points()[:1]
     memory = V.MemoryModel.axi_ram()
@@ -477,3 +478,33 @@ def test_the_speed_file_counts_a_designs_sizing_once_and_sums_each_part(monkeypa
         "points_s": 2.6,
         "other_s": 0.6,
     }
+
+
+def test_sized_depths_hold_on_the_designs_other_points(monkeypatch, tmp_path):
+    """A design is sized on its first SIZING_IMAGES points' images and checked on the others'
+    (held out): the hardware-size interleaved attention's depths miss one held-out KV batch,
+    which is sized on too; every held-out image ends within 1% of its reference, and the sized
+    points and the run's summary line say so."""
+    monkeypatch.setattr(V, "SIZING", tmp_path / "sizing")
+    group = [p for p in V.attention_points() if p.design == "attention_interleaved"]
+    assert len(group) > V.SIZING_IMAGES
+    memory = V.MemoryModel.axi_ram()
+    depths = V.sized_depths(group, memory)
+    cached = json.loads(V.sizing_file(group, memory).read_text())
+    assert cached["depths"] == depths
+    held = cached["held_out_cycles"]
+    assert len(held) == len(group) - V.SIZING_IMAGES
+    assert all(c is not None and c <= ref * 1.01 for c, ref in held)
+    assert cached["images"] == V.SIZING_IMAGES + len(cached["held_out_added"])
+    assert cached["held_out_added"]  # this design's first three KV batches do not cover all
+    record = V.sizing_record(V.with_sized_depths(group[0], group, memory))
+    assert record["held_out"] == len(held) and record["held_out_deadlocked"] == 0
+    assert record["held_out_worst"] == max(c / ref for c, ref in held) <= 1.01
+    assert V.sizing_record(group[0]) is None  # the default depths
+    line = V.sizing_line([{"design": "a", "sizing": record}, {"design": "b", "sizing": None}])
+    added = len(cached["held_out_added"])
+    assert line.startswith(
+        f"sized depths: 1 designs, {cached['images']} images sized on ({added} of them held out "
+        f"and added), {len(held)} held-out images checked, worst held-out "
+    )
+    assert V.sizing_line([{"design": "b", "sizing": None}]) == "sized depths: none in this run"
