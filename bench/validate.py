@@ -377,6 +377,7 @@ def run_point(
     return {
         "workload": p.workload,
         "params": p.params,
+        "design": p.design,
         "rtl_cycles": rtl["rtl_cycles"],
         "sim_cycles": sims["sim_cycles"],
         "paper_cycles": sims["paper_cycles"],

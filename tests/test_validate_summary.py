@@ -354,9 +354,22 @@ def _fake_sweeps(monkeypatch, tmp_path, run):
 
 
 def _measured(name, index):
-    return {"workload": name, "params": {"depths": ("default", "sized")[index]}, "rtl_cycles": 100,
-            "sim_cycles": 100, "paper_cycles": 90, "outputs_match": True,
-            "_speed": {"sim_wall_s": 0.1}}  # fmt: skip
+    depths = ("default", "sized")[index]
+    sizing = None if index == 0 else {"images": 3, "held_out": 2, "held_out_added": [1],
+                                      "held_out_worst": 1.004, "held_out_deadlocked": 0,
+                                      "bits_sized": 10}  # fmt: skip
+    return {"workload": name, "params": {"depths": depths}, "design": f"{name}_{depths}",
+            "rtl_cycles": 100, "sim_cycles": 100, "paper_cycles": 90, "outputs_match": True,
+            "sizing": sizing, "_speed": {"sim_wall_s": 0.1}}  # fmt: skip
+
+
+def test_the_run_prints_how_its_designs_were_sized(monkeypatch, tmp_path, capsys):
+    _fake_sweeps(monkeypatch, tmp_path, _measured)
+    V.main([])
+    assert (
+        "sized depths: 2 designs, 6 images sized on (2 of them held out and added), 4 held-out "
+        "images checked, worst held-out 1.0040 x its reference\n" in capsys.readouterr().out
+    )
 
 
 def test_a_run_that_measures_nothing_keeps_the_last_summary(monkeypatch, tmp_path):
