@@ -427,7 +427,7 @@ def sizing_record(p: Point) -> dict[str, Any] | None:
     """How ``p``'s sized depths were found (``None`` at the default depths): the images sized
     on, and the held-out images (the design's other points) checked, sized on too, and the
     worst of their sized cycles over their reference (:func:`sized_depths`)."""
-    if p.sizing is None:
+    if p.sizing is None or p.params.get("depths") != "sized":  # a default point shares the file
         return None
     cached = cached_json(p.sizing) or {}
     held = cached.get("held_out_cycles", [])

@@ -514,6 +514,9 @@ def test_sized_depths_hold_on_the_designs_other_points(monkeypatch, tmp_path):
     assert record["held_out"] == len(held) and record["held_out_deadlocked"] == 0
     assert record["held_out_worst"] == max(c / ref for c, ref in held) <= 1.01
     assert V.sizing_record(group[0]) is None  # the default depths
+    # a default point of a design with sized points shares its sizing file, not its depths
+    shared = dataclasses.replace(group[0], sizing=V.sizing_file(group, memory))
+    assert V.sizing_record(shared) is None
     line = V.sizing_line([{"design": "a", "sizing": record}, {"design": "b", "sizing": None}])
     added = len(cached["held_out_added"])
     assert line.startswith(
