@@ -630,9 +630,10 @@ def plan_queue_sizes(
     shrink()
     final, sized = finish()
 
-    # Held-out images: each is checked against its own reference; the one the sized depths
-    # miss by the most is sized on too (refined from the depths so far, then shrunk again over
-    # every image sized on), until every held-out image is within the tolerance.
+    # Held-out images: each is checked against its own reference; the ones the sized depths
+    # miss are sized on too (each refined from the depths so far, the worst first; then the
+    # queues that grew are shrunk again over every image sized on), until every held-out image
+    # is within the tolerance.
     held = dict(enumerate(held_out or []))  # held-out index -> image, not sized on
     added: list[int] = []
     while held:
