@@ -776,7 +776,7 @@ SIZED = "_sized"
 SIZING = OUT / "sizing"
 #: Memory images a design is sized on: the first of its points (as ``make bench``'s sizing
 #: takes three representative images). The depths are then checked on the images of the
-#: design's other points (held out); one they miss by more than the tolerance is sized on too
+#: design's other points (held out); the ones they miss by more than the tolerance are sized on too
 #: (``plan_queue_sizes(held_out=...)``), so every point's sized depths hold their 1%.
 SIZING_IMAGES = 3
 
@@ -789,8 +789,9 @@ _sized_here: dict[Path, float] = {}
 def sized_depths(group: list[Point], memory: MemoryModel) -> dict[str, int]:
     """The queue depths :func:`sim.sizing.plan_queue_sizes` picks for the design of ``group``
     (points that share it) over the first :data:`SIZING_IMAGES` memory images of the group,
-    checked on the others' images (held out: one they miss is sized on too), with the rtl profile of its hardware and memory, without the uniform-depth search (only the
-    storage comparison of ``step size-queues`` needs it); cached in ``build/validate/sizing/``
+    checked on the others' images (held out: the ones they miss are sized on too), with the rtl
+    profile of its hardware and memory, without the uniform-depth search (only the storage
+    comparison of ``step size-queues`` needs it); cached in ``build/validate/sizing/``
     with the cycles at deep, sized and default depths (one process sizes a design, the others
     wait for its result)."""
     import fcntl

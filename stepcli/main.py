@@ -380,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_number(int, 0, 1024),
         default=0,
         metavar="N",
-        help="check the depths on N more images (the next seeds); one they miss is sized on too",
+        help="check the depths on N more images (the next seeds); those they miss are sized on too",
     )
     p.add_argument(
         "--margin",
