@@ -41,8 +41,8 @@ given a deep run's high-water marks — the depth that suffices.
    wider KV batch, another routing). Each held-out image is checked against its own
    reference; the ones missed are sized on too (refined from the depths so far, worst first;
    then the queues that grew are shrunk again over every image sized on), and the check
-   repeats until every held-out image is within ``tolerance``. Sizing on a few images and checking the rest costs a run or three per
-   held-out image where sizing on all of them costs the refinement's and shrinking's runs on each.
+   repeats until every held-out image is within ``tolerance``. Checking an image costs three
+   runs (deep, own depths, sized); sizing on it costs the refinement's and shrinking's runs.
 
 :func:`size_queues` applies a plan to the graph (``Graph.queue_depths``, which both the simulator
 and the hardware elaborator read). The report also finds the smallest *uniform* depth that runs
@@ -204,6 +204,11 @@ def queue_bits(bits: Mapping[str, int], depths: Mapping[str, int]) -> int:
 # -- the plan --------------------------------------------------------------------------------------
 
 
+def _within(cycles: int | None, ref: int, tolerance: float) -> bool:
+    """A run of ``cycles`` (None: a deadlock) is within ``tolerance`` of its reference."""
+    return cycles is not None and cycles <= ref * (1 + tolerance)
+
+
 @dataclass
 class SizingReport:
     """What :func:`plan_queue_sizes` found. Cycle counts are the worst over the memory images."""
@@ -240,7 +245,7 @@ class SizingReport:
         return [
             k
             for k, (c, ref) in enumerate(self.held_out_cycles)
-            if c is None or c > ref * (1 + self.tolerance)
+            if not _within(c, ref, self.tolerance)
         ]
 
     @property
@@ -269,7 +274,7 @@ class SizingReport:
             f"simulator runs    {self.simulations} over {self.images} image(s)",
         ]
         if self.held_out_cycles:
-            worst = max((c or math.inf) / ref for c, ref in self.held_out_cycles)
+            worst = max(math.inf if c is None else c / ref for c, ref in self.held_out_cycles)
             lines.append(
                 f"held out          {len(self.held_out_cycles)} image(s), "
                 f"{len(self.held_out_added)} sized on too, worst {worst:.3f} x its reference"
@@ -404,8 +409,8 @@ def plan_queue_sizes(
             set, when sizing on all of it costs too much): each is checked against its own
             reference after sizing; the ones missed are sized on too (refined from the depths
             so far, worst first, then the queues that grew shrunk again over every image sized
-            on), until every held-out image is within ``tolerance``. The report says which were added and each one's
-            cycles against its reference.
+            on), until every held-out image is within ``tolerance``. The report says which
+            were added and each one's cycles against its reference.
 
     A run with the same depths on the same image is simulated once (the timing model is
     deterministic), so the checks of the last phases reuse the refinement's runs.
@@ -453,8 +458,8 @@ def plan_queue_sizes(
         except SimDeadlock:
             return None
 
-    def within(cycles: int, ref: int) -> bool:
-        return cycles <= ref * (1 + tolerance)
+    def within(cycles: int | None, ref: int) -> bool:
+        return _within(cycles, ref, tolerance)
 
     own = {n: max(base, d) for n, d in default_depths.items()}
     cycles_deep: list[int] = []
@@ -468,18 +473,19 @@ def plan_queue_sizes(
     peak = dict.fromkeys(streams, base)
     hwm = dict.fromkeys(streams, max(base, int(profile.channel_depth)))
 
-    def measure(image) -> tuple[Any, int]:
-        """The deep run of ``image`` and its reference (both cached by :func:`run`)."""
+    def measure(image) -> tuple[Any, int | None, int]:
+        """The deep run of ``image``, its cycles at the graph's own depths (None: a deadlock) and
+        its reference (both runs cached by :func:`run`)."""
         r = run(dict.fromkeys(streams, deep), image)
         c = cycles(default_depths, image)
-        return r, r.cycles if c is None else min(r.cycles, c)
+        return r, c, r.cycles if c is None else min(r.cycles, c)
 
     def take(image) -> Any:
         """Size on ``image`` too: its deep run's peaks bound what a queue can usefully get."""
-        r, ref = measure(image)
+        r, own_cycles, ref = measure(image)
         images_sized.append(image)
         cycles_deep.append(r.cycles)
-        cycles_default_each.append(cycles(default_depths, image))
+        cycles_default_each.append(own_cycles)
         reference.append(ref)
         for n in streams:
             peak[n] = max(peak[n], r.queue_high_water.get(n, 0))
@@ -542,7 +548,7 @@ def plan_queue_sizes(
         usefully get (``hwm``: the deep run's peak, at least the default depth), which ran as
         the deep run on every design measured, and shrinking takes back what is not needed."""
         got = grow_by_stalls(image, ref)
-        if got is not None and within(got, ref):
+        if within(got, ref):
             return
         short = [n for n in depths if depths[n] < hwm[n]]
         depths.update({n: hwm[n] for n in short})
@@ -559,7 +565,7 @@ def plan_queue_sizes(
     def passes(trial: Mapping[str, int]) -> bool:
         for i in order:
             c = cycles(trial, images_sized[i])
-            if c is None or not within(c, reference[i]):
+            if not within(c, reference[i]):
                 order.remove(i)
                 order.insert(0, i)
                 return False
@@ -618,7 +624,7 @@ def plan_queue_sizes(
         sized = [cycles(final, image) for image in images_sized]
         own_cycles = [cycles(own, image) for image in images_sized]
         if None not in own_cycles and any(
-            c is None or not within(c, o) for c, o in zip(sized, own_cycles, strict=True)
+            not within(c, o) for c, o in zip(sized, own_cycles, strict=True)
         ):
             final, sized = dict(own), own_cycles
             steps.append("sized slower than the graph's own depths: keeping the graph's own")
@@ -640,8 +646,8 @@ def plan_queue_sizes(
         missed: dict[int, float] = {}
         for k, image in held.items():
             c = cycles(final, image)
-            ref = measure(image)[1]
-            if c is None or not within(c, ref):
+            ref = measure(image)[2]
+            if not within(c, ref):
                 missed[k] = math.inf if c is None else c / ref
         if not missed:
             break
@@ -656,7 +662,7 @@ def plan_queue_sizes(
             order.insert(0, len(images_sized) - 1)
         shrink([n for n in streams if depths[n] > before[n]])
         final, sized = finish()
-    held_out_cycles = [(cycles(final, image), measure(image)[1]) for image in (held_out or [])]
+    held_out_cycles = [(cycles(final, image), measure(image)[2]) for image in (held_out or [])]
     depths = final
     dependent = _data_dependent(graph) or len(images_sized) > 1
     deadlock_free = None not in sized
@@ -666,7 +672,7 @@ def plan_queue_sizes(
         worst = 0
         for image, ref in zip(images, reference, strict=True):
             c = cycles(dict.fromkeys(streams, d), image)
-            if c is None or not within(c, ref):
+            if not within(c, ref):
                 return None
             worst = max(worst, c)
         return worst

@@ -266,8 +266,8 @@ def operand_ports(node: Any) -> list[str]:
 
 def node_formats(node: Any, config: HwConfig) -> tuple[list[TokenFormat], TokenFormat]:
     """The token formats of ``node``'s block's input ports and of its output: one per input, or
-    one per item of a tuple its function takes apart (:attr:`step_lang.graph.Node.unpacks_tuple`); unsupported
-    elements raise a :class:`StepTypeError` naming the node and the port."""
+    one per item of a tuple its function takes apart (:attr:`step_lang.graph.Node.unpacks_tuple`);
+    unsupported elements raise a :class:`StepTypeError` naming the node and the port."""
     check_config(None, config)
     elems = node.arg_types if node.unpacks_tuple else [s.elem for s in node.inputs]
     ins = [

@@ -15,8 +15,8 @@ and 37 to 32 s (2026-12-07, an idle machine).
 
 In the area report (``bench/hw_area.py``) Yosys's ``synth`` without ``-flatten`` optimises each
 module on its own, and ABC maps each module separately, so synthesising one copy and counting it
-once per instance (``stat -top top``) gives the same total, up to ABC's sensitivity to the order of its input
-(Yosys's internal names differ between the runs): measured on the nine examples that synthesise
+once per instance (``stat -top top``) gives the same total, up to ABC's sensitivity to the order
+of its input (Yosys's internal names differ between the runs): measured on the nine examples that synthesise
 both ways, eight totals equal and the BF16 attention's 346,219 against 346,217 cells. Yosys's
 time falls with the copies: 4.6 times on the BF16 MoE (656 s to 144 s), 1.04 times on the int16
 SwiGLU (69.8 s to 67.4 s).
