@@ -704,18 +704,14 @@ def test_run_time_depths_move_every_token_in_the_cycle_built_in_depths_do(case, 
     assert shared_amaranth_pushes(graph, inputs, run_time, tensors) == fixed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known: at these depths the rtl profile's random load takes its addresses late "
-    "(docs/validation.md, 'Queue sizing at paper scale'); remove the mark once it is exact",
-)
 def test_the_time_multiplexed_moes_down_load_at_depth_1_matches_an_amaranth_simulation():
     """The hardware-size MoE of ``make validate`` (static, 4-token tiles, two regions; the
     ``zipf1`` routing) with three queues at depth 1: region 0's down-projection address queue
     (``addr0_out_bc.out2``), its loaded tiles (``load_down_r0.out``) and the loaded tokens
-    (``load_x.out``). The Amaranth simulation's load takes its fourth address token at cycle 61
-    (the fifth enters the queue at 62); the profile's at 75 (76), and its run ends at 155 cycles
-    against 148. Found by ``make validate`` once its sizing held out images (the sized depths of
+    (``load_x.out``). The load waits for room for its second tile with its address queue empty;
+    the hardware takes the next address when it arrives (cycle 61, the queue refilled at 62),
+    while the profile took it only after the tile left (75, refilled at 76; 155 cycles against
+    148). Found by ``make validate`` once its sizing held out images (the sized depths of
     ``moe_static4_tm2``: 1 to 3 cycles on 4 of 11 routings), cut down to these three queues."""
     from bench import validate as V
     from sim.profiles.rtl import RtlProfile

@@ -233,7 +233,8 @@ class _Load(_Clocked):
     # always timed from the cycle each address became visible, but the address queue's slot
     # freed only when the node took it: with a queue of depth 1 the next address then arrived
     # late. So while the node waits to send, its ``send`` takes the next addresses at their
-    # entries (their timing kept for the node's ``recv`` of each, in order).
+    # entries (their timing kept for the node's ``recv`` of each, in order), also those that
+    # arrive while it waits for room.
 
     def _take_ahead(self, io: Any) -> None:
         recv, send = io.recv, io.send
@@ -273,11 +274,15 @@ class _Load(_Clocked):
                         ch.recv_waiter = (io.proc, io.proc.epoch + 1)
                     yield ("sleep", min(x for x in (e, t) if x is not None) - now)
                     continue
-                if e is None or self._room(j):
-                    break  # SimIO.send waits for room from here
-                # no room yet: the next address may be taken meanwhile
-                frees = _frees_after(io.outputs[j], now)
-                yield ("sleep", min(e, *frees) - now if frees else 1)
+                if self._room(j) or (e is None and ch.q):
+                    break  # SimIO.send waits for room from here (the sequencer for a send)
+                # no room yet: the next address may be taken meanwhile, or arrive
+                out = io.outputs[j]
+                frees = _frees_after(out, now)
+                if e is None:  # nothing to take: room or an address that arrives wakes it
+                    yield from self._wait_output(out, frees, inputs=True, taken=True)
+                else:
+                    yield ("sleep", min(e, *frees) - now if frees else 1)
             yield from send(j, token)
 
         io.recv, io.send = recv_ahead, send_taking
