@@ -402,8 +402,9 @@ def plan_queue_sizes(
         min_depth: the smallest depth a queue may get (shrinking goes down to it, so queues that
             need no more than one slot get one).
         shrink_budget: at most this many checks (one run per image each) while shrinking.
-        uniform: also find the smallest uniform depth that matches the reference (a search of
-            several runs per image, for comparing storage); ``False`` leaves
+        uniform: also find the smallest uniform depth that matches the reference on every
+            image, held-out ones included (a search of several runs per image, for comparing
+            storage); ``False`` leaves
             ``uniform_depth`` and ``cycles_uniform`` ``None``.
         held_out: more memory images the depths must also hold on (e.g. the rest of a trace
             set, when sizing on all of it costs too much): each is checked against its own
@@ -667,14 +668,19 @@ def plan_queue_sizes(
     dependent = _data_dependent(graph) or len(images_sized) > 1
     deadlock_free = None not in sized
     images = images_sized
+    # The uniform depth must hold where the sized depths do, on the held-out images too; its
+    # cycles are the worst over the images sized on, as ``cycles_sized``.
+    checked = [(image, ref, True) for image, ref in zip(images, reference, strict=True)]
+    checked += [(image, measure(image)[2], False) for image in held.values()]
 
     def uniform_ok(d: int) -> int | None:
         worst = 0
-        for image, ref in zip(images, reference, strict=True):
+        for image, ref, sized_on in checked:
             c = cycles(dict.fromkeys(streams, d), image)
             if not within(c, ref):
                 return None
-            worst = max(worst, c)
+            if sized_on:
+                worst = max(worst, c)
         return worst
 
     def smallest_uniform() -> tuple[int | None, int | None]:

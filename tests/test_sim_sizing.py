@@ -419,6 +419,28 @@ def test_held_out_images_the_depths_miss_are_sized_on_too():
     assert "held out          7 image(s)" in r.summary()
 
 
+def test_the_uniform_depth_holds_on_the_held_out_images_too():
+    """Sized on one skewed routing, the small MoE's depths miss five of the seven others (sized
+    on too) and hold on two; the smallest uniform depth reported also holds on those two, and
+    its cycles are the worst over the images sized on, as the sized depths' are."""
+    g, images = _small_moe_routings()
+    profile = PaperProfile(stops_take_slots=True)
+    r = plan_queue_sizes(g, images[6:7], held_out=images[:6] + images[7:], profile=profile,
+                         dims={}, margin=1.0)  # fmt: skip
+    kept = [k for k in range(7) if k not in r.held_out_added]
+    assert kept and r.uniform_depth is not None
+
+    def run(image, depth):
+        uniform = dict.fromkeys(r.depths, depth)
+        return simulate(g, image, profile=profile, functional=False, queue_depths=uniform).cycles
+
+    for k in kept:
+        ref = r.held_out_cycles[k][1]
+        assert run((images[:6] + images[7:])[k], r.uniform_depth) <= ref * 1.01
+    sized_on = [images[6]] + [(images[:6] + images[7:])[k] for k in r.held_out_added]
+    assert r.cycles_uniform == max(run(m, r.uniform_depth) for m in sized_on)
+
+
 def test_held_out_images_the_depths_hold_on_add_nothing():
     """Held-out images that the depths already hold on (copies of images sized on) change
     nothing: the same depths, and three runs per held-out image beyond the sizing (its deep
