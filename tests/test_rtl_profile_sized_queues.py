@@ -46,6 +46,7 @@ from step_lang import (
     EagerMerge,
     FlatMap,
     Graph,
+    LinearOffChipLoad,
     Map,
     Parallelize,
     Partition,
@@ -167,6 +168,22 @@ def load():
     slow(g, RandomOffChipLoad(a, t, tile=(4, 4), name="load").out, "0")
     addrs = [np.full((1, 1), k, np.int32) for k in (3, 0, 7, 2, 5)]
     return g, {"t": np.arange(128, dtype=np.int16).reshape(16, 8)}, {"a": addrs, "w0": tiles(5)}
+
+
+def late():
+    """A RandomLoad whose addresses come from a LinearLoad (a 1x1 tile every two or three
+    cycles) into a slow MAC array: while a tile waits for room its address queue runs empty,
+    and the sequencer takes the next address as it arrives."""
+    g = Graph("late")
+    t = g.tensor("t", (32, 4), "int16")
+    ad = g.tensor("ad", (8, 1), "int32")
+    a = LinearOffChipLoad(ad, tile=(1, 1), name="addrs").out
+    slow(g, RandomOffChipLoad(a, t, tile=(4, 4), name="load").out, "0")
+    tensors = {
+        "t": np.arange(128, dtype=np.int16).reshape(32, 4),
+        "ad": np.array([3, 0, 7, 2, 5, 1, 6, 4], np.int32).reshape(8, 1),
+    }
+    return g, tensors, {"w0": [[[x] for x in tiles(8)]]}
 
 
 def bank():
@@ -298,6 +315,7 @@ CASES = {
     "deal": deal,
     "flags": flags,
     "load": load,
+    "late": late,
     "rows": rows,
     "blocks": blocks,
     "mac": mac,
