@@ -11,7 +11,7 @@ import math
 import pathlib
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -65,6 +65,9 @@ class Example:
     spec: Mapping[str, Param] = field(default_factory=dict)
     # Tokens of the graph's Source nodes (a graph file's third value; the examples have none).
     inputs: Mapping[str, Any] | None = None
+    # Parameter sets of several memory images -> the same sets, changed so that they all build
+    # one graph (``one_graph``); None: the graph does not depend on the image's parameters.
+    _one_graph: Callable[[list[dict]], list[dict]] | None = None
 
     def params(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """The full parameter set: ``given`` over the defaults, each value checked by ``spec``."""
@@ -93,6 +96,12 @@ class Example:
 
     def profile(self, params: dict) -> PaperProfile:
         return self._profile(params)
+
+    def one_graph(self, images: list[dict]) -> list[dict]:
+        """The parameter sets of several memory images (e.g. seeds), changed where needed so
+        that every one builds the same graph and its image runs on it (queue sizing over
+        several images): an attention cache then holds the longest request of them all."""
+        return images if self._one_graph is None else self._one_graph(images)
 
 
 # -- SwiGLU -------------------------------------------------------------------------------------
@@ -239,12 +248,44 @@ def kv_lengths(p: dict) -> np.ndarray:
     )
 
 
+#: The largest ``max_len`` parameter: cache rows for the longest KV length a trace may hold.
+MAX_CACHE_ROWS = 2 * traces.MAX_KV_LENGTH
+
+
+def cache_rows(p: dict, fitted: int, kv_tile: int, lengths: np.ndarray) -> int:
+    """Cache rows per request: ``p["max_len"]`` (checked: whole ``kv_tile``s holding the
+    longest request of ``lengths`` and its new token), or if it is 0 ``fitted``."""
+    rows = p.get("max_len", 0)
+    if not rows:
+        return fitted
+    need = int(np.max(lengths)) + 1
+    if rows % kv_tile or rows < need:
+        raise UsageError(
+            f"max_len must be a multiple of kv_tile {kv_tile} holding the longest request and "
+            f"its new token ({need} rows), not {rows}"
+        )
+    return rows
+
+
+def _longest_cache(config_of: Callable[[dict], Any]) -> Callable[[list[dict]], list[dict]]:
+    """``Example.one_graph`` of an example with a KV cache: every image's ``max_len`` is the
+    largest that any of them needs."""
+
+    def one_graph(images: list[dict]) -> list[dict]:
+        rows = max(config_of(p).max_len for p in images)
+        return [{**p, "max_len": rows} for p in images]
+
+    return one_graph
+
+
 def _attn_config(p: dict) -> attention.AttentionConfig:
     if p["config"] not in _ATTN:
         raise UsageError(f"config must be one of {', '.join(_ATTN)}, not {p['config']!r}")
     base = _ATTN[p["config"]]
-    need = int(kv_lengths(p).max()) + 1
-    max_len = max(base.max_len, math.ceil(need / base.kv_tile) * base.kv_tile)
+    lengths = kv_lengths(p)
+    need = int(lengths.max()) + 1
+    fitted = max(base.max_len, math.ceil(need / base.kv_tile) * base.kv_tile)
+    max_len = cache_rows(p, fitted, base.kv_tile, lengths)
     return attention.AttentionConfig(head_dim=base.head_dim, kv_tile=base.kv_tile, max_len=max_len)
 
 
@@ -260,6 +301,7 @@ ATTENTION = Example(
         "mean": 1000,
         "sigma": 0.8,
         "seed": 0,
+        "max_len": 0,
     },
     "decode attention with a KV cache: interleaved, coarse or dynamic parallelization",
     lambda p: attention.build(_attn_config(p), p["schedule"], p["batch"], regions=p["regions"]),
@@ -278,7 +320,9 @@ ATTENTION = Example(
         "mean": Param("float", 0, traces.MAX_KV_LENGTH, low_open=True),
         "sigma": Param("float", 0, 16),
         "seed": Param("int", 0, MAX_SEED),
+        "max_len": Param("int", 0, MAX_CACHE_ROWS),
     },
+    _one_graph=_longest_cache(_attn_config),
 )
 
 # -- decoder layer ------------------------------------------------------------------------------
@@ -290,6 +334,7 @@ def _decoder_parts(p: dict) -> tuple:
     """The decoder config, schedule, KV lengths and routing choices of a parameter set."""
     kv = kv_lengths({**p, "trace": p["kv_trace"]})
     cfg = decoder.fit(_DECODERS[p["model"]], kv)
+    cfg = replace(cfg, max_len=cache_rows(p, cfg.max_len, cfg.kv_tile, kv))
     choices = moe_choices({**p, "model": p["model"], "trace": p["routing_trace"]})
     sched = decoder.DecoderSchedule(
         p["attention"], p["tiling"], tile_n=p["tile_n"], moe_regions=p["moe_regions"] or None
@@ -318,6 +363,7 @@ DECODER = Example(
         "sigma": 0.8,
         "skew": 1.0,
         "seed": 0,
+        "max_len": 0,
     },
     "decoder layer (QKV, attention, MoE) as one graph: the three optimizations and baselines",
     lambda p: decoder.build(*_decoder_parts(p)[:2], p["batch"]),
@@ -340,7 +386,9 @@ DECODER = Example(
         "sigma": Param("float", 0, 16),
         "skew": Param("float"),
         "seed": Param("int", 0, MAX_SEED),
+        "max_len": Param("int", 0, MAX_CACHE_ROWS),
     },
+    _one_graph=_longest_cache(lambda p: _decoder_parts(p)[0]),
 )
 
 EXAMPLES = {e.name: e for e in (SWIGLU, MOE, ATTENTION, DECODER)}

@@ -77,10 +77,10 @@ def size_example(
     _check_images(held_out, "held_out", 0)
     ex = example(name)
     params = ex.params(dict(given))
-    graph = ex.build(params)
+    seeds = ex.one_graph([{**params, "seed": params["seed"] + i} for i in range(images + held_out)])
+    graph = ex.build(seeds[0])
     memories, dims = [], {}
-    for i in range(images + held_out):
-        p = {**params, "seed": params["seed"] + i}
+    for p in seeds:
         memories.append(ex.memory(p, False))
         for k, v in ex.dims(p).items():
             dims[k] = max(dims.get(k, 0), int(v))

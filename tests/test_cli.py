@@ -9,6 +9,7 @@ import pathlib
 import pytest
 
 from stepcli.main import main
+from stepcli.registry import UsageError
 
 
 def run(capsys, *argv):
@@ -268,3 +269,44 @@ def test_size_queues_writes_verilog_with_the_sized_depths(capsys, tmp_path):
 def test_size_queues_verilog_needs_hardware(capsys):
     rc, _, err = run(capsys, "size-queues", "swiglu", "--verilog", "x")
     assert rc == 2 and "--hardware" in err
+
+
+def test_size_queues_holds_every_seeds_kv_lengths_on_one_graph(capsys, tmp_path):
+    """Seed 0 of the small attention (4 requests, median 20) needs 36 cache rows per request,
+    seed 3 a request of 102 rows: the graph sized on both holds 104 rows, so seed 3's image runs
+    on it (built from seed 0 alone, its 102-row request did not fit: a FlatMap error)."""
+    from sim import simulate
+    from step_lang.errors import StepRuntimeError
+    from stepcli.registry import ATTENTION
+
+    seeds = [ATTENTION.params({"config": "small", "batch": 4, "mean": 20, "seed": s})
+             for s in range(4)]  # fmt: skip
+    shared = ATTENTION.one_graph(seeds)
+    assert [p["max_len"] for p in shared] == [104] * 4
+    assert {ATTENTION.build(p).tensors["k_cache"].shape for p in shared} == {(4 * 104, 8)}
+    assert ATTENTION.build(seeds[0]).tensors["k_cache"].shape == (4 * 36, 8)
+    with pytest.raises(StepRuntimeError, match="exceed the row"):  # the premise
+        simulate(ATTENTION.build(seeds[0]), ATTENTION.memory(seeds[3], False))
+    out_json = tmp_path / "sizing.json"
+    rc, out, _ = run(capsys, "size-queues", "attention", "-p", "config=small", "-p", "batch=4",
+                     "-p", "mean=20", "-p", "schedule=interleaved", "-p", "regions=2",
+                     "--images", "1", "--held-out", "3", "--json", str(out_json))  # fmt: skip
+    report = json.loads(out_json.read_text())
+    assert rc == 0 and len(report["held_out_cycles"]) == 3 and report["held_out_missed"] == []
+    assert "held out          3 image(s)" in out
+
+
+def test_an_attention_cache_can_be_given_its_rows(capsys):
+    """``max_len``: whole KV tiles holding the longest request and its new token, or refused."""
+    from stepcli.registry import ATTENTION, DECODER
+
+    p = ATTENTION.params({"config": "small", "batch": 4, "mean": 20, "max_len": 64})
+    assert ATTENTION.build(p).tensors["k_cache"].shape == (4 * 64, 8)
+    for rows, why in ((30, "not 30"), (32, r"\(34 rows\), not 32")):  # 33 rows long: needs 34
+        p = ATTENTION.params({"config": "small", "batch": 4, "mean": 20, "max_len": rows})
+        with pytest.raises(UsageError, match=r"max_len must be a multiple of kv_tile 4 .*" + why):
+            ATTENTION.build(p)
+    d = DECODER.params({"model": "small", "batch": 4, "mean": 20, "max_len": 128})
+    assert DECODER.one_graph([d])[0]["max_len"] == 128
+    rc, _, err = run(capsys, "metrics", "attention", "-p", "max_len=-4")
+    assert rc == 2 and "max_len" in err
