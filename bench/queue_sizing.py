@@ -2,7 +2,7 @@
 
 Writes ``build/bench/queue_sizing.json``:
 ``{"cases": [{"example", "schedule", "bits_uniform", "bits_sized", "cycles_deep", "cycles_sized",
-"deadlock_free", "held_out", "held_out_added", "held_out_worst", ...}]}``.
+"deadlock_free", "held_out", "held_out_added", "held_out_missed", "held_out_worst", ...}]}``.
 
 Every example and schedule of ``stepcli.sizing.SCHEDULES`` is sized in the simulator
 (:func:`sim.sizing.plan_queue_sizes`, stop tokens taking queue slots as in hardware) over
@@ -18,9 +18,9 @@ widths (``"profile": "rtl"``).
 
 ``--cosim`` also confirms every hardware-size case on the RTL (``rtl_tests.sizing_cosim``):
 the sized design and the design with every queue 1024 deep are built and co-simulated on each
-image (held-out ones included), and queues that fall behind are grown until every image is within 2%. Each ``rtl`` case
-then has ``"cosim": {"holds", "runs": [{"image", "cycles_sized", "cycles_deep", "mismatched"}],
-"rounds", "depths"}`` and ``"bits_sized_cosim"``. The builds are those of ``make test-all``'s
+image (held-out ones included), and queues that fall behind are grown until every image is
+within 2%. Each ``rtl`` case then has ``"cosim": {"holds", "runs": [{"image", "cycles_sized",
+"cycles_deep", "mismatched"}], "rounds", "depths"}`` and ``"bits_sized_cosim"``. The builds are those of ``make test-all``'s
 ``rtl_tests/test_sizing_verilator.py`` and are cached under ``build/cosim/``.
 """
 
