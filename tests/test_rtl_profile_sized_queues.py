@@ -34,6 +34,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+
+# ``amaranth_pushes`` with tensors imports ``test_hw_memory``, whose @given tests must not be
+# defined inside a running @given test (hypothesis's nested_given check): imported here first.
+import test_hw_memory  # noqa: F401
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_sim_rtl_profile import amaranth_pushes as shared_amaranth_pushes
@@ -509,6 +513,46 @@ def test_random_masked_retiles_match_an_amaranth_simulation(case, depth):
     r = simulate(graph, {}, inputs=inputs, profile=RtlProfile(config), trace=True)
     got = {s: [int(t) for t in ts] for s, ts in r.sends.items()}, r.cycles
     assert got == shared_amaranth_pushes(*case()[::2], config)  # no off-chip memory
+
+
+@st.composite
+def late_loads(draw):
+    """``late`` with random addresses (1 to 8 of 8 tiles, repeats allowed), a tensor of 4x4 tiles
+    that are one burst (32 x 4) or four (16 x 8, one per row), its four queues 1 to 3 deep and a
+    MAC array of 8 or 16 lanes: a zero-argument builder of ``(graph, tensors, inputs)``, and the
+    configuration."""
+    shape = draw(st.sampled_from([(32, 4), (16, 8)]))
+    ks = draw(st.lists(st.integers(0, 7), min_size=1, max_size=8))
+    depths = [draw(st.integers(1, 3)) for _ in range(4)]
+    lanes = draw(st.sampled_from([8, 16]))
+
+    def case():
+        g = Graph("late")
+        t = g.tensor("t", shape, "int16")
+        ad = g.tensor("ad", (len(ks), 1), "int32")
+        a = LinearOffChipLoad(ad, tile=(1, 1), name="addrs").out
+        x = RandomOffChipLoad(a, t, tile=(4, 4), name="load").out
+        slow(g, x, "0")
+        streams = (a, x, g.nodes["mm0"].out, g.nodes["w0"].out)
+        for stream, depth in zip(streams, depths, strict=True):
+            g.set_queue_depth(stream, depth)
+        tensors = {
+            "t": np.arange(128, dtype=np.int16).reshape(shape),
+            "ad": np.array(ks, np.int32).reshape(-1, 1),
+        }
+        return g, tensors, {"w0": [[[x] for x in tiles(len(ks))]]}
+
+    return case, HwConfig(lanes=lanes)
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, database=None)
+@given(late_loads())
+def test_random_loads_of_arriving_addresses_match_an_amaranth_simulation(case):
+    build, config = case
+    graph, tensors, inputs = build()
+    r = simulate(graph, tensors, inputs=inputs, profile=RtlProfile(config), trace=True)
+    got = {s: [int(t) for t in ts] for s, ts in r.sends.items()}, r.cycles
+    assert got == shared_amaranth_pushes(*build()[::2], config, build()[1])
 
 
 @pytest.mark.parametrize("depth", [1, 2, 3])
