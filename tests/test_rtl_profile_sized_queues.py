@@ -187,7 +187,7 @@ def late():
         "t": np.arange(128, dtype=np.int16).reshape(32, 4),
         "ad": np.array([3, 0, 7, 2, 5, 1, 6, 4], np.int32).reshape(8, 1),
     }
-    return g, tensors, {"w0": [[[x] for x in tiles(8)]]}
+    return g, tensors, {"w0": [[[w] for w in tiles(8)]]}
 
 
 def bank():
@@ -540,7 +540,7 @@ def late_loads(draw):
             "t": np.arange(128, dtype=np.int16).reshape(shape),
             "ad": np.array(ks, np.int32).reshape(-1, 1),
         }
-        return g, tensors, {"w0": [[[x] for x in tiles(len(ks))]]}
+        return g, tensors, {"w0": [[[w] for w in tiles(len(ks))]]}
 
     return case, HwConfig(lanes=lanes)
 
