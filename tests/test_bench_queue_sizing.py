@@ -48,3 +48,9 @@ def test_a_negative_held_out_count_is_refused(two_cases, capsys):
         queue_sizing.main(["--held-out", "-1"])
     assert "--held-out must be 0 or more, not -1" in capsys.readouterr().err
     assert not two_cases.exists()
+
+
+def test_the_worst_held_out_image_is_a_ratio_or_a_deadlock():
+    assert queue_sizing._worst([(101, 100), (99, 100)]) == 1.01
+    assert queue_sizing._worst([(99, 100), (None, 100)]) == "deadlock"
+    assert queue_sizing._worst([]) is None

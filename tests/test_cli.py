@@ -308,5 +308,12 @@ def test_an_attention_cache_can_be_given_its_rows(capsys):
             ATTENTION.build(p)
     d = DECODER.params({"model": "small", "batch": 4, "mean": 20, "max_len": 128})
     assert DECODER.one_graph([d])[0]["max_len"] == 128
+    seeds = [
+        DECODER.params({"model": "small", "batch": 4, "mean": 20, "seed": s}) for s in range(4)
+    ]
+    shared = DECODER.one_graph(seeds)
+    assert [p["max_len"] for p in shared] == [104] * 4  # seed 3: 102 rows and its new token
+    caches = {DECODER.build(p).tensors["attn_k_cache"].shape for p in shared}
+    assert caches == {(4 * 104, 8)}
     rc, _, err = run(capsys, "metrics", "attention", "-p", "max_len=-4")
     assert rc == 2 and "max_len" in err
