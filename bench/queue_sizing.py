@@ -20,8 +20,9 @@ widths (``"profile": "rtl"``).
 the sized design and the design with every queue 1024 deep are built and co-simulated on each
 image (held-out ones included), and queues that fall behind are grown until every image is
 within 2%. Each ``rtl`` case then has ``"cosim": {"holds", "runs": [{"image", "cycles_sized",
-"cycles_deep", "mismatched"}], "rounds", "depths"}`` and ``"bits_sized_cosim"``. The builds are those of ``make test-all``'s
-``rtl_tests/test_sizing_verilator.py`` and are cached under ``build/cosim/``.
+"cycles_deep", "mismatched"}], "rounds", "depths"}`` and ``"bits_sized_cosim"``. The builds
+are those of ``make test-all``'s ``rtl_tests/test_sizing_verilator.py`` and are cached under
+``build/cosim/``.
 """
 
 from __future__ import annotations

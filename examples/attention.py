@@ -149,6 +149,7 @@ __all__ = [
     "artifact_b80_queue",
     "build",
     "evaluate",
+    "fit_cache",
     "hardware",
     "hardware_inputs",
     "inputs",
@@ -216,6 +217,16 @@ class AttentionConfig:
     def row_bytes(self) -> int:
         """Bytes of one ``[1, head_dim]`` row (q, new k/v, output)."""
         return self.head_dim * dtype(self.dtype).nbytes
+
+
+def fit_cache(config: Any, kv_lengths: np.ndarray) -> Any:
+    """``config`` (an :class:`AttentionConfig`, or any dataclass with ``kv_tile`` and
+    ``max_len``, as ``decoder.DecoderConfig``) with cache rows for the longest request of
+    ``kv_lengths`` and its new token, in whole KV tiles, and no fewer than it had: the paper pads
+    the cache to the batch's longest request."""
+    need = int(np.max(kv_lengths)) + 1
+    rows = -(-need // config.kv_tile) * config.kv_tile
+    return replace(config, max_len=max(config.max_len, rows))
 
 
 QWEN = AttentionConfig(head_dim=64, kv_tile=32, max_len=6464)

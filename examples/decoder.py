@@ -30,7 +30,7 @@ Run ``python -m examples.decoder`` for the graphs' sizes.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -64,7 +64,6 @@ __all__ = [
     "build",
     "control_inputs",
     "dim_values",
-    "fit",
     "inputs",
     "profile",
     "reference",
@@ -170,14 +169,6 @@ class _LayerGraph(Graph):
                 f"tensor {t.name!r} declared again with shape {tuple(shape)}, not {t.shape}"
             )
         return t
-
-
-def fit(config: DecoderConfig, kv_lengths: np.ndarray) -> DecoderConfig:
-    """``config`` with cache rows for the longest request of ``kv_lengths`` (and its new token),
-    as the paper pads the cache to the batch's longest request."""
-    need = int(np.max(kv_lengths)) + 1
-    rows = -(-need // config.kv_tile) * config.kv_tile
-    return replace(config, max_len=max(config.max_len, rows))
 
 
 def attention_config(config: DecoderConfig) -> attention.AttentionConfig:

@@ -469,15 +469,12 @@ def artifact_attention_point(trace: str, batch: int, variant: str) -> dict[str, 
     ``interleaved_shared`` (shared distributor, metadata queues of 16, write-back queues of 4) or
     ``coarse_artifact`` (blocks of 16 requests; at B = 80 four regions, region 0 taking requests
     0-15 and 64-79)."""
-    from dataclasses import replace
 
     from examples import attention
     from sim import PaperProfile, simulate
 
     kv = traces.load_kv_lengths(trace)[:batch]
-    cfg = attention.QWEN
-    need = int(kv.max()) + 1
-    cfg = replace(cfg, max_len=max(cfg.max_len, math.ceil(need / cfg.kv_tile) * cfg.kv_tile))
+    cfg = attention.fit_cache(attention.QWEN, kv)
     mem = attention.control_inputs(cfg, kv)
     if variant == "interleaved_shared":
         g = attention.build(cfg, "interleaved", batch, 4, distributor="shared")
@@ -531,7 +528,7 @@ PAPER_FIG17 = {
 
 def decoder_point(model: str, sched: dict, kv_trace: str, routing_trace: str) -> dict[str, Any]:
     """Simulate one decoder layer (timing only); the row holds cycles, memory and compute."""
-    from examples import decoder
+    from examples import attention, decoder
     from sim import simulate
     from step_lang import metrics
 
@@ -547,7 +544,7 @@ def decoder_point(model: str, sched: dict, kv_trace: str, routing_trace: str) ->
             len(kv), cfg.moe.experts, cfg.moe.top_k, skew=1.2, seed=1
         )
     s = decoder.DecoderSchedule(**sched)
-    cfg = decoder.fit(cfg, kv)
+    cfg = attention.fit_cache(cfg, kv)
     g = decoder.build(cfg, s, len(kv))
     prof = decoder.profile(g)
     t0 = time.perf_counter()

@@ -7,7 +7,6 @@ parameter set and returns a result row. Sweeps and the paper's experiments are m
 
 from __future__ import annotations
 
-import math
 import pathlib
 import time
 from collections.abc import Callable, Mapping
@@ -252,17 +251,18 @@ def kv_lengths(p: dict) -> np.ndarray:
 MAX_CACHE_ROWS = 2 * traces.MAX_KV_LENGTH
 
 
-def cache_rows(p: dict, fitted: int, kv_tile: int, lengths: np.ndarray) -> int:
-    """Cache rows per request: ``p["max_len"]`` (checked: whole ``kv_tile``s holding the
-    longest request of ``lengths`` and its new token), or if it is 0 ``fitted``."""
+def cache_rows(p: dict, config: Any, lengths: np.ndarray) -> int:
+    """Cache rows per request of ``config`` (a KV cache's config, ``kv_tile`` and ``max_len``):
+    ``p["max_len"]``, checked to be whole KV tiles holding the longest request of ``lengths`` and
+    its new token, or, if it is 0, ``config`` fitted to them (:func:`attention.fit_cache`)."""
     rows = p.get("max_len", 0)
     if not rows:
-        return fitted
+        return attention.fit_cache(config, lengths).max_len
     need = int(np.max(lengths)) + 1
-    if rows % kv_tile or rows < need:
+    if rows % config.kv_tile or rows < need:
         raise UsageError(
-            f"max_len must be a multiple of kv_tile {kv_tile} holding the longest request and "
-            f"its new token ({need} rows), not {rows}"
+            f"max_len must be a multiple of kv_tile {config.kv_tile} holding the longest request "
+            f"and its new token ({need} rows), not {rows}"
         )
     return rows
 
@@ -282,10 +282,7 @@ def _attn_config(p: dict) -> attention.AttentionConfig:
     if p["config"] not in _ATTN:
         raise UsageError(f"config must be one of {', '.join(_ATTN)}, not {p['config']!r}")
     base = _ATTN[p["config"]]
-    lengths = kv_lengths(p)
-    need = int(lengths.max()) + 1
-    fitted = max(base.max_len, math.ceil(need / base.kv_tile) * base.kv_tile)
-    max_len = cache_rows(p, fitted, base.kv_tile, lengths)
+    max_len = cache_rows(p, base, kv_lengths(p))
     return attention.AttentionConfig(head_dim=base.head_dim, kv_tile=base.kv_tile, max_len=max_len)
 
 
@@ -333,8 +330,8 @@ _DECODERS = {"qwen": decoder.QWEN, "mixtral": decoder.MIXTRAL, "small": decoder.
 def _decoder_parts(p: dict) -> tuple:
     """The decoder config, schedule, KV lengths and routing choices of a parameter set."""
     kv = kv_lengths({**p, "trace": p["kv_trace"]})
-    cfg = decoder.fit(_DECODERS[p["model"]], kv)
-    cfg = replace(cfg, max_len=cache_rows(p, cfg.max_len, cfg.kv_tile, kv))
+    base = _DECODERS[p["model"]]
+    cfg = replace(base, max_len=cache_rows(p, base, kv))
     choices = moe_choices({**p, "model": p["model"], "trace": p["routing_trace"]})
     sched = decoder.DecoderSchedule(
         p["attention"], p["tiling"], tile_n=p["tile_n"], moe_regions=p["moe_regions"] or None
