@@ -425,7 +425,8 @@ def test_the_uniform_depth_holds_on_the_held_out_images_too():
     its cycles are the worst over the images sized on, as the sized depths' are. (A property,
     not a regression test: on this MoE the depth below the uniform one already misses an image
     sized on, so the uniform search gave the same depth before it checked held-out images; no
-    sizing of it on one routing, 16 tried, tells the two apart.)"""
+    sizing of it on one routing, 16 tried, tells the two apart, nor of the six hardware-size
+    MoE and attention schedules on four; the next test does.)"""
     g, images = _small_moe_routings()
     profile = PaperProfile(stops_take_slots=True)
     r = plan_queue_sizes(g, images[6:7], held_out=images[:6] + images[7:], profile=profile,
@@ -460,3 +461,41 @@ def test_held_out_images_the_depths_hold_on_add_nothing():
         assert c == simulate(g, image, profile=profile, functional=False,
                              queue_depths=r.depths).cycles  # fmt: skip
         assert c <= ref * 1.01
+
+
+def test_the_uniform_depth_is_held_to_a_held_out_image_the_margin_covers(monkeypatch):
+    """A held-out image the sized depths hold on only thanks to the margin still sets the
+    uniform depth. A stand-in timing model on ``centred(8)``: a run is slow (200 cycles
+    against 100) while one queue is shallower than what its image needs. Sized on two images
+    that need 4 slots, that queue gets 4, and 5 with the margin of 1.25; the held-out image
+    needs 5, so the sized depths hold on it and it is not sized on, but uniform depth 4 misses
+    it. The smallest uniform depth is then 5; checked on the images sized on alone, 4."""
+    import sim
+    import sim.sizing as sizing
+    from sim.result import SimResult
+
+    queue = "x_out_bc.out1"
+
+    def model(graph, memory=None, *, queue_depths, **kw):
+        need, depth = int(memory["need"]), queue_depths[queue]
+        return SimResult(
+            cycles=200 if depth < need else 100,
+            nodes={},
+            offchip_read_bytes=0,
+            offchip_write_bytes=0,
+            queue_high_water={queue: min(depth, need)},
+            memory={},
+            streams={},
+            queue_full_cycles={queue: 50} if depth < need else {},
+        )
+
+    monkeypatch.setattr(sim, "simulate", model)
+    monkeypatch.setattr(sizing, "_lp_depths", lambda *a, **k: {})
+    images = [{"need": np.array(4)}, {"need": np.array(4)}]
+    held = [{"need": np.array(5)}]
+    r = plan_queue_sizes(centred(8), images, held_out=held, margin=1.25)
+    assert r.depths[queue] == 5 and r.held_out_added == []
+    assert r.held_out_cycles == [(100, 100)]
+    assert r.uniform_depth == 5 and r.cycles_uniform == 100
+    alone = plan_queue_sizes(centred(8), images, margin=1.25)
+    assert alone.depths == r.depths and alone.uniform_depth == 4
