@@ -31,7 +31,7 @@ from .ops.offchip import tile_index
 from .ops.routing import EagerMerge
 from .passes import lower
 from .races import RaceCheck
-from .tokens import DONE, Token, to_tokens
+from .tokens import DONE, Token, is_data, to_tokens
 
 __all__ = ["InterpretResult", "NodeIO", "interpret"]
 
@@ -225,7 +225,17 @@ def source_tokens(node: Node, inputs: Mapping[str, Any]) -> list[Token]:
             f"Source '{node.name}' has no tokens; pass inputs={{'{node.name}': ...}}"
         )
     toks = inputs[node.name]
-    if not (isinstance(toks, list) and toks and toks[-1] is DONE):
+    ends_done = isinstance(toks, list) and bool(toks) and toks[-1] is DONE
+    if not ends_done and isinstance(toks, (list, tuple)) and any(not is_data(t) for t in toks):
+        # stop or done tokens at the top: a token list whose done token is missing or not
+        # last, not nested lists (whose top level holds tensors)
+        last = repr(toks[-1])
+        raise StepValueError(op_message(node.kind, node.name, "out", (
+            f"inputs['{node.name}'] holds stop or done tokens, so it is read as a token list, "
+            f"which must be a list ending with the done token (DONE), not a "
+            f"{type(toks).__name__} ending with {last}"
+        )))  # fmt: skip
+    if not ends_done:
         try:
             toks = to_tokens(toks, node.out_types[0].rank)
         except StepValueError as exc:  # say which Source was fed the malformed data

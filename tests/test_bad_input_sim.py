@@ -183,6 +183,13 @@ TOKENS = [
         SRC + "malformed tokens: token #2 is S3 but the stream has rank 1",
     ),
     (
+        "no-done",
+        [T, T, Stop(1)],
+        StepValueError,
+        "Source 'x', port 'out': inputs['x'] holds stop or done tokens, so it is read as a token "
+        "list, which must be a list ending with the done token (DONE), not a list ending with S1",
+    ),
+    (
         "string",
         "abc",
         StepValueError,

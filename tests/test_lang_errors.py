@@ -815,6 +815,25 @@ def test_source_fed_stop_above_its_rank():
         interpret(_source_to_sink(), inputs={"a": [val(1), Stop(2), DONE]})
 
 
+@pytest.mark.parametrize(
+    ("tokens", "ending"),
+    [
+        ([val(1)] * 4 + [Stop(1)], "a list ending with S1"),
+        ([val(1), DONE, val(2), val(3), val(4), Stop(1)], "a list ending with S1"),
+        (tuple([val(1)] * 4 + [Stop(1), DONE]), "a tuple ending with D"),
+    ],
+)
+def test_source_fed_a_token_list_without_its_done_token_last(tokens, ending):
+    """Stop or done tokens at the top level make it a token list, which must end with DONE
+    (read as nested lists instead, the first element was reported as no nested list)."""
+    with raises_exactly(
+        StepValueError,
+        "Source 'a', port 'out': inputs['a'] holds stop or done tokens, so it is read as a token "
+        f"list, which must be a list ending with the done token (DONE), not {ending}",
+    ):
+        interpret(_source_to_sink(), inputs={"a": tokens})
+
+
 def test_source_fed_empty_non_innermost_dim():
     with raises_exactly(
         StepValueError,
