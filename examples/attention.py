@@ -148,6 +148,7 @@ __all__ = [
     "AttentionConfig",
     "artifact_b80_queue",
     "build",
+    "cache_rows_needed",
     "evaluate",
     "fit_cache",
     "hardware",
@@ -219,13 +220,18 @@ class AttentionConfig:
         return self.head_dim * dtype(self.dtype).nbytes
 
 
+def cache_rows_needed(kv_tile: int, kv_lengths: np.ndarray) -> int:
+    """Cache rows per request for the longest request of ``kv_lengths`` and its new token, in
+    whole KV tiles of ``kv_tile`` rows."""
+    need = int(np.max(kv_lengths)) + 1
+    return -(-need // kv_tile) * kv_tile
+
+
 def fit_cache(config: Any, kv_lengths: np.ndarray) -> Any:
     """``config`` (an :class:`AttentionConfig`, or any dataclass with ``kv_tile`` and
-    ``max_len``, as ``decoder.DecoderConfig``) with cache rows for the longest request of
-    ``kv_lengths`` and its new token, in whole KV tiles, and no fewer than it had: the paper pads
-    the cache to the batch's longest request."""
-    need = int(np.max(kv_lengths)) + 1
-    rows = -(-need // config.kv_tile) * config.kv_tile
+    ``max_len``, as ``decoder.DecoderConfig``) with :func:`cache_rows_needed` rows, and no fewer
+    than it had: the paper pads the cache to the batch's longest request."""
+    rows = cache_rows_needed(config.kv_tile, kv_lengths)
     return replace(config, max_len=max(config.max_len, rows))
 
 

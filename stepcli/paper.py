@@ -469,7 +469,6 @@ def artifact_attention_point(trace: str, batch: int, variant: str) -> dict[str, 
     ``interleaved_shared`` (shared distributor, metadata queues of 16, write-back queues of 4) or
     ``coarse_artifact`` (blocks of 16 requests; at B = 80 four regions, region 0 taking requests
     0-15 and 64-79)."""
-
     from examples import attention
     from sim import PaperProfile, simulate
 

@@ -258,11 +258,11 @@ def cache_rows(p: dict, config: Any, lengths: np.ndarray) -> int:
     rows = p.get("max_len", 0)
     if not rows:
         return attention.fit_cache(config, lengths).max_len
-    need = int(np.max(lengths)) + 1
-    if rows % config.kv_tile or rows < need:
+    least = attention.cache_rows_needed(config.kv_tile, lengths)
+    if rows % config.kv_tile or rows < least:
         raise UsageError(
             f"max_len must be a multiple of kv_tile {config.kv_tile} holding the longest request "
-            f"and its new token ({need} rows), not {rows}"
+            f"and its new token (at least {least} rows), not {rows}"
         )
     return rows
 
