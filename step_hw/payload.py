@@ -46,7 +46,7 @@ from step_lang.types import ElemType, Selector, Tile, TupleType
 
 from .config import HwConfig
 
-__all__ = ["Kind", "TokenFormat", "max_level", "pack_fields", "unpack_fields"]
+__all__ = ["Kind", "TileSizeError", "TokenFormat", "max_level", "pack_fields", "unpack_fields"]
 
 #: Width of the ``kind`` field.
 KIND_BITS = 2
@@ -79,6 +79,11 @@ def _float_numpy(name: str) -> np.dtype:
     from step_lang.types import dtype
 
     return dtype(name).numpy
+
+
+class TileSizeError(StepTypeError):
+    """A stream's tile is larger than the configured hardware tile (``HwConfig.tile_rows`` x
+    ``tile_cols``); ``step_lang.hier_tiling.hier_tile`` rewrites a graph onto smaller ones."""
 
 
 class Kind(enum.IntEnum):
@@ -120,11 +125,11 @@ class TokenFormat:
                 )
             dynamic = not isinstance(elem.rows, int)
             if dynamic and elem.cols > config.tile_cols:
-                raise StepTypeError(
+                raise TileSizeError(
                     f"{where}: tile {elem} has more than the configured {config.tile_cols} columns"
                 )
             if not dynamic and (elem.rows > config.tile_rows or elem.cols > config.tile_cols):
-                raise StepTypeError(
+                raise TileSizeError(
                     f"{where}: tile {elem} does not fit the configured {config.tile_rows}x{config.tile_cols} tile"
                 )
             floating = elem.dtype.name in config.float_dtypes

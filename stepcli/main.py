@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from step_hw.memory_model import PRESETS
+from step_hw.payload import TileSizeError
 from step_lang.errors import StepError
 
 from .registry import EXAMPLES, UsageError, example, parse_params
@@ -53,10 +54,10 @@ def _add_example(p: argparse.ArgumentParser) -> None:
 
 
 def _load(args) -> tuple:
-    if is_graph_file(args.example) and args.param:
+    if is_graph_file(args.example) and getattr(args, "param", None):
         raise UsageError(f"{args.example}: a graph file takes no -p parameters")
     ex = example(args.example)
-    params = ex.params(parse_params(args.param))
+    params = ex.params(parse_params(getattr(args, "param", [])))
     graph = ex.build(params)
     hw_tile = getattr(args, "hw_tile", None)
     if hw_tile is not None:  # hierarchical tiling: the same layer on hardware-size tiles
@@ -80,6 +81,26 @@ def _add_hw_tile(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hw-tile", type=_hw_tile, metavar="ROWSxCOLS",
                    help="rewrite the graph onto hardware tiles of this size first "
                    "(hierarchical tiling, docs/hierarchical_tiling.md)")  # fmt: skip
+
+
+def _add_hw(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--hw", action="append", default=[], metavar="KEY=VALUE",
+                   help="a graph file's hardware: set an HwConfig parameter (repeatable; "
+                   "lanes=64, queue_depth=2, axi_ports=1, ...; stepcli/hardware.py)")  # fmt: skip
+
+
+def _file_config(args, graph):
+    """The hardware of a graph file: ``--hw`` settings, ``--hw-tile``'s tile, the graph's
+    number format (:mod:`stepcli.hardware`)."""
+    from .hardware import file_config, hw_settings
+
+    return file_config(graph, hw_settings(args.hw), args.hw_tile)
+
+
+def _no_hardware_options(args, what: str) -> None:
+    """A hardware-size example is built for its own fixed hardware: no ``--hw-tile``/``--hw``."""
+    if args.hw_tile or args.hw:
+        raise UsageError(f"{what}; --hw-tile and --hw set the hardware of a graph file")
 
 
 def cmd_list(args) -> None:
@@ -106,15 +127,28 @@ def cmd_sim(args) -> None:
 
         from .sizing import hardware_case
 
-        if args.param or args.hw_tile:
-            raise UsageError(
-                "--hardware simulates the fixed hardware-size graph; it takes no -p or --hw-tile"
-            )
-        graph, (memory,) = hardware_case(args.example, args.schedule)
-        result = simulate(graph, memory, profile=RtlProfile(), trace=bool(args.trace))
+        if is_graph_file(args.example):  # one's own graph on the hardware it is built for
+            if args.schedule:
+                raise UsageError(
+                    "--schedule picks a hardware-size example's schedule, not a file's"
+                )
+            ex, params, graph = _load(args)
+            result = simulate(graph, ex.memory(params, True),
+                              profile=RtlProfile(_file_config(args, graph)), inputs=ex.inputs,
+                              functional=args.functional, trace=bool(args.trace))  # fmt: skip
+        else:
+            if args.param or args.hw_tile or args.hw:
+                raise UsageError(
+                    "--hardware simulates the fixed hardware-size graph; it takes no -p, "
+                    "--hw-tile or --hw"
+                )
+            graph, (memory,) = hardware_case(args.example, args.schedule)
+            result = simulate(graph, memory, profile=RtlProfile(), trace=bool(args.trace))
     else:
         if args.schedule:
             raise UsageError("--schedule picks a hardware-size schedule; use -p without --hardware")
+        if args.hw:
+            raise UsageError("--hw sets the hardware of --hardware; add --hardware")
         ex, params, graph = _load(args)
         result = simulate(graph, ex.memory(params, args.functional), profile=ex.profile(params),
                           functional=args.functional, trace=bool(args.trace),
@@ -153,13 +187,13 @@ def cmd_rtl(args) -> None:
         _, _, graph = _load(args)
         stem = pathlib.Path(args.output) / graph.name
         stem.parent.mkdir(parents=True, exist_ok=True)
-        write(graph, str(stem), _hw_config(graph))
+        write(graph, str(stem), _file_config(args, graph))
         print(f"wrote {stem}.v and {stem}.json")
         return
-    if args.param or args.hw_tile:
+    if args.param or args.hw_tile or args.hw:
         raise UsageError(
-            "step rtl builds each example at its fixed hardware size; it takes no -p or "
-            "--hw-tile (give a graph file for those)"
+            "step rtl builds each example at its fixed hardware size; it takes no -p, "
+            "--hw-tile or --hw (give a graph file for those)"
         )
     if rtl.main([args.example], out=args.output) != 0:
         raise UsageError(f"no Verilog written for {args.example}")
@@ -182,13 +216,15 @@ def cmd_validate(args) -> int:
     if is_graph_file(args.example):
         if args.schedule:
             raise UsageError("--schedule picks a hardware-size example's schedule, not a file's")
-        ex = example(args.example)
-        graph, memory, inputs = ex.build({}), ex.memory({}, True), ex.inputs
+        ex, params, graph = _load(args)
+        memory, inputs = ex.memory(params, True), ex.inputs
+        config = _file_config(args, graph)
     else:
         from .sizing import hardware_case
 
+        _no_hardware_options(args, f"{args.example} is built for its fixed hardware size")
         graph, (memory,) = hardware_case(args.example, args.schedule)
-        inputs = None
+        inputs, config = None, _hw_config(graph)
     from step_hw.memory_model import MemoryModel
 
     model = None
@@ -198,7 +234,7 @@ def cmd_validate(args) -> int:
                 f"--memory {args.memory} needs --tier fast (the axi tier's RAM is axi_ram)"
             )
         model = getattr(MemoryModel, args.memory)()
-    report = validate(graph, memory, inputs=inputs, config=_hw_config(graph), pattern=args.pattern,
+    report = validate(graph, memory, inputs=inputs, config=config, pattern=args.pattern,
                       seed=args.seed, waves=args.waves, watchdog=args.watchdog, tier=args.tier,
                       memory_model=model)  # fmt: skip
     print(report)
@@ -221,16 +257,31 @@ def cmd_size_queues(args) -> None:
 
     options = {"images": args.images, "held_out": args.held_out, "margin": args.margin,
                "tolerance": args.tolerance}  # fmt: skip
-    if args.hardware:
+    graph = config = None
+    if args.hardware and is_graph_file(args.example):  # one's own graph, for its hardware
+        from .sizing import one_image, size_for_hardware
+
+        if args.schedule:
+            raise UsageError("--schedule picks a hardware-size example's schedule, not a file's")
+        one_image(args.example, args.images, args.held_out)
+        ex, params, graph = _load(args)
+        config = _file_config(args, graph)
+        report = size_for_hardware(graph, [ex.memory(params, True)], config, inputs=ex.inputs,
+                                   margin=args.margin, tolerance=args.tolerance)  # fmt: skip
+    elif args.hardware:
         if args.param:
             raise UsageError("--hardware sizes the fixed hardware-size graph; it takes no -p")
+        _no_hardware_options(args, "--hardware sizes the fixed hardware-size graph")
         report = size_hardware(args.example, args.schedule, **options)
     else:
         if args.schedule:
             raise UsageError("--schedule picks a hardware-size schedule; use -p without --hardware")
         if args.verilog:
             raise UsageError("--verilog writes the hardware-size graph; add --hardware")
-        report = size_example(args.example, parse_params(args.param), **options)
+        if args.hw:
+            raise UsageError("--hw sets the hardware of --hardware; add --hardware")
+        report = size_example(args.example, parse_params(args.param), hw_tile=args.hw_tile,
+                              **options)  # fmt: skip
     print(report.summary())
     if args.json:
         out = pathlib.Path(args.json)
@@ -238,19 +289,22 @@ def cmd_size_queues(args) -> None:
         out.write_text(json.dumps(report.to_json(), indent=1))
         print(f"wrote {out}")
     if args.verilog:
-        _write_sized_verilog(args.example, args.schedule, report.depths, pathlib.Path(args.verilog))
+        if graph is None:
+            from .sizing import hardware_case
+
+            graph, _ = hardware_case(args.example, args.schedule)
+            config = _hw_config(graph)
+        _write_sized_verilog(graph, config, report.depths, pathlib.Path(args.verilog))
 
 
-def _write_sized_verilog(example: str, schedule: str | None, depths, stem: pathlib.Path) -> None:
-    """Write ``<stem>.v`` and ``<stem>.json`` of the hardware-size graph with queue ``depths``."""
+def _write_sized_verilog(graph, config, depths, stem: pathlib.Path) -> None:
+    """Write ``<stem>.v`` and ``<stem>.json`` of ``graph`` on hardware ``config`` with queue
+    ``depths``."""
     from step_hw.elaborate import write
 
-    from .sizing import hardware_case
-
-    graph, _ = hardware_case(example, schedule)
     graph.queue_depths.update(depths)
     stem.parent.mkdir(parents=True, exist_ok=True)
-    write(graph, str(stem), _hw_config(graph))
+    write(graph, str(stem), config)
     print(f"wrote {stem.with_suffix('.v')} and {stem.with_suffix('.json')} (sized queues)")
 
 
@@ -298,6 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--schedule", help="with --hardware: the schedule")  # fmt: skip
     _add_hw_tile(p)
+    _add_hw(p)
     p.set_defaults(fn=cmd_sim)
 
     p = sub.add_parser("graph", help="write an example's graph as DOT and SVG")
@@ -312,6 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_example(p)
     p.add_argument("-o", "--output", default="build/rtl", help="output folder (default build/rtl)")
     _add_hw_tile(p)
+    _add_hw(p)
     p.set_defaults(fn=cmd_rtl)
 
     p = sub.add_parser(
@@ -335,6 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "memory and streams inside the simulation (docs/cosim.md)")  # fmt: skip
     p.add_argument("--memory", choices=PRESETS, default="axi_ram",
                    help="the fast tier's memory model preset (default axi_ram)")  # fmt: skip
+    _add_hw_tile(p)
+    _add_hw(p)
     p.set_defaults(fn=cmd_validate)
 
     p = sub.add_parser("sweep", help="run a design-space sweep from a TOML spec")
@@ -400,6 +458,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="STEM",
         help="with --hardware: write STEM.v and STEM.json of the design with the sized queues",
     )
+    _add_hw_tile(p)
+    _add_hw(p)
     p.set_defaults(fn=cmd_size_queues)
 
     p = sub.add_parser("paper", help="run the paper's experiments (figures 9-15, 21)")
@@ -428,6 +488,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     try:
         rc = args.fn(args)  # None, or a command's own status (`validate`: 1 when not OK)
+    except TileSizeError as exc:
+        hint = " (--hw-tile ROWSxCOLS rewrites a graph file onto hardware tiles of that size)"
+        print(
+            f"step: error: {exc}{hint if is_graph_file(getattr(args, 'example', '')) else ''}",
+            file=sys.stderr,
+        )
+        return 2
     except (UsageError, StepError, ValueError, OSError) as exc:
         print(f"step: error: {exc}", file=sys.stderr)
         return 2

@@ -21,7 +21,16 @@ from sim.sizing import SizingReport, plan_queue_sizes
 
 from .registry import UsageError, example
 
-__all__ = ["HARDWARE", "IMAGES", "SCHEDULES", "hardware_case", "size_example", "size_hardware"]
+__all__ = [
+    "HARDWARE",
+    "IMAGES",
+    "SCHEDULES",
+    "hardware_case",
+    "one_image",
+    "size_example",
+    "size_for_hardware",
+    "size_hardware",
+]
 
 # Memory images (seeds, routings, KV lengths) the queue-sizing report sizes every case over
 # (bench/queue_sizing.py; rtl_tests/test_sizing_verilator.py co-simulates the same depths).
@@ -67,18 +76,46 @@ def _check_options(options: Mapping[str, Any]) -> None:
             raise UsageError(f"{key} must be a finite number of at least {low}, not {v!r}")
 
 
+def one_image(name: str, images: int, held_out: int) -> None:
+    """Refuse more than one memory image for ``name``, whose memory is given, not drawn from a
+    seed (a graph file's function returns one)."""
+    if images != 1 or held_out != 0:
+        raise UsageError(
+            f"{name} gives one memory image (no seed to draw more from): --images must be 1 "
+            f"and --held-out 0, not {images} and {held_out}"
+        )
+
+
 def size_example(
-    name: str, given: Mapping[str, Any], *, images: int = 1, held_out: int = 0, **options: Any
+    name: str,
+    given: Mapping[str, Any],
+    *,
+    images: int = 1,
+    held_out: int = 0,
+    hw_tile: tuple[int, int] | None = None,
+    **options: Any,
 ) -> SizingReport:
-    """Size example ``name`` with parameters ``given`` over ``images`` memory images, checked on
-    ``held_out`` more."""
+    """Size example ``name`` (or a graph file, ``path/to/file.py:function``: its one memory
+    image and Source inputs) with parameters ``given`` over ``images`` memory images, checked
+    on ``held_out`` more; ``hw_tile`` first rewrites the graph onto hardware tiles of that size
+    (``step_lang.hier_tiling.hier_tile``)."""
     _check_options(options)
     _check_images(images)
     _check_images(held_out, "held_out", 0)
     ex = example(name)
     params = ex.params(dict(given))
-    seeds = ex.one_graph([{**params, "seed": params["seed"] + i} for i in range(images + held_out)])
+    if "seed" in params:
+        seeds = ex.one_graph(
+            [{**params, "seed": params["seed"] + i} for i in range(images + held_out)]
+        )
+    else:
+        one_image(name, images, held_out)
+        seeds = [params]
     graph = ex.build(seeds[0])
+    if hw_tile is not None:
+        from step_lang.hier_tiling import hier_tile
+
+        graph = hier_tile(graph, *hw_tile)
     memories, dims = [], {}
     for p in seeds:
         memories.append(ex.memory(p, False))
@@ -86,7 +123,23 @@ def size_example(
             dims[k] = max(dims.get(k, 0), int(v))
     profile = dataclasses.replace(ex.profile(params), stops_take_slots=True)
     return plan_queue_sizes(graph, memories[:images], profile=profile, dims=dims,
-                            held_out=memories[images:], **options)  # fmt: skip
+                            inputs=ex.inputs, held_out=memories[images:], **options)  # fmt: skip
+
+
+def size_for_hardware(
+    graph: Any,
+    memories: list[Any],
+    config: Any,
+    *,
+    inputs: Mapping[str, Any] | None = None,
+    held_out: list[Any] | None = None,
+    **options: Any,
+) -> SizingReport:
+    """Size ``graph`` for the hardware ``config`` (a :class:`~step_hw.config.HwConfig`) with
+    the simulator's ``rtl`` profile over ``memories``, checked on ``held_out`` more."""
+    _check_options(options)
+    return plan_queue_sizes(graph, memories, hw_config=config, inputs=inputs, functional=True,
+                            held_out=held_out or [], **options)  # fmt: skip
 
 
 # -- hardware size ---------------------------------------------------------------------------------
@@ -161,5 +214,5 @@ def size_hardware(
     _check_images(images)
     _check_images(held_out, "held_out", 0)
     graph, memories = hardware_case(name, schedule, images + held_out)
-    return plan_queue_sizes(graph, memories[:images], hw_config=HwConfig(), functional=True,
-                            held_out=memories[images:], **options)  # fmt: skip
+    return size_for_hardware(graph, memories[:images], HwConfig(), held_out=memories[images:],
+                             **options)  # fmt: skip

@@ -221,7 +221,7 @@ OTHER = [
     ),
     (
         ["sim", "swiglu", "--hardware", "-p", "batch=4"],
-        "--hardware simulates the fixed hardware-size graph; it takes no -p or --hw-tile",
+        "--hardware simulates the fixed hardware-size graph; it takes no -p, --hw-tile or --hw",
     ),
     (
         ["sim", "swiglu", "--schedule", "mn_mk"],
@@ -237,7 +237,7 @@ OTHER = [
     ),
     (
         ["rtl", "swiglu", "-p", "batch=4"],
-        "step rtl builds each example at its fixed hardware size; it takes no -p or --hw-tile (give a graph file for those)",
+        "step rtl builds each example at its fixed hardware size; it takes no -p, --hw-tile or --hw (give a graph file for those)",
     ),
     (
         ["rtl", "nope"],

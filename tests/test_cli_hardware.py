@@ -1,0 +1,185 @@
+"""One's own graph on the hardware the command line sets: ``--hw-tile`` and ``--hw KEY=VALUE``
+on ``step rtl``, ``sim --hardware``, ``size-queues`` and ``validate`` (``stepcli.hardware``)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from step_hw.config import HwConfig
+from stepcli.hardware import HW_SETTINGS
+from stepcli.main import main
+from tests.test_step_validate import STEP, check
+
+# A layer written with 16 x 8 tiles: larger than the default 4 x 4 hardware tile.
+GRAPH = """
+import numpy as np
+
+from step_hw.config import HwConfig
+from step_lang import Graph, LinearOffChipLoad, LinearOffChipStore, Map, numerics
+
+
+def build():
+    fx = numerics.functions(HwConfig())
+    g = Graph("wide_add")
+    x = g.tensor("x", (32, 8), "int16")
+    b = g.tensor("b", (32, 8), "int16")
+    y = g.tensor("y", (32, 8), "int16")
+    lx = LinearOffChipLoad(x, tile=(16, 8), out_shape=(2,), stride=(1,), name="load_x")
+    lb = LinearOffChipLoad(b, tile=(16, 8), out_shape=(2,), stride=(1,), name="load_b")
+    add = Map(lx.out, lb.out, fn=fx.add, name="add")
+    LinearOffChipStore(add.out, y, name="store_y")
+    rng = np.random.default_rng(1)
+    memory = {n: rng.integers(-256, 256, (32, 8)).astype(np.int16) for n in ("x", "b")}
+    return g, memory
+"""
+
+
+@pytest.fixture
+def wide(tmp_path, monkeypatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "wide.py"
+    path.write_text(GRAPH)
+    return path
+
+
+def _graph_and_memory():
+    namespace: dict = {}
+    exec(GRAPH, namespace)
+    return namespace["build"]()
+
+
+def test_the_settings_are_hwconfigs_integer_parameters():
+    assert HW_SETTINGS == (
+        "tile_rows", "tile_cols", "lanes", "queue_depth", "mem_port_elems", "axi_data_width",
+        "axi_addr_width", "axi_id_width", "max_outstanding", "level_bits", "axi_ports",
+        "dyn_tile_rows",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["rtl", "wide.py:build"],
+         r"LinearOffChipLoad 'load_x', port 'out': tile Tile<int16, 16x8> does not fit the "
+         r"configured 4x4 tile \(--hw-tile ROWSxCOLS rewrites a graph file onto hardware tiles "
+         r"of that size\)"),
+        (["sim", "wide.py:build", "--hardware"],
+         r"LinearOffChipLoad 'load_x', port 'out': tile Tile<int16, 16x8> does not fit the "
+         r"configured 4x4 tile \(--hw-tile ROWSxCOLS .*\)"),
+        (["rtl", "wide.py:build", "--hw-tile", "8x8", "--hw", "tile_cols=4"],
+         r"--hw tile_cols=4 contradicts --hw-tile 8x8"),
+        (["rtl", "wide.py:build", "--hw", "lanes=0"],
+         r"--hw: HwConfig\.lanes must be a positive integer, not 0"),
+        (["rtl", "wide.py:build", "--hw", "axi_data_width=100"],
+         r"--hw: HwConfig\.axi_data_width must be 32, 64, 128, 256 or 512, not 100"),
+        (["rtl", "wide.py:build", "--hw", "lanes=1.5"], r"--hw lanes must be an integer, not '1\.5'"),
+        (["rtl", "wide.py:build", "--hw", "axi_ports=two"],
+         r"--hw axi_ports must be an integer or none, not 'two'"),
+        (["rtl", "wide.py:build", "--hw", "lanes"], r"--hw 'lanes': expected KEY=VALUE, e\.g\. lanes=64"),
+        (["rtl", "wide.py:build", "--hw", "=4"], r"--hw '=4': expected KEY=VALUE, e\.g\. lanes=64"),
+        (["rtl", "wide.py:build", "--hw", "lanes=2", "--hw", "lanes=3"],
+         r"--hw lanes given twice \(2 and 3\)"),
+        (["rtl", "wide.py:build", "--hw", "speed=9"],
+         r"--hw speed: HwConfig has no such setting; settings: tile_rows, tile_cols, lanes, .*"),
+        (["rtl", "wide.py:build", "--hw", "elem_dtype=int8"],
+         r"--hw elem_dtype: the number format is the graph's; build its functions with "
+         r"numerics\.functions\(config\)"),
+        (["rtl", "wide.py:build", "--hw", "queue_capacity=4"],
+         r"--hw queue_capacity: a run-time setting of one build, given in Python"),
+        (["sim", "wide.py:build", "--hw", "lanes=4"],
+         r"--hw sets the hardware of --hardware; add --hardware"),
+        (["sim", "wide.py:build", "--hardware", "--schedule", "coarse"],
+         r"--schedule picks a hardware-size example's schedule, not a file's"),
+        (["size-queues", "wide.py:build", "--hw", "lanes=4"],
+         r"--hw sets the hardware of --hardware; add --hardware"),
+        (["size-queues", "wide.py:build", "--images", "3"],
+         r"wide\.py:build gives one memory image \(no seed to draw more from\): --images must "
+         r"be 1 and --held-out 0, not 3 and 0"),
+        (["size-queues", "wide.py:build", "--hardware", "--held-out", "2"],
+         r"wide\.py:build gives one memory image \(no seed to draw more from\): --images must "
+         r"be 1 and --held-out 0, not 1 and 2"),
+        (["size-queues", "moe", "--hardware", "--hw", "lanes=4"],
+         r"--hardware sizes the fixed hardware-size graph; --hw-tile and --hw set the hardware "
+         r"of a graph file"),
+        (["validate", "moe", "--hw-tile", "16x16"],
+         r"moe is built for its fixed hardware size; --hw-tile and --hw set the hardware of a "
+         r"graph file"),
+        (["sim", "moe", "--hardware", "--hw", "lanes=4"],
+         r"--hardware simulates the fixed hardware-size graph; it takes no -p, --hw-tile or --hw"),
+    ],
+)  # fmt: skip
+def test_bad_hardware_settings_are_one_line_errors(wide, capsys, argv, message):
+    check(capsys, argv, message)
+
+
+def test_rtl_of_a_graph_file_on_the_hardware_the_command_line_sets(wide, capsys):
+    assert main(["rtl", "wide.py:build", "--hw-tile", "8x8", "--hw", "lanes=32",
+                 "--hw", "axi_ports=1", "-o", "rtl"]) == 0  # fmt: skip
+    assert capsys.readouterr().out == "wrote rtl/wide_add_hw8x8.v and rtl/wide_add_hw8x8.json\n"
+    desc = json.loads(Path("rtl/wide_add_hw8x8.json").read_text())
+    cfg = desc["config"]
+    assert (cfg["tile_rows"], cfg["tile_cols"], cfg["lanes"], cfg["axi_ports"]) == (8, 8, 32, 1)
+    assert (cfg["elem_dtype"], cfg["frac_bits"]) == ("int16", 8)  # the graph's number format
+    assert sorted(desc["axi_ports"]) == ["m_axi_rd0", "m_axi_wr0"]
+    # ``--hw tile_rows/tile_cols`` builds larger hardware tiles for the graph as written.
+    assert main(["rtl", "wide.py:build", "--hw", "tile_rows=16", "--hw", "tile_cols=8",
+                 "--hw", "axi_ports=none", "-o", "rtl"]) == 0  # fmt: skip
+    cfg = json.loads(Path("rtl/wide_add.json").read_text())["config"]
+    assert (cfg["tile_rows"], cfg["tile_cols"], cfg["axi_ports"]) == (16, 8, None)
+
+
+def test_sim_hardware_of_a_graph_file_is_the_rtl_profile_of_its_hardware(wide, capsys):
+    from sim import simulate
+    from sim.profiles import RtlProfile
+    from step_lang.hier_tiling import hier_tile
+
+    graph, memory = _graph_and_memory()
+    tiled = hier_tile(graph, 8, 8)
+    cycles = {}
+    for ports in ("1", "none"):  # one read port shared by both loads, or a port each
+        config = HwConfig(tile_rows=8, tile_cols=8, axi_ports=None if ports == "none" else 1)
+        cycles[ports] = simulate(tiled, memory, profile=RtlProfile(config)).cycles
+        assert main(["sim", "wide.py:build", "--hardware", "--hw-tile", "8x8",
+                     "--hw", f"axi_ports={ports}", "--json"]) == 0  # fmt: skip
+        row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert row["cycles"] == cycles[ports]
+    assert cycles["1"] > cycles["none"]
+
+
+def test_size_queues_of_a_graph_file(wide, capsys):
+    """The paper profile sizes the graph as written (no more crash on a file's missing seed);
+    ``--hardware`` sizes it for its hardware and ``--verilog`` writes it with the depths."""
+    assert main(["size-queues", "wide.py:build", "--json", "paper.json"]) == 0
+    assert "over 1 image(s)" in capsys.readouterr().out
+    paper = json.loads(Path("paper.json").read_text())
+    assert set(paper["depths"]) >= {"load_x.out", "load_b.out", "add.out"}
+    assert main(["size-queues", "wide.py:build", "--hardware", "--hw-tile", "8x8",
+                 "--json", "hw.json", "--verilog", "sized"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "wrote sized.v and sized.json (sized queues)" in out
+    depths = json.loads(Path("hw.json").read_text())["depths"]
+    desc = json.loads(Path("sized.json").read_text())
+    assert desc["config"]["tile_rows"] == 8
+    built = {q["stream"]: q["depth"] for q in desc["queues"].values()}
+    assert built and all(built[s] == d for s, d in depths.items() if s in built)
+    assert any(d != HwConfig().queue_depth for d in built.values())
+
+
+def test_step_validate_of_a_graph_file_on_hardware_tiles(wide):
+    """``step validate wide.py:build --hw-tile 8x8 --hw queue_depth=2``: the graph rewritten
+    onto 8 x 8 tiles, built for 8 x 8 hardware with depth-2 queues, equal in every reader."""
+    out = subprocess.run([str(STEP), "validate", "wide.py:build", "--hw-tile", "8x8",
+                          "--hw", "queue_depth=2"], cwd=wide.parent, capture_output=True,
+                         text=True, timeout=900, check=False)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith("validation of graph 'wide_add_hw8x8'")
+    assert "outputs   equal: interpreter = paper = rtl profile = RTL (y)" in out.stdout
+    rtl, profile = map(int, re.search(r"^cycles    RTL (\d+) \| rtl profile (\d+)", out.stdout,
+                                      re.M).groups())  # fmt: skip
+    assert rtl == profile > 0
+    assert out.stdout.rstrip().endswith("verdict   OK")
