@@ -160,10 +160,10 @@ class _LayerGraph(Graph):
         finally:
             self._declared = old
 
-    def tensor(self, name, shape, dtype_="float32"):
+    def tensor(self, name, shape, dtype="float32"):
         t = self._declared.get(name)
         if t is None:
-            return super().tensor(name, shape, dtype_)
+            return super().tensor(name, shape, dtype)
         if tuple(t.shape) != tuple(shape):
             raise ValueError(
                 f"tensor {t.name!r} declared again with shape {tuple(shape)}, not {t.shape}"

@@ -18,7 +18,8 @@ import sympy as sp
 
 from .dims import Dim, RaggedSymbol, as_dim, product, ragged, regular, shape_str
 from .errors import StepGraphError, StepTypeError, op_message
-from .types import DType, StreamType, dtype
+from .types import DType, StreamType
+from .types import dtype as as_dtype
 
 if TYPE_CHECKING:
     from .interpret import NodeIO
@@ -262,7 +263,7 @@ class Graph:
             self._prefix = old
 
     def tensor(
-        self, name: str, shape: Sequence[int], dtype_: DType | str = "float32"
+        self, name: str, shape: Sequence[int], dtype: DType | str = "float32"
     ) -> OffChipTensor:
         """Declare a named off-chip tensor (an input, an output or both)."""
         if isinstance(name, str) and self._prefix:
@@ -276,7 +277,7 @@ class Graph:
             raise StepGraphError(
                 f"tensor '{name}' needs a non-empty static shape, got {shape_str(dims)}"
             )
-        t = OffChipTensor(self, name, dims, dtype(dtype_))
+        t = OffChipTensor(self, name, dims, as_dtype(dtype))
         self.tensors[name] = t
         return t
 

@@ -32,6 +32,15 @@ from step_lang.passes import lower
 from step_lang.types import int32
 
 
+def test_a_tensors_dtype_is_given_by_position_or_by_name():
+    """``Graph.tensor(name, shape, dtype)``, as docs/semantics.md writes it (the keyword was
+    ``dtype_`` until 2026-12-07, so ``dtype=`` raised ``TypeError``)."""
+    g = Graph("t")
+    assert g.tensor("a", (4, 4), dtype="int32").dtype == int32
+    assert g.tensor("b", (4, 4), "int32").dtype == int32
+    assert g.tensor("c", (4, 4)).dtype.name == "float32"
+
+
 def test_auto_names_are_deterministic_and_unique():
     g = Graph()
     x = Source(g, StreamType(SCALAR, (4,)), name="x").out

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 
+from step_lang.floats import BF16_NAN, F32_NAN
+
 from .fp_cells import cell
 
 __all__ = ["add_f32", "bf16_to_f32", "f32_to_bf16", "max_float", "mul_bf16"]
 
-_F32_NAN = 0x7FC00000
-_BF16_NAN = 0x7FC0
+# The quiet NaNs every unit returns, the interpreter's (one home: step_lang.floats).
+_F32_NAN = int(F32_NAN)
+_BF16_NAN = int(BF16_NAN)
 
 
 def _s(v: Value) -> Value:
