@@ -52,7 +52,7 @@ from bench import validate_scale as scale
 from examples import moe, swiglu
 from sim import simulate
 from sim.profiles import RtlProfile
-from sim.profiles.paper import PaperProfile
+from sim.profiles.paper import PaperProfile, read_ports
 from step_hw.config import HwConfig
 from step_hw.memory_model import PRESETS, MemoryModel
 from step_hw.paths import write_atomically
@@ -304,14 +304,6 @@ MEMORY_OPS = (ops.LinearOffChipLoad, ops.RandomOffChipLoad, ops.LinearOffChipSto
               ops.RandomOffChipStore)  # fmt: skip
 
 
-def memory_channels(graph: Any, config: HwConfig) -> int:
-    """AXI ports of ``graph``'s hardware that carry reads (``config.axi_ports``, else one per
-    load): the channels of the paper profile's shared memory and of the AXI efficiency's peak."""
-    if config.axi_ports:
-        return config.axi_ports
-    return sum(isinstance(n, MEMORY_OPS[:2]) for n in graph.nodes.values()) or 1
-
-
 def cached_json(path: Path) -> dict[str, Any] | None:
     """The JSON object cached at ``path``, or ``None`` when there is none or it cannot be read
     (cut short by a run killed while writing it, or damaged): the caller computes the entry
@@ -526,7 +518,7 @@ def _simulate(
     if p.functional_sim:
         want = interpret(p.make(), p.memory).memory
         sim_match = all(_same_bits(s.memory[o], want[o]) for o in outputs)
-    channels = memory_channels(p.make(), p.config)
+    channels = read_ports(p.make(), p.config)
     t0 = time.perf_counter()
     paper = simulate(
         p.make(), shape_only, profile=PaperProfile.for_rtl(p.config, memory, channels=channels),

@@ -2,7 +2,7 @@
 
 Spec::
 
-    example = "moe"            # an example of `step metrics --list`
+    example = "moe"            # an example of `step list`
     functional = false          # timing-only by default
     output = "build/sweeps/qwen_tiles.csv"   # optional
 

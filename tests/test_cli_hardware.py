@@ -183,3 +183,25 @@ def test_step_validate_of_a_graph_file_on_hardware_tiles(wide):
                                       re.M).groups())  # fmt: skip
     assert rtl == profile > 0
     assert out.stdout.rstrip().endswith("verdict   OK")
+    # The paper profile is the paper's model with this hardware's rates and memory.
+    from sim import simulate
+    from sim.profiles import PaperProfile
+    from step_hw.memory_model import MemoryModel
+    from step_lang.hier_tiling import hier_tile
+
+    graph, memory = _graph_and_memory()
+    tiled = hier_tile(graph, 8, 8)
+    config = HwConfig(tile_rows=8, tile_cols=8, queue_depth=2)
+    paper = PaperProfile.for_rtl(config, MemoryModel.axi_ram(), graph=tiled)
+    assert paper.memory.channels == 2 and paper.channel_depth == 2  # a read port per load
+    want = simulate(tiled, memory, profile=paper).cycles
+    assert re.search(rf"\| paper profile {want} \(", out.stdout), out.stdout
+
+
+def test_the_paper_profiles_channels_are_the_hardwares_read_ports():
+    from sim.profiles.paper import read_ports
+
+    graph, _ = _graph_and_memory()
+    assert read_ports(graph, HwConfig()) == 2  # a port per load (the store writes)
+    assert read_ports(graph, HwConfig(axi_ports=1)) == 1
+    assert read_ports(graph, HwConfig(axi_ports=3)) == 3

@@ -36,10 +36,21 @@ from step_lang.tokens import Stop, is_data
 from ..memory import MemoryConfig
 from .base import ElementFlops, MemRequest, NodeTiming, TimingProfile, check_int
 
-__all__ = ["PAPER_TIMING", "PaperProfile"]
+__all__ = ["PAPER_TIMING", "PaperProfile", "read_ports"]
 
 #: Each operator's timing under the paper profile: ``(profile, node, resident) -> NodeTiming``.
 PAPER_TIMING: NodeRegistry = NodeRegistry("paper-profile timing")
+
+
+def read_ports(graph: Any, config: Any) -> int:
+    """The AXI ports that carry ``graph``'s reads in its hardware (a
+    :class:`~step_hw.config.HwConfig` ``config``): ``config.axi_ports``, else one per load (at
+    least one). They are the channels of the paper profile's shared memory
+    (:meth:`PaperProfile.for_rtl`) and of the AXI efficiency's peak (``make validate``)."""
+    if config.axi_ports:
+        return config.axi_ports
+    loads = (ops.LinearOffChipLoad, ops.RandomOffChipLoad)
+    return sum(isinstance(n, loads) for n in graph.nodes.values()) or 1
 
 
 def nbytes(token: Any) -> int:
@@ -111,7 +122,9 @@ class PaperProfile(TimingProfile):
         return cls(pmu_bw=256, channel_depth=1, memory=MemoryConfig(channels=8, dispatch=4))
 
     @classmethod
-    def for_rtl(cls, config: Any, memory: Any, *, channels: int | None = None) -> PaperProfile:
+    def for_rtl(
+        cls, config: Any, memory: Any, *, channels: int | None = None, graph: Any = None
+    ) -> PaperProfile:
         """The paper's model with the generated hardware's rates (``make validate``): a
         :class:`~step_hw.config.HwConfig` ``config`` and the
         :class:`~step_hw.memory_model.MemoryModel` ``memory`` of the fast co-simulation tier.
@@ -122,13 +135,13 @@ class PaperProfile(TimingProfile):
           where the hardware has memory: a Streamify reading its buffer. An off-chip load's
           tiles go to a queue (``loads_in_memory=False``), so its consumers pay no read, as
           the hardware's loads write their bursts into the consumer's queue;
-        * off-chip: ``channels`` channels (default ``config.axi_ports``; one of the two must be
-          given), each of one ``axi_data_width`` beat per ``beat_interval`` cycles,
+        * off-chip: ``channels`` channels (default :func:`read_ports` of ``graph``, or
+          ``config.axi_ports`` without a graph; one must be given), each of one ``axi_data_width`` beat per ``beat_interval`` cycles,
           ``memory.latency`` to the first beat and ``memory.start_up`` before a channel's
           first, shared by every load and store as in the paper's model;
         * queues of ``config.queue_depth``.
         """
-        channels = channels or config.axi_ports
+        channels = channels or (config.axi_ports if graph is None else read_ports(graph, config))
         if not channels:
             raise ValueError(
                 "PaperProfile.for_rtl: give channels when config.axi_ports is None (the paper's "

@@ -1,7 +1,8 @@
 """Validate one's own graph: every reader on the same data, compared (:func:`validate`).
 
-The interpreter gives the reference outputs; the simulator runs with the ``paper`` and the ``rtl``
-timing profiles; the graph is elaborated, verilated (:func:`step_hw.cosim.design`, cached by
+The interpreter gives the reference outputs; the simulator runs with the ``rtl`` timing profile
+of the hardware and the ``paper`` profile configured with its rates and memory
+(``PaperProfile.for_rtl``, as ``make validate`` runs it); the graph is elaborated, verilated (:func:`step_hw.cosim.design`, cached by
 Verilog hash) and co-simulated (:func:`step_hw.cosim.run`, with every queue's handshakes traced).
 The :class:`ValidationReport` says whether every output tensor (and every Sink's tokens) is equal
 everywhere, or names the first differing element; the cycles of the RTL against each profile;
@@ -342,6 +343,7 @@ def validate(
     from sim import PaperProfile, simulate
     from sim.profiles import RtlProfile
     from step_hw.config import config_for
+    from step_hw.memory_model import MemoryModel
 
     config = config or config_for(graph)
     from step_lang.errors import StepTypeError, StepValueError
@@ -353,7 +355,10 @@ def validate(
     lowered = lower(graph)
     sink_streams = {s: lowered.nodes[s].inputs[0].name for s in sinks}
     reference = _References(graph, memory, inputs, lowered, sink_streams)
-    paper = simulate(graph, memory, profile=PaperProfile(), inputs=inputs)
+    # The paper's model with this hardware's rates and memory, as `make validate` runs it.
+    model = memory_model or MemoryModel.axi_ram()
+    paper_profile = PaperProfile.for_rtl(config, model, graph=graph)
+    paper = simulate(graph, memory, profile=paper_profile, inputs=inputs)
     profile = RtlProfile.for_memory(memory_model, config) if memory_model else RtlProfile(config)
     rtlsim = simulate(graph, memory, profile=profile, inputs=inputs, trace=True)
     report = ValidationReport(
