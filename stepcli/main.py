@@ -234,6 +234,17 @@ def cmd_validate(args) -> int:
                 f"--memory {args.memory} needs --tier fast (the axi tier's RAM is axi_ram)"
             )
         model = getattr(MemoryModel, args.memory)()
+    if args.size_queues:  # the depths `step size-queues --hardware` picks, on this memory
+        from sim.sizing import queue_bits
+
+        from .sizing import size_for_hardware
+
+        sizing = size_for_hardware(graph, [memory], config, inputs=inputs, memory_model=model,
+                                   uniform=False)  # fmt: skip
+        graph.queue_depths.update(sizing.depths)  # the graph this command built, not a user's
+        print(f"queues    sized: {queue_bits(sizing.bits, sizing.depths):,} bits (default depths "
+              f"{queue_bits(sizing.bits, sizing.default_depths):,}); rtl profile "
+              f"{sizing.cycles_sized} cycles (default depths {sizing.cycles_default})")  # fmt: skip
     report = validate(graph, memory, inputs=inputs, config=config, pattern=args.pattern,
                       seed=args.seed, waves=args.waves, watchdog=args.watchdog, tier=args.tier,
                       memory_model=model)  # fmt: skip
@@ -391,6 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "memory and streams inside the simulation (docs/cosim.md)")  # fmt: skip
     p.add_argument("--memory", choices=PRESETS, default="axi_ram",
                    help="the fast tier's memory model preset (default axi_ram)")  # fmt: skip
+    p.add_argument("--size-queues", action="store_true",
+                   help="size every queue first (the rtl profile on this memory, as step "
+                   "size-queues --hardware) and co-simulate with those depths")  # fmt: skip
     _add_hw_tile(p)
     _add_hw(p)
     p.set_defaults(fn=cmd_validate)

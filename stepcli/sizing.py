@@ -133,13 +133,19 @@ def size_for_hardware(
     *,
     inputs: Mapping[str, Any] | None = None,
     held_out: list[Any] | None = None,
+    memory_model: Any = None,
     **options: Any,
 ) -> SizingReport:
     """Size ``graph`` for the hardware ``config`` (a :class:`~step_hw.config.HwConfig`) with
-    the simulator's ``rtl`` profile over ``memories``, checked on ``held_out`` more."""
+    the simulator's ``rtl`` profile over ``memories``, checked on ``held_out`` more; on the
+    fast tier's ``memory_model`` (a :class:`~step_hw.memory_model.MemoryModel`) if given, else
+    on the axi tier's RAM."""
+    from sim.profiles import RtlProfile
+
     _check_options(options)
-    return plan_queue_sizes(graph, memories, hw_config=config, inputs=inputs, functional=True,
-                            held_out=held_out or [], **options)  # fmt: skip
+    profile = RtlProfile.for_memory(memory_model, config) if memory_model else None
+    return plan_queue_sizes(graph, memories, hw_config=config, profile=profile, inputs=inputs,
+                            functional=True, held_out=held_out or [], **options)  # fmt: skip
 
 
 # -- hardware size ---------------------------------------------------------------------------------

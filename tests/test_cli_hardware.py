@@ -170,30 +170,50 @@ def test_size_queues_of_a_graph_file(wide, capsys):
     assert any(d != HwConfig().queue_depth for d in built.values())
 
 
-def test_step_validate_of_a_graph_file_on_hardware_tiles(wide):
-    """``step validate wide.py:build --hw-tile 8x8 --hw queue_depth=2``: the graph rewritten
-    onto 8 x 8 tiles, built for 8 x 8 hardware with depth-2 queues, equal in every reader."""
-    out = subprocess.run([str(STEP), "validate", "wide.py:build", "--hw-tile", "8x8",
-                          "--hw", "queue_depth=2"], cwd=wide.parent, capture_output=True,
-                         text=True, timeout=900, check=False)  # fmt: skip
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.startswith("validation of graph 'wide_add_hw8x8'")
-    assert "outputs   equal: interpreter = paper = rtl profile = RTL (y)" in out.stdout
-    rtl, profile = map(int, re.search(r"^cycles    RTL (\d+) \| rtl profile (\d+)", out.stdout,
-                                      re.M).groups())  # fmt: skip
-    assert rtl == profile > 0
-    assert out.stdout.rstrip().endswith("verdict   OK")
-    # The paper profile is the paper's model with this hardware's rates and memory.
+def test_step_validate_of_a_graph_file_on_hardware_tiles_with_sized_queues(wide):
+    """``step validate wide.py:build --hw-tile 8x8 --hw queue_depth=2 --size-queues`` on the
+    fast tier with the HBM-like memory: the graph rewritten onto 8 x 8 tiles, built for 8 x 8
+    hardware, its queues sized for that memory, equal in every reader."""
     from sim import simulate
     from sim.profiles import PaperProfile
     from step_hw.memory_model import MemoryModel
     from step_lang.hier_tiling import hier_tile
+    from stepcli.sizing import size_for_hardware
 
+    out = subprocess.run([str(STEP), "validate", "wide.py:build", "--hw-tile", "8x8", "--hw",
+                          "queue_depth=2", "--size-queues", "--tier", "fast", "--memory", "hbm"],
+                         cwd=wide.parent, capture_output=True, text=True, timeout=900,
+                         check=False)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
     graph, memory = _graph_and_memory()
     tiled = hier_tile(graph, 8, 8)
     config = HwConfig(tile_rows=8, tile_cols=8, queue_depth=2)
-    paper = PaperProfile.for_rtl(config, MemoryModel.axi_ram(), graph=tiled)
-    assert paper.memory.channels == 2 and paper.channel_depth == 2  # a read port per load
+    hbm = MemoryModel.hbm()
+    sizing = size_for_hardware(tiled, [memory], config, memory_model=hbm, uniform=False)
+    assert out.stdout.startswith(
+        f"queues    sized: {{bits:,}} bits (default depths {{default:,}}); rtl profile "
+        f"{sizing.cycles_sized} cycles (default depths {sizing.cycles_default})\n"
+        "validation of graph 'wide_add_hw8x8'".format(
+            bits=sum(sizing.bits[q] * d for q, d in sizing.depths.items()),
+            default=sum(sizing.bits[q] * d for q, d in sizing.default_depths.items()),
+        )
+    ), out.stdout
+    assert "outputs   equal: interpreter = paper = rtl profile = RTL (y)" in out.stdout
+    rtl, profile = map(int, re.search(r"^cycles    RTL (\d+) \| rtl profile (\d+)", out.stdout,
+                                      re.M).groups())  # fmt: skip
+    assert rtl == profile == sizing.cycles_sized > 0
+    assert out.stdout.rstrip().endswith("verdict   OK")
+    # The RTL ran with the sized depths.
+    folder = Path(re.search(r"files: (\S+)", out.stdout).group(1))
+    trace = json.loads((folder / "trace.json").read_text())
+    built = {
+        q["stream"]: q["depth"] for q in trace.values() if isinstance(q, dict) and "depth" in q
+    }
+    assert built == sizing.depths
+    # The paper profile is the paper's model with this hardware's rates and memory.
+    tiled.queue_depths.update(sizing.depths)
+    paper = PaperProfile.for_rtl(config, hbm, graph=tiled)
+    assert paper.memory.channels == 2 and paper.memory.latency == 64  # a read port per load
     want = simulate(tiled, memory, profile=paper).cycles
     assert re.search(rf"\| paper profile {want} \(", out.stdout), out.stdout
 
