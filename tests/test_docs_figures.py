@@ -12,6 +12,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from stepcli.main import main
 from tests.test_example_moe import TRACES, needs_traces
 
@@ -54,3 +56,62 @@ def test_the_time_multiplexing_table_is_what_step_paper_gives(tmp_path, capsys):
     text = DOC.read_text()
     at32 = cycles("timemux_artifact.csv", pmu_bw="128")[2]
     assert re.search(rf"gives {at32 // 1000} {at32 % 1000:03d} cycles at 32 regions", text)
+
+
+# -- docs/hierarchical_tiling.md ------------------------------------------------------------------
+
+HIER_DOC = DOC.with_name("hierarchical_tiling.md")
+
+
+def _table(header: str) -> list[list[str]]:
+    """The body rows of the table whose header row starts with ``header``, cell by cell."""
+    lines = HIER_DOC.read_text().splitlines()
+    start = next(i for i, text in enumerate(lines) if text.startswith(f"| {header}"))
+    rows = []
+    for text in lines[start + 2 :]:
+        if not text.startswith("|"):
+            break
+        rows.append([c.strip() for c in text.strip("|").split("|")])
+    return rows
+
+
+def _pair(cell: str) -> list[int]:
+    """``"6,713 -> 10,325"`` as ``[6713, 10325]``."""
+    return [int(v.replace(",", "")) for v in cell.split("->")]
+
+
+@pytest.mark.slow
+def test_the_hierarchical_tiling_tables_are_what_the_bench_gives(tmp_path):
+    """The SwiGLU, MoE and attention tables (bit-exactness, bytes, the paper profile's cycles)
+    against ``bench.hier_tiling`` without elaboration (its Verilog columns are measured)."""
+    from bench import hier_tiling as bench
+
+    for row in _table("tile_b x tile_i"):
+        tb, ti = (int(v) for v in row[0].split(" x "))
+        got = bench.point(tb, ti, elaborate=False, check=False, folder=tmp_path)
+        assert [_pair(row[1]), row[2], _pair(row[3])] == [
+            got["paper_cycles"],
+            f"{got['paper_cycles_change']:+.1%}",
+            got["onchip_bytes"],
+        ], row
+    for row, (label, schedule, batch) in zip(
+        _table("MoE, 16 experts"), bench.MOE_POINTS, strict=True
+    ):
+        got = bench.moe_point(label, schedule, batch, elaborate=False, folder=tmp_path)
+        offchip = int(row[3].replace(",", ""))
+        assert [int(row[1]), row[2], offchip, _pair(row[4]), _pair(row[5])] == [
+            batch, str(got["bit_exact"]), *got["offchip_bytes"][:1], got["onchip_bytes"],
+            got["paper_cycles"],
+        ], row  # fmt: skip
+        assert got["offchip_bytes"][0] == got["offchip_bytes"][1]
+    for row, (label, schedule, batch, regions) in zip(
+        _table("attention, BF16"), bench.ATTENTION_POINTS, strict=True
+    ):
+        got = bench.attention_point(label, schedule, batch, regions, elaborate=False,
+                                    folder=tmp_path)  # fmt: skip
+        offchip = int(row[3].replace(",", ""))
+        assert [row[0], row[1], row[2], offchip, _pair(row[4]), _pair(row[5])] == [
+            schedule, f"{batch} / {regions}", str(got["bit_exact"]), got["offchip_bytes"][0],
+            got["paper_cycles"], got["onchip_bytes"],
+        ], row  # fmt: skip
+        assert got["offchip_bytes"][0] == got["offchip_bytes"][1]
