@@ -97,6 +97,15 @@ def _file_config(args, graph):
     return file_config(graph, hw_settings(args.hw), args.hw_tile)
 
 
+def _load_on_hardware(args) -> tuple:
+    """A graph file, rewritten by ``--hw-tile`` if given, and the hardware it is built for:
+    ``(example, params, graph, config)``."""
+    if args.schedule:
+        raise UsageError("--schedule picks a hardware-size example's schedule, not a file's")
+    ex, params, graph = _load(args)
+    return ex, params, graph, _file_config(args, graph)
+
+
 def _no_hardware_options(args, what: str) -> None:
     """A hardware-size example is built for its own fixed hardware: no ``--hw-tile``/``--hw``."""
     if args.hw_tile or args.hw:
@@ -128,13 +137,9 @@ def cmd_sim(args) -> None:
         from .sizing import hardware_case
 
         if is_graph_file(args.example):  # one's own graph on the hardware it is built for
-            if args.schedule:
-                raise UsageError(
-                    "--schedule picks a hardware-size example's schedule, not a file's"
-                )
-            ex, params, graph = _load(args)
-            result = simulate(graph, ex.memory(params, True),
-                              profile=RtlProfile(_file_config(args, graph)), inputs=ex.inputs,
+            ex, params, graph, config = _load_on_hardware(args)
+            result = simulate(graph, ex.memory(params, True), profile=RtlProfile(config),
+                              inputs=ex.inputs,
                               functional=args.functional, trace=bool(args.trace))  # fmt: skip
         else:
             if args.param or args.hw_tile or args.hw:
@@ -214,11 +219,8 @@ def cmd_validate(args) -> int:
     from step_hw.cosim import validate
 
     if is_graph_file(args.example):
-        if args.schedule:
-            raise UsageError("--schedule picks a hardware-size example's schedule, not a file's")
-        ex, params, graph = _load(args)
+        ex, params, graph, config = _load_on_hardware(args)
         memory, inputs = ex.memory(params, True), ex.inputs
-        config = _file_config(args, graph)
     else:
         from .sizing import hardware_case
 
@@ -272,11 +274,8 @@ def cmd_size_queues(args) -> None:
     if args.hardware and is_graph_file(args.example):  # one's own graph, for its hardware
         from .sizing import one_image, size_for_hardware
 
-        if args.schedule:
-            raise UsageError("--schedule picks a hardware-size example's schedule, not a file's")
         one_image(args.example, args.images, args.held_out)
-        ex, params, graph = _load(args)
-        config = _file_config(args, graph)
+        ex, params, graph, config = _load_on_hardware(args)
         report = size_for_hardware(graph, [ex.memory(params, True)], config, inputs=ex.inputs,
                                    margin=args.margin, tolerance=args.tolerance)  # fmt: skip
     elif args.hardware:
