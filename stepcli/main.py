@@ -235,7 +235,7 @@ def cmd_validate(args) -> int:
             raise UsageError(
                 f"--memory {args.memory} needs --tier fast (the axi tier's RAM is axi_ram)"
             )
-        model = getattr(MemoryModel, args.memory)()
+        model = getattr(MemoryModel, args.memory)()  # the fast tier's axi_ram too
     if args.size_queues:  # the depths `step size-queues --hardware` picks, on this memory
         from sim.sizing import queue_bits
 
@@ -271,18 +271,22 @@ def cmd_size_queues(args) -> None:
     options = {"images": args.images, "held_out": args.held_out, "margin": args.margin,
                "tolerance": args.tolerance}  # fmt: skip
     graph = config = None
+    model = _memory_model(args.memory)
+    if model is not None and not args.hardware:
+        raise UsageError(f"--memory {args.memory} sizes for the hardware's memory; add --hardware")
     if args.hardware and is_graph_file(args.example):  # one's own graph, for its hardware
         from .sizing import one_image, size_for_hardware
 
         one_image(args.example, args.images, args.held_out)
         ex, params, graph, config = _load_on_hardware(args)
         report = size_for_hardware(graph, [ex.memory(params, True)], config, inputs=ex.inputs,
-                                   margin=args.margin, tolerance=args.tolerance)  # fmt: skip
+                                   memory_model=model, margin=args.margin,
+                                   tolerance=args.tolerance)  # fmt: skip
     elif args.hardware:
         if args.param:
             raise UsageError("--hardware sizes the fixed hardware-size graph; it takes no -p")
         _no_hardware_options(args, "--hardware sizes the fixed hardware-size graph")
-        report = size_hardware(args.example, args.schedule, **options)
+        report = size_hardware(args.example, args.schedule, memory_model=model, **options)
     else:
         if args.schedule:
             raise UsageError("--schedule picks a hardware-size schedule; use -p without --hardware")
@@ -305,6 +309,14 @@ def cmd_size_queues(args) -> None:
             graph, _ = hardware_case(args.example, args.schedule)
             config = _hw_config(graph)
         _write_sized_verilog(graph, config, report.depths, pathlib.Path(args.verilog))
+
+
+def _memory_model(preset: str):
+    """The :class:`~step_hw.memory_model.MemoryModel` of a ``--memory`` preset; ``None`` for
+    ``axi_ram``, the axi tier's RAM, which the rtl profile models by default."""
+    from step_hw.memory_model import MemoryModel
+
+    return None if preset == "axi_ram" else getattr(MemoryModel, preset)()
 
 
 def _write_sized_verilog(graph, config, depths, stem: pathlib.Path) -> None:
@@ -471,6 +483,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="STEM",
         help="with --hardware: write STEM.v and STEM.json of the design with the sized queues",
     )
+    p.add_argument("--memory", choices=PRESETS, default="axi_ram",
+                   help="with --hardware: the memory to size for (the presets of step validate "
+                   "--tier fast; default axi_ram)")  # fmt: skip
     _add_hw_tile(p)
     _add_hw(p)
     p.set_defaults(fn=cmd_size_queues)

@@ -210,10 +210,17 @@ def hardware_case(name: str, schedule: str | None = None, images: int = 1):
 
 
 def size_hardware(
-    name: str, schedule: str | None = None, *, images: int = 1, held_out: int = 0, **options: Any
+    name: str,
+    schedule: str | None = None,
+    *,
+    images: int = 1,
+    held_out: int = 0,
+    memory_model: Any = None,
+    **options: Any,
 ) -> SizingReport:
-    """Size the hardware-size graph of ``name`` with the ``rtl`` profile of ``HwConfig()`` over
-    ``images`` memory images, checked on ``held_out`` more."""
+    """Size the hardware-size graph of ``name`` with the ``rtl`` profile of ``HwConfig()`` (on
+    ``memory_model``, as :func:`size_for_hardware`) over ``images`` memory images, checked on
+    ``held_out`` more."""
     from step_hw.config import HwConfig
 
     _check_options(options)
@@ -221,4 +228,4 @@ def size_hardware(
     _check_images(held_out, "held_out", 0)
     graph, memories = hardware_case(name, schedule, images + held_out)
     return size_for_hardware(graph, memories[:images], HwConfig(), held_out=memories[images:],
-                             **options)  # fmt: skip
+                             memory_model=memory_model, **options)  # fmt: skip

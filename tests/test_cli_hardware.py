@@ -95,6 +95,8 @@ def test_the_settings_are_hwconfigs_integer_parameters():
          r"--hw sets the hardware of --hardware; add --hardware"),
         (["sim", "wide.py:build", "--hardware", "--schedule", "coarse"],
          r"--schedule picks a hardware-size example's schedule, not a file's"),
+        (["size-queues", "wide.py:build", "--memory", "hbm"],
+         r"--memory hbm sizes for the hardware's memory; add --hardware"),
         (["size-queues", "wide.py:build", "--hw", "lanes=4"],
          r"--hw sets the hardware of --hardware; add --hardware"),
         (["size-queues", "wide.py:build", "--images", "3"],
@@ -168,6 +170,13 @@ def test_size_queues_of_a_graph_file(wide, capsys):
     built = {q["stream"]: q["depth"] for q in desc["queues"].values()}
     assert built and all(built[s] == d for s, d in depths.items() if s in built)
     assert any(d != HwConfig().queue_depth for d in built.values())
+    # ``--memory hbm``: sized for the HBM-like memory's latency (the rtl profile on it).
+    assert main(["size-queues", "wide.py:build", "--hardware", "--hw-tile", "8x8",
+                 "--memory", "hbm", "--json", "hbm.json"]) == 0  # fmt: skip
+    capsys.readouterr()
+    hbm = json.loads(Path("hbm.json").read_text())
+    ram = json.loads(Path("hw.json").read_text())
+    assert hbm["cycles_sized"] > ram["cycles_sized"] + 64
 
 
 def test_step_validate_of_a_graph_file_on_hardware_tiles_with_sized_queues(wide):
