@@ -138,8 +138,8 @@ def cmd_sim(args) -> None:
 
         if is_graph_file(args.example):  # one's own graph on the hardware it is built for
             ex, params, graph, config = _load_on_hardware(args)
-            result = simulate(graph, ex.memory(params, True), profile=RtlProfile(config),
-                              inputs=ex.inputs,
+            profile = RtlProfile.for_memory(_memory_model(args.memory), config)
+            result = simulate(graph, ex.memory(params, True), profile=profile, inputs=ex.inputs,
                               functional=args.functional, trace=bool(args.trace))  # fmt: skip
         else:
             if args.param or args.hw_tile or args.hw:
@@ -148,12 +148,15 @@ def cmd_sim(args) -> None:
                     "--hw-tile or --hw"
                 )
             graph, (memory,) = hardware_case(args.example, args.schedule)
-            result = simulate(graph, memory, profile=RtlProfile(), trace=bool(args.trace))
+            profile = RtlProfile.for_memory(_memory_model(args.memory))
+            result = simulate(graph, memory, profile=profile, trace=bool(args.trace))
     else:
         if args.schedule:
             raise UsageError("--schedule picks a hardware-size schedule; use -p without --hardware")
         if args.hw:
             raise UsageError("--hw sets the hardware of --hardware; add --hardware")
+        if args.memory != "axi_ram":
+            raise UsageError(f"--memory {args.memory} is the hardware's memory; add --hardware")
         ex, params, graph = _load(args)
         result = simulate(graph, ex.memory(params, args.functional), profile=ex.profile(params),
                           functional=args.functional, trace=bool(args.trace),
@@ -272,7 +275,7 @@ def cmd_size_queues(args) -> None:
                "tolerance": args.tolerance}  # fmt: skip
     graph = config = None
     model = _memory_model(args.memory)
-    if model is not None and not args.hardware:
+    if args.memory != "axi_ram" and not args.hardware:
         raise UsageError(f"--memory {args.memory} sizes for the hardware's memory; add --hardware")
     if args.hardware and is_graph_file(args.example):  # one's own graph, for its hardware
         from .sizing import one_image, size_for_hardware
@@ -312,11 +315,10 @@ def cmd_size_queues(args) -> None:
 
 
 def _memory_model(preset: str):
-    """The :class:`~step_hw.memory_model.MemoryModel` of a ``--memory`` preset; ``None`` for
-    ``axi_ram``, the axi tier's RAM, which the rtl profile models by default."""
+    """The :class:`~step_hw.memory_model.MemoryModel` of a ``--memory`` preset."""
     from step_hw.memory_model import MemoryModel
 
-    return None if preset == "axi_ram" else getattr(MemoryModel, preset)()
+    return getattr(MemoryModel, preset)()
 
 
 def _write_sized_verilog(graph, config, depths, stem: pathlib.Path) -> None:
@@ -373,6 +375,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="simulate the hardware-size graph (`make rtl`) with the rtl timing profile",
     )
     p.add_argument("--schedule", help="with --hardware: the schedule")  # fmt: skip
+    p.add_argument("--memory", choices=PRESETS, default="axi_ram",
+                   help="with --hardware: the memory (the presets of step validate --tier fast; "
+                   "default axi_ram)")  # fmt: skip
     _add_hw_tile(p)
     _add_hw(p)
     p.set_defaults(fn=cmd_sim)

@@ -141,9 +141,10 @@ def size_for_hardware(
     fast tier's ``memory_model`` (a :class:`~step_hw.memory_model.MemoryModel`) if given, else
     on the axi tier's RAM."""
     from sim.profiles import RtlProfile
+    from step_hw.memory_model import MemoryModel
 
     _check_options(options)
-    profile = RtlProfile.for_memory(memory_model, config) if memory_model else None
+    profile = RtlProfile.for_memory(memory_model or MemoryModel.axi_ram(), config)
     return plan_queue_sizes(graph, memories, hw_config=config, profile=profile, inputs=inputs,
                             functional=True, held_out=held_out or [], **options)  # fmt: skip
 

@@ -95,6 +95,8 @@ def test_the_settings_are_hwconfigs_integer_parameters():
          r"--hw sets the hardware of --hardware; add --hardware"),
         (["sim", "wide.py:build", "--hardware", "--schedule", "coarse"],
          r"--schedule picks a hardware-size example's schedule, not a file's"),
+        (["sim", "wide.py:build", "--memory", "hbm"],
+         r"--memory hbm is the hardware's memory; add --hardware"),
         (["size-queues", "wide.py:build", "--memory", "hbm"],
          r"--memory hbm sizes for the hardware's memory; add --hardware"),
         (["size-queues", "wide.py:build", "--hw", "lanes=4"],
@@ -138,6 +140,7 @@ def test_rtl_of_a_graph_file_on_the_hardware_the_command_line_sets(wide, capsys)
 def test_sim_hardware_of_a_graph_file_is_the_rtl_profile_of_its_hardware(wide, capsys):
     from sim import simulate
     from sim.profiles import RtlProfile
+    from step_hw.memory_model import MemoryModel
     from step_lang.hier_tiling import hier_tile
 
     graph, memory = _graph_and_memory()
@@ -151,6 +154,13 @@ def test_sim_hardware_of_a_graph_file_is_the_rtl_profile_of_its_hardware(wide, c
         row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert row["cycles"] == cycles[ports]
     assert cycles["1"] > cycles["none"]
+    # ``--memory hbm``: the rtl profile on the HBM-like memory.
+    config = HwConfig(tile_rows=8, tile_cols=8)
+    want = simulate(tiled, memory, profile=RtlProfile.for_memory(MemoryModel.hbm(), config)).cycles
+    assert main(["sim", "wide.py:build", "--hardware", "--hw-tile", "8x8", "--memory", "hbm",
+                 "--json"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["cycles"] == want
+    assert want > cycles["none"] + 64
 
 
 def test_size_queues_of_a_graph_file(wide, capsys):

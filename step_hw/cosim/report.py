@@ -359,7 +359,7 @@ def validate(
     model = memory_model or MemoryModel.axi_ram()
     paper_profile = PaperProfile.for_rtl(config, model, graph=graph)
     paper = simulate(graph, memory, profile=paper_profile, inputs=inputs)
-    profile = RtlProfile.for_memory(memory_model, config) if memory_model else RtlProfile(config)
+    profile = RtlProfile.for_memory(model, config)
     rtlsim = simulate(graph, memory, profile=profile, inputs=inputs, trace=True)
     report = ValidationReport(
         graph=graph.name,
