@@ -239,6 +239,7 @@ def cmd_validate(args) -> int:
                 f"--memory {args.memory} needs --tier fast (the axi tier's RAM is axi_ram)"
             )
         model = getattr(MemoryModel, args.memory)()  # the fast tier's axi_ram too
+    sized = None
     if args.size_queues:  # the depths `step size-queues --hardware` picks, on this memory
         from sim.sizing import queue_bits
 
@@ -247,6 +248,7 @@ def cmd_validate(args) -> int:
         sizing = size_for_hardware(graph, [memory], config, inputs=inputs, memory_model=model,
                                    uniform=False)  # fmt: skip
         graph.queue_depths.update(sizing.depths)  # the graph this command built, not a user's
+        sized = sizing.to_json()
         print(f"queues    sized: {queue_bits(sizing.bits, sizing.depths):,} bits (default depths "
               f"{queue_bits(sizing.bits, sizing.default_depths):,}); rtl profile "
               f"{sizing.cycles_sized} cycles (default depths {sizing.cycles_default})")  # fmt: skip
@@ -254,6 +256,11 @@ def cmd_validate(args) -> int:
                       seed=args.seed, waves=args.waves, watchdog=args.watchdog, tier=args.tier,
                       memory_model=model)  # fmt: skip
     print(report)
+    if args.json:
+        out = pathlib.Path(args.json)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({**report.to_json(), "sizing": sized}, indent=1) + "\n")
+        print(f"wrote {out}")
     return 0 if report.ok else 1
 
 
@@ -418,6 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "memory and streams inside the simulation (docs/cosim.md)")  # fmt: skip
     p.add_argument("--memory", choices=PRESETS, default="axi_ram",
                    help="the fast tier's memory model preset (default axi_ram)")  # fmt: skip
+    p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
     p.add_argument("--size-queues", action="store_true",
                    help="size every queue first (the rtl profile on this memory, as step "
                    "size-queues --hardware) and co-simulate with those depths")  # fmt: skip

@@ -200,7 +200,8 @@ def test_step_validate_of_a_graph_file_on_hardware_tiles_with_sized_queues(wide)
     from stepcli.sizing import size_for_hardware
 
     out = subprocess.run([str(STEP), "validate", "wide.py:build", "--hw-tile", "8x8", "--hw",
-                          "queue_depth=2", "--size-queues", "--tier", "fast", "--memory", "hbm"],
+                          "queue_depth=2", "--size-queues", "--tier", "fast", "--memory", "hbm",
+                          "--json", "v.json"],
                          cwd=wide.parent, capture_output=True, text=True, timeout=900,
                          check=False)  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
@@ -221,7 +222,7 @@ def test_step_validate_of_a_graph_file_on_hardware_tiles_with_sized_queues(wide)
     rtl, profile = map(int, re.search(r"^cycles    RTL (\d+) \| rtl profile (\d+)", out.stdout,
                                       re.M).groups())  # fmt: skip
     assert rtl == profile == sizing.cycles_sized > 0
-    assert out.stdout.rstrip().endswith("verdict   OK")
+    assert out.stdout.rstrip().endswith("verdict   OK\nwrote v.json")
     # The RTL ran with the sized depths.
     folder = Path(re.search(r"files: (\S+)", out.stdout).group(1))
     trace = json.loads((folder / "trace.json").read_text())
@@ -235,6 +236,14 @@ def test_step_validate_of_a_graph_file_on_hardware_tiles_with_sized_queues(wide)
     assert paper.memory.channels == 2 and paper.memory.latency == 64  # a read port per load
     want = simulate(tiled, memory, profile=paper).cycles
     assert re.search(rf"\| paper profile {want} \(", out.stdout), out.stdout
+    # ``--json``: the same report for programs, with the sizing.
+    got = json.loads((wide.parent / "v.json").read_text())
+    assert got["ok"] and got["graph"] == "wide_add_hw8x8" and got["mismatch"] is None
+    assert got["rtl_cycles"] == got["rtl_profile"]["cycles"] == rtl
+    assert got["rtl_profile"]["error"] == 0.0
+    assert got["paper_profile"] == {"cycles": want, "error": (want - rtl) / rtl}
+    assert (got["config"]["tile_rows"], got["config"]["queue_depth"]) == (8, 2)
+    assert got["sizing"]["depths"] == sizing.depths and got["folder"] == str(folder)
 
 
 def test_the_paper_profiles_channels_are_the_hardwares_read_ports():

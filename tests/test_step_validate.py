@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -141,14 +142,26 @@ def test_the_first_diverging_stream_is_the_earliest():
 
 
 def test_a_report_names_the_first_differing_element():
+    import numpy as np
+
     from step_hw.config import HwConfig
     from step_hw.cosim import Mismatch, ValidationReport
 
     r = ValidationReport("g", HwConfig(), "always", ["y"], [], paper_cycles=40,
                          rtl_profile_cycles=49, rtl_cycles=50,
-                         mismatch=Mismatch("y", (3, 1), 12, 13, "RTL"))  # fmt: skip
+                         mismatch=Mismatch("y", (3, 1), np.int16(12), np.int16(13), "RTL"))  # fmt: skip
     text = str(r)
     assert "outputs   DIFFER: y[3, 1]: interpreter 12, RTL 13" in text
+    got = r.to_json()
+    assert json.loads(json.dumps(got)) == got  # plain JSON values
+    assert got["mismatch"] == {"what": "y", "index": [3, 1], "reader": "RTL",
+                               "interpreter": 12, "got": 13}  # fmt: skip
+    assert (got["ok"], got["rtl_cycles"], got["paper_profile"]) == (
+        False,
+        50,
+        {"cycles": 40, "error": -0.2},
+    )
+    assert got["rtl_profile"] == {"cycles": 49, "error": -0.02}
     assert "cycles    RTL 50 | rtl profile 49 (-2.0%) | paper profile 40 (-20.0%)" in text
     assert text.endswith("verdict   NOT OK") and not r.ok
     none = ValidationReport("g", HwConfig(), "always", ["y"], [], 40, 49,

@@ -12,6 +12,8 @@ place to look when the profile's cycle count is off.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,6 +110,46 @@ class ValidationReport:
     def folder(self) -> Path | None:
         """The co-simulation run's folder (``sim.log``, and ``dump.fst`` with ``waves=True``)."""
         return self.cosim.folder if self.cosim else None
+
+    def to_json(self) -> dict[str, Any]:
+        """The report for programs (``step validate --json``): what ``str(report)`` says, as
+        values; each profile's ``error`` is relative to the RTL's cycles (``None`` without an
+        RTL result)."""
+
+        def error(c: int) -> float | None:
+            return (c - self.rtl_cycles) / self.rtl_cycles if self.rtl_cycles else None
+
+        def plain(v: Any) -> Any:  # numpy scalars (a mismatch's values) as JSON numbers
+            return v.item() if isinstance(v, np.generic) else v
+
+        mismatch = None
+        if self.mismatch is not None:
+            m = self.mismatch
+            mismatch = {"what": m.what, "index": list(m.index), "reader": m.reader,
+                        "interpreter": plain(m.interpreter), "got": plain(m.got)}  # fmt: skip
+        c = self.cosim
+        return {
+            "graph": self.graph,
+            "ok": self.ok,
+            "config": json.loads(json.dumps(dataclasses.asdict(self.config))),  # tuples: lists
+            "pattern": self.pattern,
+            "outputs": self.outputs,
+            "sinks": self.sinks,
+            "rtl_cycles": self.rtl_cycles,
+            "rtl_profile": {
+                "cycles": self.rtl_profile_cycles,
+                "error": error(self.rtl_profile_cycles),
+            },
+            "paper_profile": {"cycles": self.paper_cycles, "error": error(self.paper_cycles)},
+            "mismatch": mismatch,
+            "divergence": None if self.divergence is None else dataclasses.asdict(self.divergence),
+            "compared_streams": self.compared_streams,
+            "flags": [list(f) for f in self.flags],
+            "rtl_error": self.rtl_error,
+            "folder": None if c is None else str(c.folder),
+            "build_s": None if c is None else c.build_s,
+            "run_s": None if c is None else c.run_s,
+        }
 
     def __str__(self) -> str:
         what = ", ".join([*self.outputs, *(f"sink {s}" for s in self.sinks)]) or "nothing"
