@@ -30,3 +30,15 @@ def test_zipped_streams_on_the_rtl(name, pattern, seed):
     assert report.ok and report.rtl_cycles > 0, str(report)
     if pattern == "always":  # the profile models always-ready Sinks and memories
         assert report.rtl_profile_cycles == report.rtl_cycles, str(report)
+
+
+def test_a_sink_takes_a_zips_tuples_whole_on_the_fast_tier():
+    """The routers' graph, whose Sink ``y_pairs`` takes ``(a, b)`` pairs whole, on the fast tier:
+    the recorded payloads unpack (``format_from_json``) to the interpreter's pairs."""
+    graph, inputs = GRAPHS["routers"]()
+    report = validate(graph, inputs=inputs, tier="fast", tag="zip_routers_fast", quiet=True)
+    assert report.ok and report.rtl_profile_cycles == report.rtl_cycles, str(report)
+    pairs = report.cosim.sinks["y_pairs"]
+    assert len(pairs) == 3 * 2 + 3 + 1 and all(isinstance(t, tuple) for t in pairs[:2])
+    a0, b0 = pairs[0]
+    assert (a0 == inputs["a"][0][0]).all() and (b0 == inputs["b"][0][0]).all()

@@ -85,17 +85,16 @@ TUPLE_MOVERS = (
 
 
 def tuple_rule(node: Any, config: HwConfig) -> None:
-    """Only :data:`TUPLE_MOVERS` and a unit whose function takes the tuple apart
-    (``Map(Zip(a, b), fn)`` with a two-argument ``fn``, :attr:`step_lang.graph.Node.unpacks_tuple`)
-    read a stream of tuples (a Zip's output); a buffer, a store, a Sink, and a unit whose
-    function wants the tuple whole, have no tuple encoding. The message is the one the
+    """Only :data:`TUPLE_MOVERS`, a Sink (its top-level port carries the tuple whole) and a unit
+    whose function takes the tuple apart (``Map(Zip(a, b), fn)`` with a two-argument ``fn``,
+    :attr:`step_lang.graph.Node.unpacks_tuple`) read a stream of tuples (a Zip's output); a
+    buffer, a store, and a unit whose function wants the tuple whole, have no tuple encoding. The message is the one the
     block's ``from_node`` gives (:meth:`TokenFormat.for_elem`)."""
-    if isinstance(node, TUPLE_MOVERS) or node.is_feedback or node.unpacks_tuple:
+    if isinstance(node, (*TUPLE_MOVERS, ops.Sink)) or node.is_feedback or node.unpacks_tuple:
         return
-    top = isinstance(node, ops.Sink)  # a top-level port: named by its node alone
     for port, s in zip(node.input_names, node.inputs, strict=True):
         if isinstance(s.elem, TupleType):
-            TokenFormat.for_elem(s.elem, config, where=where(node, None if top else port))
+            TokenFormat.for_elem(s.elem, config, where=where(node, port))
 
 
 def _formats(elem: Any, config: HwConfig, at: str) -> list[TokenFormat]:

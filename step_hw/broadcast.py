@@ -16,13 +16,12 @@ from amaranth.lib.wiring import In, Out
 from step_lang import ops
 from step_lang.errors import StepTypeError
 from step_lang.graph import Node
-from step_lang.types import TupleType
 
 from .checks import check_format, check_int, check_node_class, where
 from .config import HwConfig
 from .payload import Kind, TokenFormat
 from .payload_fields import put
-from .tuple_format import TupleFormat, tuple_format
+from .tuple_format import TupleFormat, stream_format
 
 __all__ = ["Broadcast", "fork", "node_format", "token"]
 
@@ -70,10 +69,7 @@ def node_format(
     )
     at = where(node, names[port])
     stype = stypes[port]
-    if isinstance(stype.elem, TupleType):
-        fmt: TokenFormat | TupleFormat = tuple_format(stype.elem, config, where=at)
-    else:
-        fmt = TokenFormat.for_elem(stype.elem, config, where=at)
+    fmt = stream_format(stype.elem, config, where=at)
     if stype.rank > config.max_level:
         raise StepTypeError(
             f"{at}: a rank-{stype.rank} stream needs stop levels up to S{stype.rank}; "

@@ -63,7 +63,7 @@ from .payload import Kind, TokenFormat
 from .queue import Queue
 from .run_time_depths import limit_fields, pack_limits, queues
 from .run_time_geometry import check_geometry, pack_geometry
-from .tuple_format import connect_items
+from .tuple_format import TupleFormat, connect_items, stream_format
 from .verilog_modules import instance_module, module_bodies
 
 __all__ = ["HARDWARE", "ElaboratedGraph", "axi_managers", "convert", "supported_kinds", "write"]
@@ -162,13 +162,15 @@ class ElaboratedGraph(wiring.Component):
             "error": Out(1),
             "overflow": Out(1),
         }
-        self._formats: dict[str, TokenFormat] = {}
+        self._formats: dict[str, TokenFormat | TupleFormat] = {}
         try:
             for node in order:
                 if isinstance(node, _PORTS):
                     source = isinstance(node, ops.Source)
                     s = node.outputs[0] if source else node.inputs[0]
-                    fmt = TokenFormat.for_elem(s.elem, config, where=where(node, None))
+                    # a Sink takes a Zip's tuples whole; a Source's tokens are single items
+                    formats = TokenFormat.for_elem if source else stream_format
+                    fmt = formats(s.elem, config, where=where(node, None))
                     self._formats[node.name] = fmt
                     members[_port_name(node)] = (In if source else Out)(fmt.signature())
                     continue

@@ -145,8 +145,8 @@ class TokenFormat:
                        level_bits=config.level_bits, dynamic=dynamic,
                        float_dtype=elem.dtype.name if floating else None)  # fmt: skip
         hint = (
-            " (only shape blocks, a Broadcast and the routers move a Zip's tuples, and only a "
-            "function of their items, e.g. Map(Zip(a, b), fn=add), reads them)"
+            " (only shape blocks, a Broadcast, the routers and a Sink move a Zip's tuples, and "
+            "only a function of their items, e.g. Map(Zip(a, b), fn=add), reads them)"
             if isinstance(elem, TupleType)
             else ""
         )

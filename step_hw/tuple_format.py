@@ -24,7 +24,7 @@ from .config import HwConfig
 from .payload import KIND_BITS, Kind, TokenFormat, pack_fields, unpack_fields
 from .payload_fields import token_layout
 
-__all__ = ["TupleFormat", "connect_items", "tuple_format"]
+__all__ = ["TupleFormat", "connect_items", "format_from_json", "stream_format", "tuple_format"]
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,23 @@ def tuple_format(elem: TupleType, config: HwConfig, *, where: str) -> TupleForma
     without a hardware encoding raises a :class:`StepTypeError` that starts with ``where``."""
     a, b = (TokenFormat.for_elem(e, config, where=where) for e in elem.items)
     return TupleFormat(a, b)
+
+
+def stream_format(elem: Any, config: HwConfig, *, where: str) -> TokenFormat | TupleFormat:
+    """The payload format of a stream of ``elem``: a :class:`TupleFormat` for a Zip's 2-tuples,
+    else :meth:`TokenFormat.for_elem` (which raises, starting with ``where``, for an element
+    without a hardware encoding)."""
+    if isinstance(elem, TupleType):
+        return tuple_format(elem, config, where=where)
+    return TokenFormat.for_elem(elem, config, where=where)
+
+
+def format_from_json(fields: dict[str, Any]) -> TokenFormat | TupleFormat:
+    """The format a design's description gives a top-level stream (``dataclasses.asdict`` of a
+    :class:`TokenFormat`, or of a :class:`TupleFormat`: its items ``a`` and ``b``)."""
+    if set(fields) == {"a", "b"}:
+        return TupleFormat(TokenFormat(**fields["a"]), TokenFormat(**fields["b"]))
+    return TokenFormat(**fields)
 
 
 def connect_items(m: Module, tuples: Any, items: Sequence[Any]) -> None:

@@ -13,10 +13,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def assert_same_tokens(got: list, want: list) -> None:
-    """Tokens from a block equal the interpreter's: tiles by value (as int64; bool tiles as bool)."""
+    """Tokens from a block equal the interpreter's: tiles by value (as int64; bool tiles as bool),
+    a Zip's pairs item by item."""
     assert len(got) == len(want), f"{len(got)} tokens, the interpreter wrote {len(want)}"
     for i, (a, b) in enumerate(zip(got, want, strict=True)):
-        if isinstance(b, np.ndarray):
+        if isinstance(b, tuple):  # a Zip's pair, item by item
+            assert isinstance(a, tuple), f"token #{i}: {a!r}, want a tuple"
+            assert_same_tokens(list(a), list(b))
+        elif isinstance(b, np.ndarray):
             assert isinstance(a, np.ndarray), f"token #{i}: {a!r}, want a tile"
             if _is_float(b):  # bit patterns (NaN payloads, signed zeros)
                 assert a.dtype == b.dtype, f"token #{i}: dtype {a.dtype}, want {b.dtype}"

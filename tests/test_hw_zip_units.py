@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from step_hw.checks import operand_ports
 from step_hw.config import HwConfig
-from step_hw.payload import TokenFormat
+from step_hw.tuple_format import stream_format
 from step_lang import (
     Accum,
     FlatMap,
@@ -63,7 +63,7 @@ def _agree(graph: Graph, inputs: dict, config: HwConfig) -> InterpretResult:
     sinks = [n for n in graph.nodes.values() if isinstance(n, Sink)]
     for sink in sinks:
         stream = sink.inputs[0]
-        fmt = TokenFormat.for_elem(stream.elem, config)
+        fmt = stream_format(stream.elem, config, where=sink.name)
         got = [fmt.unpack(p) for p in payloads[stream.name]]
         assert_same_tokens(got, want.tokens(stream))
     assert sends(graph, inputs, config) == (pushes, cycles)
@@ -118,8 +118,8 @@ def test_a_flatmap_reads_a_zips_tuples():
 def routed_pairs(config: HwConfig) -> tuple[Graph, dict]:
     """A graph whose routers move a Zip's tuples, and its Source tokens: ``(a, b)`` pairs of 4x4
     tiles (``[3, 2]``) through a Partition by selectors (``sum`` and ``product`` branches, the
-    second row of pairs both ways) and a Reassemble by the same selectors, and dealt by a
-    Parallelize to two ``sub`` units."""
+    second row of pairs both ways) and a Reassemble by the same selectors, dealt by a
+    Parallelize to two ``sub`` units, and whole to a Sink."""
     fx = numerics.functions(config)
     tile = Tile(DTYPES[config.elem_dtype], 4, 4)
     g = Graph("routed")
@@ -133,6 +133,7 @@ def routed_pairs(config: HwConfig) -> tuple[Graph, dict]:
     dealt = Parallelize(Zip(a, b, name="again").out, 2, 1, name="deal").outputs
     for k, part in enumerate(dealt):
         Sink(Map(part, fn=fx.sub, name=f"diff{k}").out, name=f"y_diff{k}")
+    Sink(Zip(a, b, name="pairs_out").out, name="y_pairs")  # the tuples whole, at a top-level port
     rng = np.random.default_rng(5)
     inputs = {k: nest_leaves((3, 2), lambda: _values(config, rng, (4, 4))) for k in "ab"}
     inputs["sel"] = [np.array(s, bool) for s in ((1, 0), (1, 1), (0, 1))]

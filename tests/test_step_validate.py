@@ -216,3 +216,15 @@ def test_each_reader_is_compared_with_the_merge_order_it_chose():
     plain = refs.of({})
     for bad in (sel(1, 1, 1, 0), [np.array([True, True]), DONE]):
         assert refs.of({"merge.sel": bad})[0] is plain[0]
+
+
+def test_a_zips_pairs_compare_item_by_item():
+    import numpy as np
+
+    from step_hw.cosim.report import _tokens_equal
+
+    a, b = np.arange(4).reshape(2, 2), np.ones((2, 2), int)
+    assert _tokens_equal((a, b), (a.copy(), b.copy()))
+    assert not _tokens_equal((a, b), (a, a))
+    assert not _tokens_equal((a, b), a) and not _tokens_equal(a, (a, b))
+    assert not _tokens_equal((a, b), (a,))

@@ -675,13 +675,13 @@ def _with_run_tensors(desc: dict, graph: Graph) -> dict:
 
 
 def _sink_tokens(desc: dict, path: Path) -> dict[str, list[Any]]:
-    from step_hw.payload import TokenFormat
+    from step_hw.tuple_format import format_from_json
 
     if not path.is_file():
         return {}
     out = {}
     for port, payloads in json.loads(path.read_text()).items():
-        fmt = TokenFormat(**desc["streams"][port]["format"])
+        fmt = format_from_json(desc["streams"][port]["format"])
         out[port.removeprefix("snk_")] = [fmt.unpack(int(p, 16)) for p in payloads]
     return out
 

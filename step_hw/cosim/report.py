@@ -231,6 +231,13 @@ def same_values(a: Any, b: Any) -> bool:
 
 
 def _tokens_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, tuple) or isinstance(b, tuple):  # a Zip's pairs, item by item
+        return (
+            isinstance(a, tuple)
+            and isinstance(b, tuple)
+            and len(a) == len(b)
+            and all(_tokens_equal(x, y) for x, y in zip(a, b, strict=True))
+        )
     if hasattr(a, "shape") or hasattr(b, "shape"):
         return same_values(a, b)
     return a == b
