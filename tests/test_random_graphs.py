@@ -4,7 +4,8 @@ Hypothesis draws a Source of integer tiles, an optional route (two branches with
 Partition by a selector stream and Reassemble by the same selectors, or Partition or
 Parallelize and an EagerMerge in arrival order; of the tiles, or of a Zip's pairs of them) and
 a chain of shape, memory and higher-order operators (Map, Map of a Zip, RetileStreamify, Accum,
-Scan, ...), each drawn among those that fit the current stream. Every stream of the graph must
+Scan, ...), each drawn among those that fit the current stream, and half the time a Zip of the
+result with itself into the Sink. Every stream of the graph must
 carry the same tokens in ``interpret`` and in ``simulate`` under both timing profiles (``paper``
 and ``rtl``): timing may differ, values, stops and their order may not; where an EagerMerge
 chooses by arrival, the interpreter replays the order the profile chose. The graphs compute with
@@ -226,6 +227,8 @@ def graphs(draw, elem: Tile = ELEM, fns: Any = F):
         x = _route(draw, g, x, 1, inputs, fns)
     for k in range(draw(st.integers(1, 4))):
         x = _unary_stage(draw, x, k, empty=0 in inner, fns=fns)
+    if draw(st.booleans()):  # the Sink takes pairs whole: a top-level port of tuples
+        x = Zip(x, x, name="out_pairs").out
     Sink(x, name="sink")
     return g, inputs
 
