@@ -26,7 +26,15 @@ from step_hw.config import HwConfig, config_for
 
 from .registry import UsageError
 
-__all__ = ["HW_SETTINGS", "file_config", "hw_settings"]
+__all__ = [
+    "HW_SETTINGS",
+    "SWEEP_KEYS",
+    "file_config",
+    "hardware_point",
+    "hw_settings",
+    "parse_hw_tile",
+    "run_hardware_point",
+]
 
 # Set by the graph's hardware functions (``numerics.functions(config)``), not by ``--hw``.
 _FROM_THE_GRAPH = ("elem_dtype", "acc_dtype", "frac_bits")
@@ -41,59 +49,132 @@ HW_SETTINGS: tuple[str, ...] = tuple(
 )
 
 
-def hw_settings(texts: Sequence[str]) -> dict[str, int | None]:
+#: The keys of a sweep spec's ``[hardware]`` table: the settings, ``hw_tile`` and ``memory``.
+SWEEP_KEYS: tuple[str, ...] = (*HW_SETTINGS, "hw_tile", "memory")
+
+
+def parse_hw_tile(text: str) -> tuple[int, int]:
+    """``ROWSxCOLS`` (``--hw-tile``) as two positive integers."""
+    rows, sep, cols = str(text).partition("x")
+    if not (sep and rows.isdigit() and cols.isdigit() and int(rows) > 0 and int(cols) > 0):
+        raise UsageError(f"must be ROWSxCOLS of positive integers, e.g. 16x16, not {text!r}")
+    return int(rows), int(cols)
+
+
+def hw_settings(texts: Sequence[str], where: str = "--hw") -> dict[str, int | None]:
     """The ``--hw KEY=VALUE`` options as ``{key: value}``, each key a setting of
-    :data:`HW_SETTINGS` given once and each value an integer (``none`` where allowed)."""
+    :data:`HW_SETTINGS` given once and each value an integer (``none`` where allowed); errors
+    start with ``where`` (the option, or a sweep's ``[hardware]``)."""
     settings: dict[str, int | None] = {}
     for text in texts:
         key, sep, raw = (part.strip() for part in text.partition("="))
         if not sep or not key:
-            raise UsageError(f"--hw {text!r}: expected KEY=VALUE, e.g. lanes=64")
+            raise UsageError(f"{where} {text!r}: expected KEY=VALUE, e.g. lanes=64")
         if key in _FROM_THE_GRAPH:
             raise UsageError(
-                f"--hw {key}: the number format is the graph's; build its functions with "
+                f"{where} {key}: the number format is the graph's; build its functions with "
                 "numerics.functions(config)"
             )
         if key in _PYTHON_ONLY:
-            raise UsageError(f"--hw {key}: a run-time setting of one build, given in Python")
+            raise UsageError(f"{where} {key}: a run-time setting of one build, given in Python")
         if key not in HW_SETTINGS:
             raise UsageError(
-                f"--hw {key}: HwConfig has no such setting; settings: {', '.join(HW_SETTINGS)}"
+                f"{where} {key}: HwConfig has no such setting; settings: {', '.join(HW_SETTINGS)}"
             )
         if key in settings:
-            raise UsageError(f"--hw {key} given twice ({settings[key]} and {raw})")
-        settings[key] = _value(key, raw)
+            raise UsageError(f"{where} {key} given twice ({settings[key]} and {raw})")
+        settings[key] = _value(key, raw, where)
     return settings
 
 
-def _value(key: str, raw: str) -> int | None:
+def _value(key: str, raw: str, where: str) -> int | None:
     if key in _NONE_ALLOWED and raw.lower() == "none":
         return None
     try:
         return int(raw)
     except ValueError:
         also = " or none" if key in _NONE_ALLOWED else ""
-        raise UsageError(f"--hw {key} must be an integer{also}, not {raw!r}") from None
+        raise UsageError(f"{where} {key} must be an integer{also}, not {raw!r}") from None
 
 
 def file_config(
-    graph: Any, settings: Mapping[str, int | None], hw_tile: tuple[int, int] | None
+    graph: Any,
+    settings: Mapping[str, int | None],
+    hw_tile: tuple[int, int] | None,
+    where: str = "--hw",
 ) -> HwConfig:
     """The hardware of a graph file: ``HwConfig(**settings)`` with the tile of ``--hw-tile``
-    (``hw_tile``) and the number format of ``graph``'s functions."""
+    (``hw_tile``) and the number format of ``graph``'s functions; errors start with ``where``."""
     settings = dict(settings)
     if hw_tile is not None:
         for key, value in zip(("tile_rows", "tile_cols"), hw_tile, strict=True):
             if settings.get(key, value) != value:
                 raise UsageError(
-                    f"--hw {key}={settings[key]} contradicts --hw-tile {hw_tile[0]}x{hw_tile[1]}"
+                    f"{where} {key}={settings[key]} contradicts "
+                    f"{'--hw-tile' if where == '--hw' else 'hw_tile'} {hw_tile[0]}x{hw_tile[1]}"
                 )
             settings[key] = value
     try:
         base = HwConfig(**settings)
     except ValueError as exc:
-        raise UsageError(f"--hw: {exc}") from None
+        raise UsageError(f"{where}: {exc}") from None
     try:
         return config_for(graph, base)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+
+def hardware_point(graph: Any, point: Mapping[str, Any]) -> tuple[HwConfig, Any, tuple | None]:
+    """One point of a sweep's ``[hardware]`` grid (:data:`SWEEP_KEYS`) for ``graph``: its
+    hardware, its memory model (a ``MemoryModel`` preset, default ``axi_ram``) and its
+    hardware tile (``hw_tile``, or ``None``); a bad key or value raises :class:`UsageError`."""
+    from step_hw.memory_model import PRESETS, MemoryModel
+
+    unknown = sorted(set(point) - set(SWEEP_KEYS))
+    if unknown:
+        raise UsageError(
+            f"[hardware] has no key {', '.join(unknown)}; keys: {', '.join(SWEEP_KEYS)}"
+        )
+    try:
+        hw_tile = parse_hw_tile(point["hw_tile"]) if "hw_tile" in point else None
+    except UsageError as exc:
+        raise UsageError(f"[hardware] hw_tile {exc}") from None
+    memory = point.get("memory", "axi_ram")
+    if memory not in PRESETS:
+        raise UsageError(f"[hardware] memory must be one of {', '.join(PRESETS)}, not {memory!r}")
+    texts = [f"{k}={v}" for k, v in point.items() if k in HW_SETTINGS]
+    config = file_config(graph, hw_settings(texts, "[hardware]"), hw_tile, "[hardware]")
+    return config, getattr(MemoryModel, memory)(), hw_tile
+
+
+def run_hardware_point(
+    target: str, point: Mapping[str, Any], functional: bool = False
+) -> dict[str, Any]:
+    """Simulate the graph file ``target`` on one hardware ``point`` (:func:`hardware_point`)
+    with the ``rtl`` profile; the row holds the point and the measured figures."""
+    import time
+
+    from sim import simulate
+    from sim.profiles import RtlProfile
+
+    from .registry import example
+
+    ex = example(target)
+    graph = ex.build({})
+    config, memory_model, hw_tile = hardware_point(graph, point)
+    if hw_tile is not None:
+        from step_lang.hier_tiling import hier_tile
+
+        graph = hier_tile(graph, *hw_tile)
+    t0 = time.perf_counter()
+    result = simulate(graph, ex.memory({}, True), inputs=ex.inputs, functional=functional,
+                      profile=RtlProfile.for_memory(memory_model, config))  # fmt: skip
+    return {
+        "example": target,
+        **point,
+        "cycles": result.cycles,
+        "offchip_bytes": result.offchip_bytes,
+        "flops": result.flops,
+        "compute_util": round(result.compute_utilization, 6),
+        "sim_wall_s": round(time.perf_counter() - t0, 3),
+    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import pathlib
@@ -68,13 +69,13 @@ def _load(args) -> tuple:
 
 
 def _hw_tile(text: str) -> tuple[int, int]:
-    """``--hw-tile ROWSxCOLS``: positive integers."""
-    rows, sep, cols = text.partition("x")
-    if not (sep and rows.isdigit() and cols.isdigit() and int(rows) > 0 and int(cols) > 0):
-        raise argparse.ArgumentTypeError(
-            f"must be ROWSxCOLS of positive integers, e.g. 16x16, not {text!r}"
-        )
-    return int(rows), int(cols)
+    """``--hw-tile ROWSxCOLS``: positive integers (:func:`stepcli.hardware.parse_hw_tile`)."""
+    from .hardware import parse_hw_tile
+
+    try:
+        return parse_hw_tile(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _add_hw_tile(p: argparse.ArgumentParser) -> None:
@@ -269,7 +270,7 @@ def cmd_sweep(args) -> None:
 
     spec = load_spec(args.spec)
     if args.output:
-        spec = type(spec)(spec.example, spec.points, spec.functional, pathlib.Path(args.output))
+        spec = dataclasses.replace(spec, output=pathlib.Path(args.output))
     rows = run_sweep(spec, workers=args.workers, scheduler=args.scheduler, cluster=args.cluster,
                      progress=not args.quiet)  # fmt: skip
     print(f"{len(rows)} points in {spec.output}")

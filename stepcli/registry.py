@@ -430,7 +430,8 @@ def run_point(name: str, params: Mapping[str, Any], functional: bool = False) ->
     graph = ex.build(p)
     memory = ex.memory(p, functional)
     t0 = time.perf_counter()
-    result = simulate(graph, memory, profile=ex.profile(p), functional=functional)
+    result = simulate(graph, memory, profile=ex.profile(p), functional=functional,
+                      inputs=ex.inputs)  # fmt: skip
     wall = time.perf_counter() - t0
     cost = metrics(graph, "artifact").evaluate(ex.dims(p))
     onchip = cost.onchip_bytes

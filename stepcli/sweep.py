@@ -14,6 +14,12 @@ Spec::
     tiling = ["static"]
     tile_n = [8, 16, 32, 64]
 
+A graph file (``example = "mylayer.py:build"``) may instead sweep the hardware it runs on, with
+the ``rtl`` profile: a ``[hardware]`` table of lists over ``HwConfig``'s integer settings,
+``hw_tile`` (``"16x16"``: hierarchical tiling onto that tile) and ``memory`` (a ``MemoryModel``
+preset), e.g. ``lanes = [16, 64]``, ``memory = ["axi_ram", "hbm"]``
+(:func:`stepcli.hardware.run_hardware_point`).
+
 Results are one CSV row per point. Points already in the output file are skipped, so an
 interrupted sweep resumes where it stopped.
 """
@@ -45,6 +51,8 @@ class SweepSpec:
     points: list[dict[str, Any]]
     functional: bool
     output: pathlib.Path
+    #: the keys of the ``[hardware]`` grid (a graph file's hardware sweep), in each point too
+    hardware_keys: tuple[str, ...] = ()
 
 
 def load_spec(path: str | pathlib.Path) -> SweepSpec:
@@ -56,7 +64,7 @@ def load_spec(path: str | pathlib.Path) -> SweepSpec:
         raise UsageError(f"cannot read sweep spec {path}: {exc.strerror}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"sweep spec {path} is not valid TOML: {exc}") from exc
-    unknown = sorted(set(raw) - {"example", "functional", "output", "fixed", "grid"})
+    unknown = sorted(set(raw) - {"example", "functional", "output", "fixed", "grid", "hardware"})
     if unknown:
         raise UsageError(f"sweep spec {path}: unknown key(s) {', '.join(unknown)}")
     if "example" not in raw:
@@ -67,10 +75,13 @@ def load_spec(path: str | pathlib.Path) -> SweepSpec:
         ("output", str, "a string (a CSV path)"),
         ("fixed", dict, "a table ([fixed])"),
         ("grid", dict, "a table ([grid])"),
+        ("hardware", dict, "a table ([hardware])"),
     ):
         if key in raw and not isinstance(raw[key], kind):
             raise UsageError(f"sweep spec {path}: '{key}' must be {what}, not {raw[key]!r}")
     ex = example(raw["example"])
+    if "hardware" in raw:
+        return _hardware_spec(path, raw, ex)
     fixed = raw.get("fixed", {})
     grid = raw.get("grid", {})
     both = sorted(set(fixed) & set(grid))
@@ -91,6 +102,47 @@ def load_spec(path: str | pathlib.Path) -> SweepSpec:
             raise UsageError(f"sweep spec {path}: {exc}") from None
     output = pathlib.Path(raw.get("output", f"build/sweeps/{path.stem}.csv"))
     return SweepSpec(raw["example"], points, bool(raw.get("functional", False)), output)
+
+
+def _hardware_spec(path: pathlib.Path, raw: dict[str, Any], ex: Any) -> SweepSpec:
+    """A graph file's hardware sweep: the product of the ``[hardware]`` lists, each point
+    checked (:func:`stepcli.hardware.hardware_point`) before anything runs."""
+    from .hardware import hardware_point
+    from .userfile import is_graph_file
+
+    if not is_graph_file(raw["example"]):
+        raise UsageError(
+            f"sweep spec {path}: [hardware] sweeps a graph file's hardware (example = "
+            f"'path/to/file.py:function'); example '{raw['example']}' is built for its own"
+        )
+    if raw.get("fixed") or raw.get("grid"):
+        raise UsageError(f"sweep spec {path}: a graph file has no parameters for [fixed] or [grid]")
+    grid = raw["hardware"]
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise UsageError(f"sweep spec {path}: hardware.{key} must be a non-empty list")
+    keys = list(grid)
+    points = [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*grid.values())]
+    graph = ex.build({})
+    for p in points:
+        try:
+            hardware_point(graph, p)
+        except UsageError as exc:
+            raise UsageError(f"sweep spec {path}: {exc}") from None
+    output = pathlib.Path(raw.get("output", f"build/sweeps/{path.stem}.csv"))
+    return SweepSpec(raw["example"], points, bool(raw.get("functional", False)), output,
+                     tuple(keys))  # fmt: skip
+
+
+def _run_point(
+    name: str, point: dict[str, Any], functional: bool, hardware_keys: tuple[str, ...]
+) -> dict[str, Any]:
+    """One point: an example's parameters (``run_point``), or a graph file's hardware."""
+    if hardware_keys:
+        from .hardware import run_hardware_point
+
+        return run_hardware_point(name, point, functional)
+    return run_point(name, point, functional)
 
 
 def _key(row: dict[str, Any], params: Iterable[str]) -> str:
@@ -129,8 +181,10 @@ def run_sweep(
     running scheduler, ``cluster="local"`` starts a ``LocalCluster`` of ``workers`` workers.
     """
     ex = example(spec.example)
-    names = list(ex.defaults)
-    full = [ex.params(p) for p in spec.points]
+    hw = spec.hardware_keys
+    names = list(ex.defaults) + list(hw)
+    full = [{**ex.params({k: v for k, v in p.items() if k not in hw}), **{k: p[k] for k in hw}}
+            for p in spec.points]  # fmt: skip
     done = _read_done(spec.output, names)
     todo = [p for p in full if _key(p, names) not in done]
     rows: dict[str, dict[str, Any]] = dict(done)
@@ -158,10 +212,13 @@ def run_sweep(
 def _pool(spec: SweepSpec, todo: list[dict], workers: int) -> Iterable[dict]:
     if workers <= 1:
         for p in todo:
-            yield run_point(spec.example, p, spec.functional)
+            yield _run_point(spec.example, p, spec.functional, spec.hardware_keys)
         return
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(run_point, spec.example, p, spec.functional) for p in todo]
+        futures = [
+            pool.submit(_run_point, spec.example, p, spec.functional, spec.hardware_keys)
+            for p in todo
+        ]
         for fut in as_completed(futures):
             yield fut.result()
 
@@ -186,8 +243,10 @@ def _dask(
     try:
         with Client(local if local else scheduler) as client:
             futures = [
-                client.submit(run_point, spec.example, p, spec.functional, pure=False) for p in todo
-            ]
+                client.submit(_run_point, spec.example, p, spec.functional, spec.hardware_keys,
+                              pure=False)
+                for p in todo
+            ]  # fmt: skip
             for fut in dask_completed(futures):
                 yield fut.result()
     finally:

@@ -253,3 +253,74 @@ def test_the_paper_profiles_channels_are_the_hardwares_read_ports():
     assert read_ports(graph, HwConfig()) == 2  # a port per load (the store writes)
     assert read_ports(graph, HwConfig(axi_ports=1)) == 1
     assert read_ports(graph, HwConfig(axi_ports=3)) == 3
+
+
+HW_SPEC = """
+example = "wide.py:build"
+output = "hw.csv"
+[hardware]
+hw_tile = ["8x8"]
+lanes = [16, 64]
+memory = ["axi_ram", "hbm"]
+axi_ports = ["none", 1]
+"""
+
+
+def test_a_sweep_of_a_graph_files_hardware(wide, capsys):
+    """``[hardware]`` sweeps a graph file over HwConfig settings, hardware tiles and memories
+    with the rtl profile: one row per point, each the cycles of ``RtlProfile.for_memory``."""
+    import csv
+
+    from sim import simulate
+    from sim.profiles import RtlProfile
+    from step_hw.memory_model import MemoryModel
+    from step_lang.hier_tiling import hier_tile
+
+    Path("hw.toml").write_text(HW_SPEC)
+    assert main(["sweep", "hw.toml", "-q", "-j", "2"]) == 0
+    assert capsys.readouterr().out == "8 points in hw.csv\n"
+    rows = list(csv.DictReader(Path("hw.csv").read_text().splitlines()))
+    assert len(rows) == 8
+    graph, memory = _graph_and_memory()
+    tiled = hier_tile(graph, 8, 8)
+    seen = set()
+    for row in rows:
+        ports = None if row["axi_ports"] == "none" else int(row["axi_ports"])
+        config = HwConfig(tile_rows=8, tile_cols=8, lanes=int(row["lanes"]), axi_ports=ports)
+        model = getattr(MemoryModel, row["memory"])()
+        want = simulate(tiled, memory, profile=RtlProfile.for_memory(model, config))
+        assert int(row["cycles"]) == want.cycles, row
+        seen.add(int(row["cycles"]))
+    assert len(seen) >= 4  # the memory and the ports change the cycles
+    # Resumed: every point is in the CSV already, so nothing runs again.
+    assert main(["sweep", "hw.toml", "-q", "-j", "1"]) == 0
+    assert len(Path("hw.csv").read_text().splitlines()) == 1 + 8
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('example = "moe"\n[hardware]\nlanes = [16]\n',
+         r"\[hardware\] sweeps a graph file's hardware \(example = 'path/to/file\.py:function'\); "
+         r"example 'moe' is built for its own"),
+        ('example = "wide.py:build"\n[grid]\nbatch = [1]\n[hardware]\nlanes = [16]\n',
+         r"a graph file has no parameters for \[fixed\] or \[grid\]"),
+        ('example = "wide.py:build"\n[hardware]\nlanes = 16\n',
+         r"hardware\.lanes must be a non-empty list"),
+        ('example = "wide.py:build"\n[hardware]\nspeed = [1]\n',
+         r"\[hardware\] has no key speed; keys: tile_rows, .*, hw_tile, memory"),
+        ('example = "wide.py:build"\n[hardware]\nlanes = [16, 0]\n',
+         r"\[hardware\]: HwConfig\.lanes must be a positive integer, not 0"),
+        ('example = "wide.py:build"\n[hardware]\nlanes = ["many"]\n',
+         r"\[hardware\] lanes must be an integer, not 'many'"),
+        ('example = "wide.py:build"\n[hardware]\nmemory = ["dram"]\n',
+         r"\[hardware\] memory must be one of axi_ram, hbm, paper, not 'dram'"),
+        ('example = "wide.py:build"\n[hardware]\nhw_tile = ["8"]\n',
+         r"\[hardware\] hw_tile must be ROWSxCOLS of positive integers, e\.g\. 16x16, not '8'"),
+        ('example = "wide.py:build"\n[hardware]\nhw_tile = ["8x8"]\ntile_rows = [16]\n',
+         r"\[hardware\] tile_rows=16 contradicts hw_tile 8x8"),
+    ],
+)  # fmt: skip
+def test_bad_hardware_sweep_specs(wide, capsys, text, message):
+    Path("bad.toml").write_text(text)
+    check(capsys, ["sweep", "bad.toml"], r"sweep spec bad\.toml: " + message)

@@ -228,3 +228,19 @@ def test_a_zips_pairs_compare_item_by_item():
     assert not _tokens_equal((a, b), (a, a))
     assert not _tokens_equal((a, b), a) and not _tokens_equal(a, (a, b))
     assert not _tokens_equal((a, b), (a,))
+
+
+def test_a_sweep_of_a_graph_file_feeds_its_sources(tmp_path, monkeypatch, capsys):
+    """A sweep spec naming a Source-driven graph file runs its one point with the file's Source
+    tokens (it ran without them and failed: "Source 'x' has no tokens")."""
+    import csv
+
+    from sim import simulate
+
+    monkeypatch.chdir(tmp_path)
+    graph_file(tmp_path)
+    (tmp_path / "one.toml").write_text('example = "mygraph.py:build"\noutput = "one.csv"\n')
+    assert main(["sweep", "one.toml", "-q", "-j", "1"]) == 0
+    (row,) = csv.DictReader((tmp_path / "one.csv").read_text().splitlines())
+    graph, memory, inputs = _tutorial_graph()
+    assert int(row["cycles"]) == simulate(graph, memory, inputs=inputs).cycles > 0
