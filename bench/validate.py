@@ -1015,10 +1015,10 @@ def main(argv: list[str] | None = None) -> None:
                 {"workload": p.workload, "params": p.params, "error": True, **r.get("_speed", {})}
             )
             fatal |= r["fatal"]
-            if p.design not in failed or r["fatal"]:
+            if p.design not in failed or r["fatal"]:  # said once per design
                 print(f"{name}: {'FAILED' if r['fatal'] else 'skipped'} {r['error']}")
-                missing.append(r["error"])
                 failed.add(p.design)
+            missing.append(r["error"])  # and counted per point
             continue
         points.append(r)
     if not points:

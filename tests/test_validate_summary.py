@@ -435,6 +435,31 @@ def test_a_failed_points_seconds_and_its_designs_sizing_stay_in_the_speed_file(
     assert summary["missing"] == ["second_default: CosimError: deadlock"]
 
 
+def test_every_failed_point_is_missing_and_said_once_per_design(monkeypatch, tmp_path, capsys):
+    # two points of one design skipped for the same reason: the acceptance line counts both
+    # ("2 failed or skipped"), the run prints the reason once
+    _fake_sweeps(monkeypatch, tmp_path, None)
+
+    def points(name, depths, memory):
+        return [V.Point(name, {"depths": d}, None, {}, None, "shared") for d in depths]
+
+    def run(name, index):
+        if name == "second":
+            return {"error": f"shared {index}: NotCached: no cached sizing", "fatal": False}
+        return {**_measured(name, index), "_speed": {"sim_wall_s": 0.1, "point_s": 1.0}}
+
+    monkeypatch.setattr(V, "_sweep_points", points)
+    monkeypatch.setattr(
+        V, "_run_all", lambda tasks, options, jobs: ([run(*t) for t in tasks], {"first": 1.0})
+    )
+    V.main([])
+    assert capsys.readouterr().out.count("second: skipped shared") == 1
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["missing"] == [f"shared {i}: NotCached: no cached sizing" for i in (0, 1)]
+    (ran,) = [a for a in summary["acceptance"] if a["criterion"] == "every selected point ran"]
+    assert ran["value"].startswith("2 failed or skipped") and ran["met"] is False
+
+
 def test_a_failed_point_reports_the_sizing_it_did(monkeypatch, tmp_path):
     sizing = tmp_path / "design.json"
     monkeypatch.setattr(V, "_sized_here", {sizing: 12.5})
