@@ -14,6 +14,10 @@ The number format is the graph's (``elem_dtype``, ``acc_dtype``, ``frac_bits``: 
 functions with ``numerics.functions(config)``), and ``queue_capacity`` and ``geometry_bounds``
 (one build for several depth settings or tilings) are Python-only; ``--hw`` refuses them. A
 value ``HwConfig`` refuses is a one-line error naming the setting and the value.
+
+A sweep spec's ``[hardware]`` table gives the same settings, ``hw_tile`` and a ``memory``
+preset as lists (:data:`SWEEP_KEYS`); :func:`run_hardware_point` times one point of it with the
+``rtl`` profile (``stepcli/sweep.py``).
 """
 
 from __future__ import annotations
