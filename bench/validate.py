@@ -52,8 +52,9 @@ from bench import validate_scale as scale
 from examples import moe, swiglu
 from sim import simulate
 from sim.profiles import RtlProfile
-from sim.profiles.paper import PaperProfile, read_ports
+from sim.profiles.paper import PaperProfile
 from step_hw.config import HwConfig
+from step_hw.contract import read_ports
 from step_hw.memory_model import PRESETS, MemoryModel
 from step_hw.paths import write_atomically
 from step_lang import interpret, ops

@@ -60,6 +60,7 @@ __all__ = [
     "queue_depth",
     "queue_interval",
     "queue_latency",
+    "read_ports",
     "streamify_first_element",
 ]
 
@@ -291,6 +292,15 @@ def axi_managers(graph: Graph, config: HwConfig) -> dict[str, list[str]]:
         for j, name in enumerate(names):
             out.setdefault(f"m_axi_{half}{j % config.axi_ports}", []).append(name)
     return out
+
+
+def read_ports(graph: Graph, config: HwConfig) -> int:
+    """The AXI ports that carry ``graph``'s reads (:func:`axi_managers`): one per load, or the
+    ``m_axi_rd<i>`` ports that get a load (at most ``config.axi_ports``); at least 1. The
+    channels of the paper profile's shared memory (``PaperProfile.for_rtl``) and of the AXI
+    efficiency's peak (``make validate``)."""
+    loads = {n.name for n in graph.nodes.values() if isinstance(n, _LOADS)}
+    return sum(names[0] in loads for names in axi_managers(graph, config).values()) or 1
 
 
 #: AXI4 INCR bursts hold at most this many beats and never cross a boundary of this many bytes

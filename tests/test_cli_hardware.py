@@ -247,12 +247,15 @@ def test_step_validate_of_a_graph_file_on_hardware_tiles_with_sized_queues(wide)
 
 
 def test_the_paper_profiles_channels_are_the_hardwares_read_ports():
-    from sim.profiles.paper import read_ports
+    from step_hw.contract import axi_managers, read_ports
 
     graph, _ = _graph_and_memory()
     assert read_ports(graph, HwConfig()) == 2  # a port per load (the store writes)
     assert read_ports(graph, HwConfig(axi_ports=1)) == 1
-    assert read_ports(graph, HwConfig(axi_ports=3)) == 3
+    # three ports allowed, two loads: the hardware has two read ports (it counted 3)
+    assert read_ports(graph, HwConfig(axi_ports=3)) == 2
+    assert sorted(axi_managers(graph, HwConfig(axi_ports=3))) == ["m_axi_rd0", "m_axi_rd1",
+                                                                  "m_axi_wr0"]  # fmt: skip
 
 
 HW_SPEC = """

@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from step_hw.contract import is_matmul
+from step_hw.contract import is_matmul, read_ports
 from step_lang import ops
 from step_lang.graph import Node
 from step_lang.registry import NodeRegistry
@@ -36,21 +36,10 @@ from step_lang.tokens import Stop, is_data
 from ..memory import MemoryConfig
 from .base import ElementFlops, MemRequest, NodeTiming, TimingProfile, check_int
 
-__all__ = ["PAPER_TIMING", "PaperProfile", "read_ports"]
+__all__ = ["PAPER_TIMING", "PaperProfile"]
 
 #: Each operator's timing under the paper profile: ``(profile, node, resident) -> NodeTiming``.
 PAPER_TIMING: NodeRegistry = NodeRegistry("paper-profile timing")
-
-
-def read_ports(graph: Any, config: Any) -> int:
-    """The AXI ports that carry ``graph``'s reads in its hardware (a
-    :class:`~step_hw.config.HwConfig` ``config``): ``config.axi_ports``, else one per load (at
-    least one). They are the channels of the paper profile's shared memory
-    (:meth:`PaperProfile.for_rtl`) and of the AXI efficiency's peak (``make validate``)."""
-    if config.axi_ports:
-        return config.axi_ports
-    loads = (ops.LinearOffChipLoad, ops.RandomOffChipLoad)
-    return sum(isinstance(n, loads) for n in graph.nodes.values()) or 1
 
 
 def nbytes(token: Any) -> int:
@@ -135,7 +124,7 @@ class PaperProfile(TimingProfile):
           where the hardware has memory: a Streamify reading its buffer. An off-chip load's
           tiles go to a queue (``loads_in_memory=False``), so its consumers pay no read, as
           the hardware's loads write their bursts into the consumer's queue;
-        * off-chip: ``channels`` channels (default :func:`read_ports` of ``graph``, or
+        * off-chip: ``channels`` channels (default :func:`step_hw.contract.read_ports` of ``graph``, or
           ``config.axi_ports`` without a graph; one must be given), each of one ``axi_data_width`` beat per ``beat_interval`` cycles,
           ``memory.latency`` to the first beat and ``memory.start_up`` before a channel's
           first, shared by every load and store as in the paper's model;

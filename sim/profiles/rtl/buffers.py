@@ -106,7 +106,7 @@ class _Streamify(_TakesEarly):
         if j < self.depth:
             return -math.inf
         i = j - self.depth
-        return self.pops[i] + 1 if i < len(self.pops) else None
+        return self.pops[i] + contract.QUEUE_SLOT_RELEASE if i < len(self.pops) else None
 
     # -- the blocks --------------------------------------------------------------------------------
 

@@ -17,6 +17,9 @@ from .clocked import _Clocked, _cycles_until, _frees_after
 from .ports import Port
 from .sequencer import _Blocks, _walk_tiles
 
+# Cycles from a tile's last beat into the tile queue to the queue offering it.
+_TILE_LATENCY = contract.queue_latency(_TILE_QUEUE)
+
 if TYPE_CHECKING:
     from .profile import RtlProfile
 
@@ -93,7 +96,7 @@ class _Load(_Clocked):
         if j >= 0:
             if j >= len(self.out_pops):
                 return None
-            t = max(t, self.out_pops[j] + 1)
+            t = max(t, self.out_pops[j] + contract.QUEUE_SLOT_RELEASE)
         w = -1 if read is None else read - contract.ADDR_QUEUE_DEPTH
         if w >= 0:
             while len(self.generator_take) <= w:
@@ -123,7 +126,7 @@ class _Load(_Clocked):
             if i == len(bursts) - 1 and j >= 0:  # the tile queue will have room for the tile
                 if j >= len(self.tile_pops):
                     return False
-                ar = max(ar, self.tile_pops[j] + 1)
+                ar = max(ar, self.tile_pops[j] + contract.QUEUE_SLOT_RELEASE)
             axi.last_issue = ar
             first = max(ar + p.memory_latency, axi.data_free)
             self.last_beat = first + bursts[i] - 1
@@ -131,7 +134,7 @@ class _Load(_Clocked):
             axi.slots.popleft()
             axi.slots.append(self.last_beat + 1)
             self.bursts_issued += 1
-        self.read_ready.append(self.last_beat + 2)
+        self.read_ready.append(self.last_beat + _TILE_LATENCY)
         return True
 
     def _read_tile(self, k: int) -> float:
@@ -158,7 +161,7 @@ class _Load(_Clocked):
             w = self.cmd_tile[i]
             if w is not None:
                 self.offchip_read += self.tile_bytes
-                ready = self.tile_r[w] + 2  # known: ``attach`` waited for it
+                ready = self.tile_r[w] + _TILE_LATENCY  # known: ``attach`` waited for it
             else:  # a stop or done (of a walk without input: with its tile's entry)
                 ready = self._entry(self.cmd_entry[i]) + (2 if self.node.inputs else 1)
             t = max(ready, self.last_push[port] + self.spacing[port])
@@ -536,7 +539,7 @@ class _Load(_Clocked):
         if closes and j >= 0:  # a tile's last burst waits for room in the tile queue
             if j >= len(self.tile_pops):
                 return False
-            t = max(t, self.tile_pops[j] + 1)
+            t = max(t, self.tile_pops[j] + contract.QUEUE_SLOT_RELEASE)
         if n >= self.mo:  # a slot frees the cycle after a burst's last beat
             if n - self.mo >= len(self.r_last):
                 return False
