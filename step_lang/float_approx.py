@@ -38,6 +38,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from . import floats
 from .numerics import EXP2_TABLE, INTERP_BITS, SEGMENT_BITS, TABLE_BITS, recip_table
 
 __all__ = [
@@ -61,7 +62,7 @@ __all__ = [
     "ulp_error",
 ]
 
-BF16_NAN = 0x7FC0
+BF16_NAN = int(floats.BF16_NAN)  # the quiet NaN every unit returns (one home: floats.py)
 BF16_ONE = 0x3F80
 BF16_INF = 0x7F80
 BIAS = 127

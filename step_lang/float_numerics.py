@@ -108,7 +108,7 @@ def max_bits(a: np.ndarray, b: np.ndarray, width: int) -> np.ndarray:
 
     xa, nan_a, ka = prepare(a)
     xb, nan_b, kb = prepare(b)
-    nan = np.uint64(0x7FC0 if width == 16 else 0x7FC00000)
+    nan = np.uint64(floats.BF16_NAN if width == 16 else floats.F32_NAN)
     out = np.where(nan_a | nan_b, nan, np.where(ka >= kb, xa, xb))
     return out.astype(ut)
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from examples import moe, traces
 
-from .registry import UsageError, moe_choices, run_point
+from .registry import UsageError, attention_profile, moe_choices, run_point
 
 __all__ = ["artifact_attention_point", "decoder_point", "pid", "run_paper", "timemux_point"]
 
@@ -192,7 +192,7 @@ def time_multiplexing(root, out, workers, headlines, plt) -> None:
     for r in rows:
         tile = r["tile_n"] if r["tiling"] == "static" else None
         flops = _algorithmic_flops(choices, moe.QWEN, tile)
-        allocated = 1024 * (5 * r["regions"] + moe.QWEN.experts + 1)
+        allocated = base["compute_bw"] * (5 * r["regions"] + moe.QWEN.experts + 1)
         r["algorithmic_flops"] = flops
         r["utilization"] = flops / r["cycles"] / allocated
     _write_csv(out / "timemux.csv", rows)
@@ -280,7 +280,7 @@ def _artifact_timemux(base, choices, workers, headlines, out) -> list[list[dict]
     for r in rows:
         nodes = 5 * E + E if r["regions"] == E else 5 * r["regions"] + E + 1
         r["algorithmic_flops"] = flops
-        r["utilization"] = flops / r["cycles"] / (1024 * nodes)
+        r["utilization"] = flops / r["cycles"] / (base["compute_bw"] * nodes)
     _write_csv(out / "timemux_artifact.csv", rows)
     panels = []
     for pmu, note in _PMU_NOTE.items():
@@ -470,7 +470,7 @@ def artifact_attention_point(trace: str, batch: int, variant: str) -> dict[str, 
     ``coarse_artifact`` (blocks of 16 requests; at B = 80 four regions, region 0 taking requests
     0-15 and 64-79)."""
     from examples import attention
-    from sim import PaperProfile, simulate
+    from sim import simulate
 
     kv = traces.load_kv_lengths(trace)[:batch]
     cfg = attention.fit_cache(attention.QWEN, kv)
@@ -487,9 +487,7 @@ def artifact_attention_point(trace: str, batch: int, variant: str) -> dict[str, 
         raise UsageError(
             f"variant must be 'interleaved_shared' or 'coarse_artifact', not {variant!r}"
         )
-    r = simulate(
-        g, mem, profile=PaperProfile(compute_bw_default=2048, channel_depth=1), functional=False
-    )
+    r = simulate(g, mem, profile=attention_profile(), functional=False)
     return {"trace": trace, "batch": batch, "variant": variant, "cycles": r.cycles}
 
 

@@ -278,6 +278,12 @@ def _longest_cache(config_of: Callable[[dict], Any]) -> Callable[[list[dict]], l
     return one_graph
 
 
+def attention_profile() -> PaperProfile:
+    """The paper's attention experiments' simulator settings (reference §5.6, Fig. 14/15/21):
+    2048 FLOPs per cycle per compute node, queues of depth 1."""
+    return PaperProfile(compute_bw_default=2048, channel_depth=1)
+
+
 def _attn_config(p: dict) -> attention.AttentionConfig:
     if p["config"] not in _ATTN:
         raise UsageError(f"config must be one of {', '.join(_ATTN)}, not {p['config']!r}")
@@ -306,7 +312,7 @@ ATTENTION = Example(
         _attn_config(p), kv_lengths(p)
     ),
     lambda p: {},
-    lambda p: PaperProfile(compute_bw_default=2048, channel_depth=1),
+    lambda p: attention_profile(),
     {
         "config": Param("choice", choices=tuple(_ATTN)),
         "batch": Param("int", 1, MAX_SIZE),
