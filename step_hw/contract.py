@@ -61,7 +61,10 @@ __all__ = [
     "queue_interval",
     "queue_latency",
     "read_ports",
+    "segment_bursts",
     "streamify_first_element",
+    "tile_segments",
+    "transfer_bytes",
 ]
 
 # -- queues (step_hw/queue.py) ------------------------------------------------------------------
@@ -307,6 +310,43 @@ def read_ports(graph: Graph, config: HwConfig) -> int:
 #: (the memory controllers, ``step_hw.memory.axi``, and the rtl profile's bursts).
 AXI_MAX_BURST_BEATS = 256
 AXI_BOUNDARY = 4096
+
+
+def _low_pow2(n: int) -> int:
+    """The largest power of two dividing ``n`` (``n > 0``); ``0`` divides by everything."""
+    return n & -n if n else 1 << 62
+
+
+def transfer_bytes(bus_bytes: int, tile_row_bytes: int, addr: int = 0) -> int:
+    """Bytes per beat of a tile's bursts: the widest power of two that fits the bus and divides
+    a tile row's bytes and the tensor's address."""
+    return min(bus_bytes, _low_pow2(tile_row_bytes), _low_pow2(addr))
+
+
+def tile_segments(tile: tuple[int, int], cols: int) -> int:
+    """Contiguous pieces of one tile of a tensor ``cols`` wide: its rows, or 1 when they are
+    adjacent (the tile spans the tensor's width, or is one row high)."""
+    return 1 if tile[1] == cols or tile[0] == 1 else tile[0]
+
+
+def segment_bursts(
+    start: int, segments: int, segment_bytes: int, row_bytes: int, transfer: int
+) -> list[tuple[int, int]]:
+    """The ``(address, beats)`` INCR bursts that move ``segments`` pieces of ``segment_bytes``,
+    ``row_bytes`` apart from ``start``, in beats of ``transfer`` bytes: each piece split at the
+    4 KiB boundaries (:data:`AXI_BOUNDARY`) and at :data:`AXI_MAX_BURST_BEATS`. The memory
+    controllers' burst generator (``step_hw.memory.axi.TileGeometry``) and the rtl profile
+    both move a tile so."""
+    out = []
+    for s in range(segments):
+        a, left = start + s * row_bytes, segment_bytes // transfer
+        while left:
+            n = min(left, (AXI_BOUNDARY - a % AXI_BOUNDARY) // transfer, AXI_MAX_BURST_BEATS)
+            out.append((a, n))
+            a += n * transfer
+            left -= n
+    return out
+
 
 #: Off-chip tensors start at multiples of this many bytes, the first one here (address 0 is left
 #: unused, so a zero address is never a tensor's).

@@ -175,11 +175,6 @@ def axi_ports(component: wiring.Component, *, member: str = "axi", prefix: str =
 # -- tile geometry --------------------------------------------------------------------------------
 
 
-def _low_pow2(n: int) -> int:
-    """The largest power of two dividing ``n`` (``n > 0``); ``0`` divides by everything."""
-    return n & -n if n else 1 << 62
-
-
 @dataclass(frozen=True)
 class TileGeometry:
     """Where the tiles of a tensor lie in memory, and how they are moved over an AXI4 bus.
@@ -282,7 +277,7 @@ class TileGeometry:
     @property
     def segments(self) -> int:
         """Contiguous pieces of one tile (its rows, or 1 when the rows are adjacent)."""
-        return 1 if self.tile[1] == self.cols or self.tile[0] == 1 else self.tile[0]
+        return contract.tile_segments(self.tile, self.cols)
 
     @property
     def segment_bytes(self) -> int:
@@ -300,11 +295,7 @@ class TileGeometry:
     @property
     def transfer_bytes(self) -> int:
         """Bytes per beat: the widest aligned power of two that fits the bus."""
-        return min(
-            self.bus_bytes,
-            _low_pow2(self.tile[1] * self.elem_bytes),
-            _low_pow2(self.addr),
-        )
+        return contract.transfer_bytes(self.bus_bytes, self.tile[1] * self.elem_bytes, self.addr)
 
     @property
     def size_code(self) -> int:
@@ -341,19 +332,12 @@ class TileGeometry:
         return self.addr + (q * self.tile[0] * self.cols + t * self.tile[1]) * self.elem_bytes
 
     def bursts(self, k: int) -> list[tuple[int, int]]:
-        """The ``(address, beats)`` bursts that move tile ``k``, in order."""
-        out = []
-        start = self.tile_addr(k)
-        for _ in range(self.segments):
-            a, left = start, self.beats_per_segment
-            while left:
-                to_boundary = (BOUNDARY - a % BOUNDARY) // self.transfer_bytes
-                n = min(left, to_boundary, MAX_BURST_BEATS)
-                out.append((a, n))
-                a += n * self.transfer_bytes
-                left -= n
-            start += self.row_bytes
-        return out
+        """The ``(address, beats)`` bursts that move tile ``k``, in order
+        (:func:`step_hw.contract.segment_bursts`)."""
+        return contract.segment_bursts(
+            self.tile_addr(k), self.segments, self.segment_bytes, self.row_bytes,
+            self.transfer_bytes,
+        )  # fmt: skip
 
     def beat_layout(self) -> list[tuple[int, int]]:
         """For each beat of a tile, in order: its byte address and its lane on the bus."""

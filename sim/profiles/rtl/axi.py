@@ -15,16 +15,6 @@ from step_lang.graph import Node
 _TILE_QUEUE = contract.TILE_QUEUE_DEPTH
 
 
-_BOUNDARY = contract.AXI_BOUNDARY  # AXI4 bursts never cross a 4 KiB boundary
-
-
-_MAX_BEATS = contract.AXI_MAX_BURST_BEATS
-
-
-def _low_pow2(n: int) -> int:
-    return n & -n if n else 1 << 30
-
-
 def _geometry(node: Node, config: HwConfig) -> tuple[tuple[tuple[int, ...], ...], int]:
     """Beats of each burst of every tile of ``node``'s tensor by tile index
     (``step_hw.memory.axi`` rules), and the tensor's tile count. Worked out once per
@@ -44,8 +34,9 @@ def _bursts(
     cols = shape[-1]
     rows = math.prod(shape[:-1])
     tr, tc = tile
-    transfer = min(bus, _low_pow2(tc * eb))
-    segments = 1 if tc == cols or tr == 1 else tr
+    # a tensor starts at a multiple of contract.TENSOR_ALIGN, which every transfer divides
+    transfer = contract.transfer_bytes(bus, tc * eb)
+    segments = contract.tile_segments(tile, cols)
     seg_bytes = tr * tc * eb // segments
     per_row = cols // tc
     n_tiles = (rows // tr) * per_row
@@ -53,15 +44,8 @@ def _bursts(
     for k in range(n_tiles):
         q, r = divmod(k, per_row)
         base = (q * tr * cols + r * tc) * eb
-        bursts = []
-        for s in range(segments):
-            addr, left = base + s * cols * eb, seg_bytes
-            while left:
-                room = min(left, _BOUNDARY - addr % _BOUNDARY, _MAX_BEATS * transfer)
-                bursts.append(room // transfer)
-                addr += room
-                left -= room
-        out.append(tuple(bursts))
+        plan = contract.segment_bursts(base, segments, seg_bytes, cols * eb, transfer)
+        out.append(tuple(beats for _, beats in plan))
     return tuple(out), n_tiles
 
 
