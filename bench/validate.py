@@ -54,10 +54,10 @@ from sim import simulate
 from sim.profiles import RtlProfile
 from sim.profiles.paper import PaperProfile
 from step_hw.config import HwConfig
-from step_hw.contract import read_ports
+from step_hw.contract import is_load, is_memory_operator, read_ports
 from step_hw.memory_model import PRESETS, MemoryModel
 from step_hw.paths import write_atomically
-from step_lang import interpret, ops
+from step_lang import interpret
 from step_lang.metrics import metrics
 from step_lang.passes import lower
 
@@ -299,10 +299,6 @@ def _key(p: Point) -> str:
         h.update(k.encode())
         h.update(np.ascontiguousarray(p.memory[k]).tobytes())
     return h.hexdigest()[:16]
-
-
-MEMORY_OPS = (ops.LinearOffChipLoad, ops.RandomOffChipLoad, ops.LinearOffChipStore,
-              ops.RandomOffChipStore)  # fmt: skip
 
 
 def cached_json(path: Path) -> dict[str, Any] | None:
@@ -550,8 +546,8 @@ def memory_tail(result: Any, graph: Any) -> dict[str, Any]:
     ``reads_done_cycle``) and the node other than a load or store that finishes last
     (``last_compute``: name and cycle): what a point's memory waits for once its bytes are in
     (``bench.validate_acceptance``)."""
-    memory = {n.name for n in graph.nodes.values() if isinstance(n, MEMORY_OPS)}
-    loads = {n.name for n in graph.nodes.values() if isinstance(n, MEMORY_OPS[:2])}
+    memory = {n.name for n in graph.nodes.values() if is_memory_operator(n)}
+    loads = {n.name for n in graph.nodes.values() if is_load(n)}
     reads = [result.nodes[n].finish for n in loads if n in result.nodes]
     others = [(st.finish, name) for name, st in result.nodes.items() if name not in memory]
     last = max(others) if others else None

@@ -28,8 +28,7 @@ from step_lang.errors import SimDeadlock, StepRuntimeError, StepValueError, op_m
 from step_lang.graph import Graph, Node, OffChipTensor, Stream
 from step_lang.interpret import check_inputs, source_tokens
 from step_lang.meta import MetaTile
-from step_lang.ops import LinearOffChipLoad, RandomOffChipLoad
-from step_lang.ops.offchip import tile_index
+from step_lang.ops.offchip import LOADS, tile_index
 from step_lang.passes import lower
 from step_lang.races import RaceCheck
 from step_lang.tokens import Token
@@ -459,11 +458,7 @@ class Engine:
             raise StepValueError(
                 f"memory holds {', '.join(unknown)}, which graph '{g.name}' does not declare"
             )
-        read = {
-            n.tensor.name
-            for n in g.nodes.values()
-            if isinstance(n, (LinearOffChipLoad, RandomOffChipLoad))
-        }
+        read = {n.tensor.name for n in g.nodes.values() if isinstance(n, LOADS)}
         out: dict[str, Any] = {}
         for name, t in g.tensors.items():
             if name in memory:

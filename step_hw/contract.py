@@ -30,6 +30,7 @@ from typing import Any
 
 from step_lang import ops
 from step_lang.graph import Graph, Node, Stream
+from step_lang.ops.offchip import LOADS, STORES
 from step_lang.registry import NodeRegistry, Unsupported
 
 from .config import HwConfig
@@ -273,8 +274,7 @@ def streamify_first_element(words: int) -> int:
 #: show ``ready`` and forget what it took).
 SOURCE_START = 1
 
-_LOADS = (ops.LinearOffChipLoad, ops.RandomOffChipLoad)
-_STORES = (ops.LinearOffChipStore, ops.RandomOffChipStore)
+_LOADS, _STORES = LOADS, STORES
 
 
 def axi_managers(graph: Graph, config: HwConfig) -> dict[str, list[str]]:

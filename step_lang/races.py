@@ -28,18 +28,11 @@ import math
 
 from .errors import StepRaceError, StepRuntimeError, op_message
 from .graph import Graph, Node, OffChipTensor
-from .ops.offchip import (
-    LinearOffChipLoad,
-    LinearOffChipStore,
-    RandomOffChipLoad,
-    RandomOffChipStore,
-    tile_index,
-)
+from .ops.offchip import LOADS as _LOADS
+from .ops.offchip import STORES as _STORES
+from .ops.offchip import LinearOffChipStore, tile_index
 
 __all__ = ["RaceCheck", "memory_accessors"]
-
-_LOADS = (LinearOffChipLoad, RandomOffChipLoad)
-_STORES = (LinearOffChipStore, RandomOffChipStore)
 
 
 def memory_accessors(graph: Graph) -> dict[str, list[Node]]:

@@ -21,7 +21,14 @@ from ..tokens import DONE, Stop, is_data
 from ..types import StreamType, Tile, bool_
 from ._io import expand_each, recv_aligned
 
-__all__ = ["LinearOffChipLoad", "LinearOffChipStore", "RandomOffChipLoad", "RandomOffChipStore"]
+__all__ = [
+    "LOADS",
+    "STORES",
+    "LinearOffChipLoad",
+    "LinearOffChipStore",
+    "RandomOffChipLoad",
+    "RandomOffChipStore",
+]
 
 
 def _positive_pair(node: Node, value: Any, port: str) -> tuple[int, int]:
@@ -614,3 +621,8 @@ class RandomOffChipStore(_OffChip):
             yield from io.send(0, np.ones((1, 1), dtype=bool))
             if close.level > 2:
                 merged = close.level - 2
+
+
+#: The off-chip loads and stores (every reader that tells memory operators apart reads these).
+LOADS = (LinearOffChipLoad, RandomOffChipLoad)
+STORES = (LinearOffChipStore, RandomOffChipStore)
