@@ -228,6 +228,11 @@ AW_TO_W = 2
 #: Cycles from a store's last B response of a tile to its acknowledgement on the output (the
 #: count of completed tiles is a register).
 ACK_AFTER_B = 1
+#: Cycles from a graph's last B response to its ``done`` as the benches count it (the store's ack
+#: path, the done register, the bench's sample).
+DONE_AFTER_B = 4
+#: Cycles from a Sink's take of its done token to ``done`` (the done-seen register, the bench).
+DONE_AFTER_SINK = 2
 
 # -- on-chip buffers (memory/buffer.py, memory/sequence.py) -----------------------------------
 

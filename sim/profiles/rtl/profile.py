@@ -55,8 +55,8 @@ class RtlProfile(TimingProfile):
     load_issue: int = contract.LOAD_ISSUE  # entry to its first AR
     store_issue: int = contract.STORE_ISSUE  # a store's take to its AW
     aw_to_w: int = contract.AW_TO_W  # AW to the first W beat (W-information queue)
-    done_latency: int = 4  # last B response to `done` (ack path, done register, bench)
-    sink_done: int = 2  # a Sink's take of its done token to `done` (done-seen register, bench)
+    done_latency: int = contract.DONE_AFTER_B  # last B response to `done`
+    sink_done: int = contract.DONE_AFTER_SINK  # a Sink's take of its done token to `done`
     # the last graph's streams that feed a Feedback (graph, its node count, stream -> node)
     _feedbacks: tuple[Any, int, dict] = field(
         default=(None, 0, {}), init=False, repr=False, compare=False
