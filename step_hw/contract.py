@@ -219,10 +219,10 @@ def order_queue_depth(max_outstanding: int) -> int:
 
 #: Cycles from ``start`` to a linear load's first sequencer entry.
 LOAD_START = 2
-#: Cycles from a sequencer entry to its first AR: the address queue (2) and the burst generator.
-LOAD_ISSUE = 3
-#: Cycles from a store's take of a tile to its AW: the address queue (2) and the burst generator.
-STORE_ISSUE = 3
+#: Cycles from a sequencer entry to its first AR: the address queue and the burst generator.
+LOAD_ISSUE = queue_latency(ADDR_QUEUE_DEPTH) + 1
+#: Cycles from a store's take of a tile to its AW: the address queue and the burst generator.
+STORE_ISSUE = queue_latency(ADDR_QUEUE_DEPTH) + 1
 #: Cycles from AW to the first W beat (the W-information queue).
 AW_TO_W = 2
 #: Cycles from a store's last B response of a tile to its acknowledgement on the output (the
