@@ -48,7 +48,7 @@ import numpy as np
 from . import floats
 from .dims import Dim, dims_equal, product
 from .errors import StepRuntimeError, StepTypeError
-from .functions import AccumFn, MapFn, broadcast_dim, retile_row
+from .functions import ELEMENT_FLOPS, AccumFn, MapFn, broadcast_dim, matmul_flops, retile_row
 from .numerics import FunctionSet
 from .types import DType, ElemType, Tile, dtype
 
@@ -191,7 +191,9 @@ _UNARY_IN = {
 }
 
 
-def _unary(nm: Any, op: str, per_elem: int) -> FloatMapFn:
+def _unary(nm: Any, op: str) -> FloatMapFn:
+    per_elem = ELEMENT_FLOPS[op]
+
     def type_rule(err: ErrorFn, a: ElemType) -> ElemType:
         t = _float_tile(a, err, "in0", op, _UNARY_IN[op])
         if op == "row_sum":
@@ -258,7 +260,7 @@ def _matmul(nm: Any, transpose_b: bool, out_dtype: DType | None = None) -> Float
         return _from_f32_bits(matmul_bits(a, b), out.dtype)
 
     def flops(a: Tile, b: Tile) -> Dim:
-        return 2 * product((a.rows, a.cols, b.rows if transpose_b else b.cols))
+        return matmul_flops(a.rows, a.cols, b.rows if transpose_b else b.cols)
 
     params = (("transpose_b", transpose_b), *nm.params)
     if out_dtype is not None:
@@ -433,14 +435,14 @@ def functions(nm: Any) -> FloatFunctions:
         mul=_binary(nm, "mul", "mul", ("bfloat16",)),
         div=_binary(nm, "div", "div", ("bfloat16",)),
         maximum=_binary(nm, "max", "max", _FLOAT_TILES),
-        exp=_unary(nm, "exp", 4),
-        silu=_unary(nm, "silu", 8),
-        recip=_unary(nm, "recip", 1),
-        row_sum=_unary(nm, "row_sum", 1),
+        exp=_unary(nm, "exp"),
+        silu=_unary(nm, "silu"),
+        recip=_unary(nm, "recip"),
+        row_sum=_unary(nm, "row_sum"),
         matmul=_matmul(nm, False),
         matmul_t=_matmul(nm, True),
-        to_bf16=_unary(nm, "to_bf16", 0),
-        to_f32=_unary(nm, "to_f32", 0),
+        to_bf16=_unary(nm, "to_bf16"),
+        to_f32=_unary(nm, "to_f32"),
         accum_add=_fold(nm, "add"),
         accum_max=_fold(nm, "max"),
         matmul_acc=_matmul_acc(nm, False),

@@ -27,6 +27,7 @@ from .meta import MetaTile, is_meta, meta_apply
 from .types import DType, ElemType, Selector, Tile, dtype, int64
 
 __all__ = [
+    "ELEMENT_FLOPS",
     "AccumFn",
     "FlatMapFn",
     "MapFn",
@@ -44,6 +45,7 @@ __all__ = [
     "last_tile_flags",
     "matmul",
     "matmul_acc",
+    "matmul_flops",
     "maximum",
     "mul",
     "retile_cols",
@@ -201,6 +203,16 @@ div = _elementwise("div", np.divide)
 maximum = _elementwise("max", np.maximum)
 
 
+#: FLOPs per element of the element-wise functions that are not one operation (reference §5.3;
+#: every function set's ``exp``, ``silu``, ``recip``, ``row_sum`` and conversions reads these).
+ELEMENT_FLOPS = {"exp": 4, "silu": 8, "recip": 1, "row_sum": 1, "to_bf16": 0, "to_f32": 0}
+
+
+def matmul_flops(m: Dim, k: Dim, n: Dim) -> Dim:
+    """FLOPs of an ``m x k`` by ``k x n`` matmul: ``2MKN`` (the accumulate's adds not counted)."""
+    return 2 * product((m, k, n))
+
+
 def _float_unary(name: str, per_elem: int, op: Callable[[np.ndarray], np.ndarray]) -> MapFn:
     def type_rule(err: ErrorFn, a: ElemType) -> ElemType:
         t = _tile(a, err, "in0", name)
@@ -215,8 +227,8 @@ def _float_unary(name: str, per_elem: int, op: Callable[[np.ndarray], np.ndarray
     return MapFn(name, 1, type_rule, lambda a: per_elem * a.elements, apply, meta="same")
 
 
-exp = _float_unary("exp", 4, np.exp)
-silu = _float_unary("silu", 8, lambda x: x / (1.0 + np.exp(-x)))
+exp = _float_unary("exp", ELEMENT_FLOPS["exp"], np.exp)
+silu = _float_unary("silu", ELEMENT_FLOPS["silu"], lambda x: x / (1.0 + np.exp(-x)))
 
 
 def _row_sum_type(err: ErrorFn, a: ElemType) -> ElemType:
@@ -258,8 +270,7 @@ def matmul(transpose_b: bool = False, out_dtype: DType | str | None = None) -> M
         return checked_cast(_dot(a, bb), out.dtype, name)
 
     def flops(a: Tile, b: Tile) -> Dim:
-        n = b.rows if transpose_b else b.cols
-        return 2 * product((a.rows, a.cols, n))
+        return matmul_flops(a.rows, a.cols, b.rows if transpose_b else b.cols)
 
     return MapFn(
         name,

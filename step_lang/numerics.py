@@ -77,7 +77,15 @@ import numpy as np
 
 from .dims import Dim, dims_equal, product
 from .errors import StepRuntimeError, StepTypeError
-from .functions import AccumFn, FlatMapFn, MapFn, broadcast_dim, retile_row
+from .functions import (
+    ELEMENT_FLOPS,
+    AccumFn,
+    FlatMapFn,
+    MapFn,
+    broadcast_dim,
+    matmul_flops,
+    retile_row,
+)
 from .functions import expert_addr as _expert_addr
 from .types import DType, ElemType, Tile, dtype
 
@@ -542,7 +550,8 @@ def _binary(nm: Numerics, op: str, name: str) -> FixedMapFn:
     return FixedMapFn(name, 2, type_rule, flops, apply, nm.params, "broadcast", op, nm)
 
 
-def _unary(nm: Numerics, op: str, per_elem: int) -> FixedMapFn:
+def _unary(nm: Numerics, op: str) -> FixedMapFn:
+    per_elem = ELEMENT_FLOPS[op]
     f = nm.frac_bits
 
     def type_rule(err: ErrorFn, a: ElemType) -> ElemType:
@@ -584,7 +593,7 @@ def _matmul(nm: Numerics, transpose_b: bool, out_dtype: DType | None = None) -> 
         return nm.wrap(name, y, out.dtype)
 
     def flops(a: Tile, b: Tile) -> Dim:
-        return 2 * product((a.rows, a.cols, b.rows if transpose_b else b.cols))
+        return matmul_flops(a.rows, a.cols, b.rows if transpose_b else b.cols)
 
     params = (("transpose_b", transpose_b), *nm.params)
     if out_dtype is not None:
@@ -704,10 +713,10 @@ def _functions(nm: Numerics) -> FixedPointFunctions:
         mul=_binary(nm, "mul", "mul"),
         div=_binary(nm, "div", "div"),
         maximum=_binary(nm, "max", "max"),
-        exp=_unary(nm, "exp", 4),
-        silu=_unary(nm, "silu", 8),
-        recip=_unary(nm, "recip", 1),
-        row_sum=_unary(nm, "row_sum", 1),
+        exp=_unary(nm, "exp"),
+        silu=_unary(nm, "silu"),
+        recip=_unary(nm, "recip"),
+        row_sum=_unary(nm, "row_sum"),
         matmul=_matmul(nm, False),
         matmul_t=_matmul(nm, True),
         accum_add=_fold(nm, "add"),

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from examples import moe, traces
+from step_lang.functions import ELEMENT_FLOPS, matmul_flops
 
 from .registry import UsageError, attention_profile, moe_choices, run_point
 
@@ -165,10 +166,10 @@ def _algorithmic_flops(choices: np.ndarray, cfg: moe.MoEConfig, tile_n: int | No
     total = 0
     for n in counts:
         b = int(n) if tile_n is None else math.ceil(int(n) / tile_n) * tile_n
-        # gate, up and down matmuls; SiLU (8 per element) and the multiply on [b, F]
+        # gate, up and down matmuls; SiLU and the multiply on [b, F]
         total += (
-            2 * b * cfg.hidden * cfg.intermediate * 3
-            + 8 * b * cfg.intermediate
+            3 * matmul_flops(b, cfg.hidden, cfg.intermediate)
+            + ELEMENT_FLOPS["silu"] * b * cfg.intermediate
             + b * cfg.intermediate
         )
     return total
