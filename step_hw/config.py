@@ -6,12 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from step_lang.numerics import FLOAT_DTYPES, HW_DTYPES
 from step_lang.types import DTYPES, DType
 
 __all__ = ["BF16_CONFIG", "HwConfig", "config_for"]
 
-_FIXED_DTYPES = ("int8", "int16", "int32")
-_FLOAT_DTYPES = ("bfloat16", "float32")  # elements, accumulators
+# The number formats are the language's (step_lang.numerics): fixed point, and BF16 elements
+# with FP32 accumulators.
+_FIXED_DTYPES = HW_DTYPES
+_FLOAT_DTYPES = FLOAT_DTYPES  # elements, accumulators
 _HW_DTYPES = _FIXED_DTYPES + _FLOAT_DTYPES
 _DEFAULT_FRAC_BITS = 8
 # Every dynamic tile carries dyn_tile_rows rows in its payload and in every register it passes;

@@ -49,7 +49,7 @@ from . import floats
 from .dims import Dim, dims_equal, product
 from .errors import StepRuntimeError, StepTypeError
 from .functions import ELEMENT_FLOPS, AccumFn, MapFn, broadcast_dim, matmul_flops, retile_row
-from .numerics import FunctionSet
+from .numerics import FLOAT_DTYPES, FunctionSet
 from .types import DType, ElemType, Tile, dtype
 
 __all__ = [
@@ -63,7 +63,7 @@ __all__ = [
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 ErrorFn = Any
-_FLOAT_TILES = ("bfloat16", "float32")
+_FLOAT_TILES = FLOAT_DTYPES
 
 
 # ---------------------------------------------------------------------------------------------
