@@ -72,6 +72,8 @@ RING = 2 * MAX_OUTSTANDING
 #: Tokens a Source ROM holds and payloads a Sink records (per stream).
 SOURCE_DEPTH = 1 << 16
 SINK_DEPTH = 1 << 16
+#: The memory a run without memory plusargs gets (never, from the harness: it passes them all).
+_DEFAULT = MemoryModel()
 #: Each queue's fill level is reported in this many bits.
 QUEUE_LEVEL_BITS = 16
 
@@ -407,11 +409,15 @@ def wrapper(desc: dict, verilog: str, top: str = "step_top") -> str:
         "  initial begin",
         "    string f;",
         '    if ($value$plusargs("MEM_IN=%s", f)) $readmemh(f, mem);',
-        '    if (!$value$plusargs("LATENCY=%d", latency)) latency = 16\'d2;',
-        '    if (!$value$plusargs("WRITE_RESPONSE=%d", write_response)) write_response = 16\'d2;',
-        '    if (!$value$plusargs("OUTSTANDING=%d", outstanding)) outstanding = 32\'d2;',
-        '    if (!$value$plusargs("BEAT_INTERVAL=%d", beat_interval)) beat_interval = 16\'d1;',
-        '    if (!$value$plusargs("START_UP=%d", start_up)) start_up = 16\'d0;',
+        # without a plusarg, MemoryModel()'s own defaults (its fields, one home)
+        f'    if (!$value$plusargs("LATENCY=%d", latency)) latency = 16\'d{_DEFAULT.latency};',
+        f'    if (!$value$plusargs("WRITE_RESPONSE=%d", write_response)) '
+        f"write_response = 16'd{_DEFAULT.write_response};",
+        f'    if (!$value$plusargs("OUTSTANDING=%d", outstanding)) '
+        f"outstanding = 32'd{_DEFAULT.outstanding};",
+        f'    if (!$value$plusargs("BEAT_INTERVAL=%d", beat_interval)) '
+        f"beat_interval = 16'd{_DEFAULT.beat_interval};",
+        f'    if (!$value$plusargs("START_UP=%d", start_up)) start_up = 16\'d{_DEFAULT.start_up};',
         '    if (!$value$plusargs("SEED=%d", seed)) seed = 0;',
         '    if (!$value$plusargs("PATTERN=%d", pattern)) pattern = 0;',
         "    trace_fd = 0;",
