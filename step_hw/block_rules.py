@@ -88,8 +88,8 @@ def tuple_rule(node: Any, config: HwConfig) -> None:
     """Only :data:`TUPLE_MOVERS`, a Sink (its top-level port carries the tuple whole) and a unit
     whose function takes the tuple apart (``Map(Zip(a, b), fn)`` with a two-argument ``fn``,
     :attr:`step_lang.graph.Node.unpacks_tuple`) read a stream of tuples (a Zip's output); a
-    buffer, a store, and a unit whose function wants the tuple whole, have no tuple encoding. The message is the one the
-    block's ``from_node`` gives (:meth:`TokenFormat.for_elem`)."""
+    buffer, a store, and a unit whose function wants the tuple whole, have no tuple encoding.
+    The message is the one the block's ``from_node`` gives (:meth:`TokenFormat.for_elem`)."""
     if isinstance(node, (*TUPLE_MOVERS, ops.Sink)) or node.is_feedback or node.unpacks_tuple:
         return
     for port, s in zip(node.input_names, node.inputs, strict=True):
