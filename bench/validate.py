@@ -715,8 +715,8 @@ def fig8_grid(points: list[dict[str, Any]]) -> dict[str, Any]:
 
 def plot_fig8(grid: dict[str, Any], path: Path) -> None:
     """Fig. 8 style: cycles against tile_i, one line per tile_b, RTL solid, the rtl profile
-    dashed and the paper profile dotted; the AXI efficiency below, with the bar of the memory-bound points (compute-bound
-    points hollow)."""
+    dashed and the paper profile dotted; the AXI efficiency below, with the bar of the
+    memory-bound points (compute-bound points hollow)."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -124,10 +124,11 @@ class PaperProfile(TimingProfile):
           where the hardware has memory: a Streamify reading its buffer. An off-chip load's
           tiles go to a queue (``loads_in_memory=False``), so its consumers pay no read, as
           the hardware's loads write their bursts into the consumer's queue;
-        * off-chip: ``channels`` channels (default :func:`step_hw.contract.read_ports` of ``graph``, or
-          ``config.axi_ports`` without a graph; one must be given), each of one ``axi_data_width`` beat per ``beat_interval`` cycles,
-          ``memory.latency`` to the first beat and ``memory.start_up`` before a channel's
-          first, shared by every load and store as in the paper's model;
+        * off-chip: ``channels`` channels (default :func:`step_hw.contract.read_ports` of
+          ``graph``, or ``config.axi_ports`` without a graph; one must be given), each of one
+          ``axi_data_width`` beat per ``beat_interval`` cycles, ``memory.latency`` to the first
+          beat and ``memory.start_up`` before a channel's first, shared by every load and store
+          as in the paper's model;
         * queues of ``config.queue_depth``.
         """
         channels = channels or (config.axi_ports if graph is None else read_ports(graph, config))

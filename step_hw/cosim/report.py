@@ -2,8 +2,8 @@
 
 The interpreter gives the reference outputs; the simulator runs with the ``rtl`` timing profile
 of the hardware and the ``paper`` profile configured with its rates and memory
-(``PaperProfile.for_rtl``, as ``make validate`` runs it); the graph is elaborated, verilated (:func:`step_hw.cosim.design`, cached by
-Verilog hash) and co-simulated (:func:`step_hw.cosim.run`, with every queue's handshakes traced).
+(``PaperProfile.for_rtl``, as ``make validate`` runs it); the graph is elaborated, verilated
+(:func:`step_hw.cosim.design`, cached by Verilog hash) and co-simulated (:func:`step_hw.cosim.run`, with every queue's handshakes traced).
 The :class:`ValidationReport` says whether every output tensor (and every Sink's tokens) is equal
 everywhere, or names the first differing element; the cycles of the RTL against each profile;
 and the first stream whose handshake cycles differ between the ``rtl`` profile and the RTL, the
