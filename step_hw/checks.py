@@ -17,6 +17,8 @@ from typing import Any
 
 from step_lang.errors import StepTypeError, op_message
 from step_lang.graph import Node
+from step_lang.numerics import HW_DTYPES
+from step_lang.types import DTYPES
 
 from .config import HwConfig
 from .payload import TokenFormat, max_level
@@ -50,8 +52,9 @@ __all__ = [
     "where",
 ]
 
-#: Integer widths of scalar metadata tokens (ids, counts, addresses).
-INT_BITS = (8, 16, 32)
+#: Integer widths of the hardware's fixed-point elements and of scalar metadata tokens (ids,
+#: counts, addresses): those of the language's hardware dtypes.
+INT_BITS = tuple(DTYPES[name].nbytes * 8 for name in HW_DTYPES)
 
 
 # -- plain parameters ---------------------------------------------------------------------------

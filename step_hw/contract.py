@@ -223,8 +223,16 @@ LOAD_START = 2
 LOAD_ISSUE = queue_latency(ADDR_QUEUE_DEPTH) + 1
 #: Cycles from a store's take of a tile to its AW: the address queue and the burst generator.
 STORE_ISSUE = queue_latency(ADDR_QUEUE_DEPTH) + 1
-#: Cycles from AW to the first W beat (the W-information queue).
-AW_TO_W = 2
+
+
+def store_info_depth(max_outstanding: int) -> int:
+    """Depth of a store's W- and B-information queues: an entry per granted burst, at least 3."""
+    return max(3, max_outstanding + 1)
+
+
+#: Cycles from AW to the first W beat: the W-information queue's latency (the same at every
+#: depth it takes, 3 or more).
+AW_TO_W = queue_latency(store_info_depth(1))
 #: Cycles from a store's last B response of a tile to its acknowledgement on the output (the
 #: count of completed tiles is a register).
 ACK_AFTER_B = 1

@@ -15,13 +15,13 @@ from amaranth.lib.wiring import In, Out
 
 from step_lang.stoprules import accum_stop, held_stop, partition_closes_chunk
 
-from ..checks import check_choice, check_int
+from ..checks import INT_BITS, check_choice, check_int
 from ..contract import matmul_steps
 from ..memory.sequence import AffineWalk
 from ..payload import Kind, TokenFormat, max_level
 from ..run_time_geometry import held_fields, params_layout
 
-ELEM_BITS = (8, 16, 32)
+ELEM_BITS = INT_BITS  # the fixed-point element widths
 
 
 # -- formats and compute parameters -----------------------------------------------------------

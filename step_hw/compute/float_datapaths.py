@@ -15,6 +15,9 @@ from typing import Any
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 
+from step_lang.numerics import FLOAT_DTYPES as _FLOATS
+from step_lang.types import DTYPES
+
 from ..contract import matmul_steps
 from ..payload import TokenFormat
 from . import fp
@@ -30,7 +33,7 @@ __all__ = [
     "float_init",
 ]
 
-FLOAT_DTYPES = {"bfloat16": 16, "float32": 32}
+FLOAT_DTYPES = {name: DTYPES[name].nbytes * 8 for name in _FLOATS}  # BF16 elements, FP32 sums
 _NEG_INF = {16: 0xFF80, 32: 0xFF800000}
 
 

@@ -125,8 +125,9 @@ class TileWriter(wiring.Component):
         m.submodules.bursts = gen = BurstGenerator(geo)
         lane_bits = (geo.lanes - 1).bit_length()
         winfo_layout = data.StructLayout({"len": unsigned(8), "lane": unsigned(max(1, lane_bits))})
-        m.submodules.winfo = winfo = Queue(shape=winfo_layout, depth=max(3, mo + 1))
-        m.submodules.binfo = binfo = Queue(shape=unsigned(1), depth=max(3, mo + 1))
+        info_depth = contract.store_info_depth(mo)
+        m.submodules.winfo = winfo = Queue(shape=winfo_layout, depth=info_depth)
+        m.submodules.binfo = binfo = Queue(shape=unsigned(1), depth=info_depth)
         tile_acked = None  # with block acks: the burst generator's tile is acknowledged
         if self._block_acks:
             tile_acked = Signal()
