@@ -287,8 +287,6 @@ def streamify_first_element(words: int) -> int:
 #: show ``ready`` and forget what it took).
 SOURCE_START = 1
 
-_LOADS, _STORES = LOADS, STORES
-
 
 def axi_managers(graph: Graph, config: HwConfig) -> dict[str, list[str]]:
     """AXI port name -> the memory operators behind it, in graph (topological) order.
@@ -299,12 +297,12 @@ def axi_managers(graph: Graph, config: HwConfig) -> dict[str, list[str]]:
     order is its arbiter's manager order (manager ``i`` is ``ID`` prefix ``i``). ``graph`` is a
     lowered graph (:func:`step_lang.passes.lower`).
     """
-    memory = [n for n in graph.topo_order() if isinstance(n, _LOADS + _STORES)]
+    memory = [n for n in graph.topo_order() if isinstance(n, LOADS + STORES)]
     if config.axi_ports is None:
         return {f"m_axi_{n.name}": [n.name] for n in memory}
     out: dict[str, list[str]] = {}
     for half, read in (("rd", True), ("wr", False)):
-        names = [n.name for n in memory if isinstance(n, _LOADS) == read]
+        names = [n.name for n in memory if isinstance(n, LOADS) == read]
         for j, name in enumerate(names):
             out.setdefault(f"m_axi_{half}{j % config.axi_ports}", []).append(name)
     return out
@@ -315,7 +313,7 @@ def read_ports(graph: Graph, config: HwConfig) -> int:
     ``m_axi_rd<i>`` ports that get a load (at most ``config.axi_ports``); at least 1. The
     channels of the paper profile's shared memory (``PaperProfile.for_rtl``) and of the AXI
     efficiency's peak (``make validate``)."""
-    loads = {n.name for n in graph.nodes.values() if isinstance(n, _LOADS)}
+    loads = {n.name for n in graph.nodes.values() if isinstance(n, LOADS)}
     return sum(names[0] in loads for names in axi_managers(graph, config).values()) or 1
 
 
@@ -385,14 +383,14 @@ def memory_map(graph: Graph) -> dict[str, dict[str, Any]]:
 
 def is_memory_operator(node: Node) -> bool:
     """Whether ``node`` is an off-chip load or store (it gets an AXI port)."""
-    return isinstance(node, _LOADS + _STORES)
+    return isinstance(node, LOADS + STORES)
 
 
 def is_load(node: Node) -> bool:
     """Whether ``node`` is an off-chip load (it gets a read port)."""
-    return isinstance(node, _LOADS)
+    return isinstance(node, LOADS)
 
 
 def is_store(node: Node) -> bool:
     """Whether ``node`` is an off-chip store (it gets a write port)."""
-    return isinstance(node, _STORES)
+    return isinstance(node, STORES)

@@ -231,15 +231,13 @@ def cmd_validate(args) -> int:
         _no_hardware_options(args, f"{args.example} is built for its fixed hardware size")
         graph, (memory,) = hardware_case(args.example, args.schedule)
         inputs, config = None, _hw_config(graph)
-    from step_hw.memory_model import MemoryModel
-
-    model = None
+    model = None  # the axi tier's RAM
     if args.memory != "axi_ram" or args.tier == "fast":
         if args.tier != "fast":
             raise UsageError(
                 f"--memory {args.memory} needs --tier fast (the axi tier's RAM is axi_ram)"
             )
-        model = getattr(MemoryModel, args.memory)()  # the fast tier's axi_ram too
+        model = _memory_model(args.memory)  # the fast tier's axi_ram too
     sized = None
     if args.size_queues:  # the depths `step size-queues --hardware` picks, on this memory
         from sim.sizing import queue_bits

@@ -162,6 +162,13 @@ def test_a_report_names_the_first_differing_element():
         {"cycles": 40, "error": -0.2},
     )
     assert got["rtl_profile"] == {"cycles": 49, "error": -0.02}
+    # a Sink's token that differs: a tile (and a Zip's pair) against a stop token, as JSON
+    from step_lang.tokens import Stop
+
+    tile = np.array([[1, 2]], np.int16)
+    r.mismatch = Mismatch("sink y", (2,), (tile, tile), Stop(1), "RTL")
+    got = json.loads(json.dumps(r.to_json()))["mismatch"]
+    assert (got["interpreter"], got["got"]) == ([[[1, 2]], [[1, 2]]], str(Stop(1)))
     assert "cycles    RTL 50 | rtl profile 49 (-2.0%) | paper profile 40 (-20.0%)" in text
     assert text.endswith("verdict   NOT OK") and not r.ok
     none = ValidationReport("g", HwConfig(), "always", ["y"], [], 40, 49,

@@ -3,7 +3,8 @@
 The interpreter gives the reference outputs; the simulator runs with the ``rtl`` timing profile
 of the hardware and the ``paper`` profile configured with its rates and memory
 (``PaperProfile.for_rtl``, as ``make validate`` runs it); the graph is elaborated, verilated
-(:func:`step_hw.cosim.design`, cached by Verilog hash) and co-simulated (:func:`step_hw.cosim.run`, with every queue's handshakes traced).
+(:func:`step_hw.cosim.design`, cached by Verilog hash) and co-simulated
+(:func:`step_hw.cosim.run`, with every queue's handshakes traced).
 The :class:`ValidationReport` says whether every output tensor (and every Sink's tokens) is equal
 everywhere, or names the first differing element; the cycles of the RTL against each profile;
 and the first stream whose handshake cycles differ between the ``rtl`` profile and the RTL, the
@@ -119,8 +120,14 @@ class ValidationReport:
         def error(c: int) -> float | None:
             return (c - self.rtl_cycles) / self.rtl_cycles if self.rtl_cycles else None
 
-        def plain(v: Any) -> Any:  # numpy scalars (a mismatch's values) as JSON numbers
-            return v.item() if isinstance(v, np.generic) else v
+        def plain(v: Any) -> Any:  # a mismatch's values: an element, or a Sink's token
+            if isinstance(v, np.generic):
+                return v.item()
+            if isinstance(v, np.ndarray):  # a tile (BF16 ones as floats)
+                return (v if v.dtype.kind in "biu" else v.astype(np.float64)).tolist()
+            if isinstance(v, tuple):  # a Zip's pair
+                return [plain(x) for x in v]
+            return v if v is None or isinstance(v, (bool, int, float, str)) else str(v)
 
         mismatch = None
         if self.mismatch is not None:
