@@ -56,6 +56,7 @@ __all__ = [
     "FloatAccumFn",
     "FloatFunctions",
     "FloatMapFn",
+    "fold_identity_bits",
     "functions",
     "max_bits",
     "row_sum_acc",
@@ -64,6 +65,17 @@ __all__ = [
 BF16 = np.dtype(ml_dtypes.bfloat16)
 ErrorFn = Any
 _FLOAT_TILES = FLOAT_DTYPES
+
+#: The value a float Accum/Scan starts from: ``add`` sums from +0 (in FP32), ``max`` from -inf
+#: (in the input's dtype).
+FOLD_IDENTITY = {"add": 0.0, "max": -np.inf}
+
+
+def fold_identity_bits(op: str, dtype_name: str) -> int:
+    """The IEEE bit pattern of ``FOLD_IDENTITY[op]`` in ``dtype_name`` (a hardware register's
+    initial value)."""
+    value = np.asarray(FOLD_IDENTITY[op], dtype=dtype(dtype_name).numpy)
+    return int(value.view(f"u{value.itemsize}"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,9 +302,8 @@ def _fold(nm: Any, op: str) -> FloatAccumFn:
         if first is None:
             _empty_group(name, t)
         shape = np.shape(first[0]) if first is not None else (t.rows, t.cols)
-        if op == "add":
-            return np.zeros(shape, dtype=np.float32)
-        return np.full(shape, -np.inf, dtype=t.dtype.numpy)
+        acc_dtype = np.float32 if op == "add" else t.dtype.numpy
+        return np.full(shape, FOLD_IDENTITY[op], dtype=acc_dtype)
 
     def update(out: Tile, acc: np.ndarray, x: np.ndarray) -> np.ndarray:
         if acc.shape != np.shape(x):

@@ -15,6 +15,7 @@ from typing import Any
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 
+from step_lang.float_numerics import fold_identity_bits
 from step_lang.numerics import FLOAT_DTYPES as _FLOATS
 from step_lang.types import DTYPES
 
@@ -34,7 +35,7 @@ __all__ = [
 ]
 
 FLOAT_DTYPES = {name: DTYPES[name].nbytes * 8 for name in _FLOATS}  # BF16 elements, FP32 sums
-_NEG_INF = {16: 0xFF80, 32: 0xFF800000}
+_DTYPE_OF_WIDTH = {bits: name for name, bits in FLOAT_DTYPES.items()}
 
 
 def float_bits(float_dtype: str) -> int:
@@ -128,7 +129,8 @@ class FloatElementFold(Datapath):
     def __init__(self, op: str, shape: tuple[int, int], bits: int):
         self.op, self.shape, self.bits = op, shape, bits
         self.acc_register_bits = 32 if op == "add" else bits
-        self.init = 0 if op == "add" else float_init(_NEG_INF[bits], bits)
+        identity = fold_identity_bits(op, "float32" if op == "add" else _DTYPE_OF_WIDTH[bits])
+        self.init = float_init(identity, self.acc_register_bits)
 
     def build(self, m: Module, *, xs, acc, step, advance, finish, clear) -> Any:
         rows, cols = self.shape
