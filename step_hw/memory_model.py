@@ -44,10 +44,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["MAX_BEAT_INTERVAL", "MAX_OUTSTANDING", "PRESETS", "REQUEST_QUEUE", "MemoryModel"]
+__all__ = [
+    "MAX_BEAT_INTERVAL",
+    "MAX_OUTSTANDING",
+    "POP_LEAD",
+    "PRESETS",
+    "REQUEST_QUEUE",
+    "MemoryModel",
+]
 
 #: Requests an AR (AW) queue of cocotbext-axi's RAM holds (its ``queue_occupancy_limit``).
 REQUEST_QUEUE = 2
+#: The memory takes a read burst from its request queue once the beat ``POP_LEAD`` before the
+#: previous burst's last has been offered (cocotbext-axi's ``AxiRamRead``).
+POP_LEAD = 2
 #: The largest ``outstanding`` (the fast tier's ring of bursts holds twice as many).
 MAX_OUTSTANDING = 16
 #: The presets' names (``MemoryModel.<name>()``), as the command line offers them.

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 
-from step_hw.memory_model import MAX_OUTSTANDING, MemoryModel
+from step_hw.memory_model import MAX_OUTSTANDING, POP_LEAD, MemoryModel
 from step_hw.verilog_modules import instance_module, module_bodies
 
 from .cell_tables import loader
@@ -204,8 +204,8 @@ def _read_port(p: str, aw: int, iw: int, bus: int, words: int, index: int) -> st
         {p}_ar_cnt <= {p}_ar_cnt + 1;
       end
       // the memory takes burst `pop_cnt` from its AR queue (decided one cycle late): after its
-      // AR, and once the beat two before the previous burst's last has been offered
-      if ({p}_pop_cnt < {p}_ar_cnt && {p}_prev_end < {p}_r_cnt + {{31'd0, {p}_rvalid}} + 32'd3) begin
+      // AR, and once the beat {POP_LEAD} before the previous burst's last has been offered
+      if ({p}_pop_cnt < {p}_ar_cnt && {p}_prev_end < {p}_r_cnt + {{31'd0, {p}_rvalid}} + 32'd{POP_LEAD + 1}) begin
         {p}_prev_end <= {p}_end[{p}_pop_cnt[{ring - 1}:0]];
         {p}_pop_cnt <= {p}_pop_cnt + 1;
       end

@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from step_hw.memory_model import POP_LEAD
+
 if TYPE_CHECKING:
     from .profile import RtlProfile
 
@@ -179,7 +181,7 @@ class ReadPort(Port):
             t = self.ar[i]
             if i:
                 t = max(t, self.pops[i - 1])
-                k = self.ends[i - 1] - 3  # two beats before burst i - 1's last
+                k = self.ends[i - 1] - 1 - POP_LEAD  # POP_LEAD beats before burst i - 1's last
                 if k >= 0:
                     if k >= len(self.offered):
                         return None  # not offered yet: after the current cycle
