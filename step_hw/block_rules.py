@@ -37,6 +37,7 @@ __all__ = [
     "check_fetch",
     "check_node",
     "fetch_rule",
+    "fetch_tile",
     "merge_rule",
     "reshape_rule",
     "streamify_rule",
@@ -165,13 +166,21 @@ def streamify_rule(node: ops.Streamify, config: HwConfig, bounds: Bounds | None 
         )
 
 
+def fetch_tile(block: Any, k: Any, block_tiles: int) -> Any:
+    """The tile number of tile ``k`` (row-major in its block) of fetch block ``block`` of
+    ``block_tiles`` tiles: ``block * block_tiles + k``, consecutive as :func:`check_fetch`
+    requires. Integers or Amaranth values."""
+    return block * block_tiles + k
+
+
 def check_fetch(
     who: str, tensor_shape: Sequence[int], tile: tuple[int, int], fetch: Any
 ) -> tuple[int, int] | None:
     """``fetch=(nr, nc)`` tiles of ``tile`` per index, checked against the tensor: the block, or
     None without ``fetch``; ``ValueError`` starting with ``who`` otherwise.
 
-    The random-access controllers address tile ``k`` of block ``a`` as tile ``a*nr*nc + k``:
+    The random-access controllers address tile ``k`` of block ``a`` as tile ``a*nr*nc + k``
+    (:func:`fetch_tile`):
     right only when a block's tiles are consecutive in the tensor's tile numbering, i.e. one
     block row (``nr == 1``) or blocks spanning the tensor's full width. Other blocks are
     rejected, never misread.

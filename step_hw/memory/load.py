@@ -14,7 +14,7 @@ from amaranth.lib.wiring import In, Out
 from step_lang import ops
 
 from .. import contract
-from ..block_rules import check_fetch
+from ..block_rules import check_fetch, fetch_tile
 from ..checks import (
     address_format,
     build_for_node,
@@ -651,7 +651,7 @@ class RandomLoad(wiring.Component):
             # Entry.ELEM/STOP/DONE are Cmd.TILE/STOP/DONE.
             reader.cmd.payload.kind.eq(Mux(is_elem & ~in_range, Cmd.ZERO, ent.payload.kind)),
             reader.cmd.payload.level.eq(ent.payload.level),
-            reader.cmd.payload.index.eq(block * (nr * nc) + ent.payload.index),
+            reader.cmd.payload.index.eq(fetch_tile(block, ent.payload.index, nr * nc)),
             ent.ready.eq(reader.cmd.ready),
         ]
         with m.If(ent.valid & ent.ready & is_elem & ~in_range):

@@ -14,6 +14,7 @@ from step_lang import ops
 from step_lang.types import Tile, bool_
 
 from .. import contract
+from ..block_rules import fetch_tile
 from ..checks import (
     address_format,
     build_for_node,
@@ -539,7 +540,7 @@ class RandomStore(wiring.Component):
                 with m.Case(Kind.DATA):
                     m.d.comb += wa.ready.eq(1)
                     m.d.sync += [
-                        first.eq((value * n)[: len(first)]),
+                        first.eq(fetch_tile(value, 0, n)[: len(first)]),
                         in_range.eq(value < n_blocks),
                         k.eq(0),
                         col.eq(0),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING, Any
 
+from step_hw.block_rules import fetch_tile
 from step_lang import ops
 from step_lang.graph import Node
 from step_lang.stoprules import grid_stop
@@ -78,4 +79,4 @@ class _Blocks:
             return self.linear
         n = len(self.stops)
         a = int(token.reshape(-1)[0])
-        return [a * n + i if 0 <= a < self.n_addresses else None for i in range(n)]
+        return [fetch_tile(a, i, n) if 0 <= a < self.n_addresses else None for i in range(n)]
