@@ -23,6 +23,17 @@ from dataclasses import dataclass
 __all__ = ["FluidMemory", "MemoryConfig"]
 
 
+#: Each :class:`MemoryConfig` field's smallest value.
+_MINIMUM = {
+    "channels": 1,
+    "request_bytes": 1,
+    "interval": 1,
+    "latency": 0,
+    "startup": 0,
+    "dispatch": 1,
+}
+
+
 @dataclass(frozen=True)
 class MemoryConfig:
     """Parameters of the off-chip memory model (defaults: the paper's evaluation)."""
@@ -33,6 +44,16 @@ class MemoryConfig:
     latency: int = 2
     startup: int = 14
     dispatch: int = 1  # requests one memory operator issues per cycle
+
+    def __post_init__(self):
+        # Counts and divisors (channels, bytes, cycles per request, requests per cycle) must be
+        # positive, latencies non-negative; all are whole numbers (cycles and bytes), and a bool
+        # is no number here.
+        for name, low in _MINIMUM.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                rule = "a positive integer" if low == 1 else "a non-negative integer"
+                raise ValueError(f"MemoryConfig.{name} must be {rule}, not {value!r}")
 
     @property
     def bandwidth(self) -> float:

@@ -203,6 +203,32 @@ def queue_bits(bits: Mapping[str, int], depths: Mapping[str, int]) -> int:
 
 # -- the plan --------------------------------------------------------------------------------------
 
+#: The sizing options' rules: integers of at least a minimum, and finite numbers of at least one
+#: (``margin``: 1 is none; ``tolerance``: 0 is none; as ``step size-queues`` checks them).
+_INT_OPTIONS = {"deep": 1, "max_rounds": 0, "min_depth": 1, "shrink_budget": 0}
+_NUMBER_OPTIONS = {"tolerance": 0, "margin": 1}
+
+
+def _check_options(owner: str, options: Mapping[str, Any]) -> None:
+    """The sizing options of ``options`` that have rules: a one-line ValueError naming ``owner``,
+    the option and its value for the first that breaks its rule (never clamped or rounded)."""
+    for key, low in _INT_OPTIONS.items():
+        v = options.get(key, low)
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            rule = "a positive integer" if low == 1 else "a non-negative integer"
+            raise StepValueError(f"{owner}: {key} must be {rule}, not {v!r}")
+    for key, low in _NUMBER_OPTIONS.items():
+        v = options.get(key, low)
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (int, float))
+            or not math.isfinite(v)
+            or v < low
+        ):
+            raise StepValueError(
+                f"{owner}: {key} must be a finite number of at least {low}, not {v!r}"
+            )
+
 
 def _within(cycles: int | None, ref: int, tolerance: float) -> bool:
     """A run of ``cycles`` (None: a deadlock) is within ``tolerance`` of its reference."""
@@ -418,6 +444,10 @@ def plan_queue_sizes(
     """
     from . import PaperProfile, simulate
 
+    _check_options("plan_queue_sizes", {
+        "tolerance": tolerance, "margin": margin, "deep": deep, "max_rounds": max_rounds,
+        "min_depth": min_depth, "shrink_budget": shrink_budget,
+    })  # fmt: skip
     if hw_config is not None and profile is None:
         from .profiles import PROFILES
 
@@ -432,7 +462,7 @@ def plan_queue_sizes(
         # A Bufferize hands its buffers to the Streamify that reads them through their shared
         # memory (``step_hw.memory.buffer``: two slots): no queue in hardware, nothing to size.
         streams = {n: s for n, s in streams.items() if not isinstance(s.elem, BufferType)}
-    base = max(1, int(min_depth))
+    base = min_depth
     bits = {n: token_bits(s, hw_config, dims) for n, s in streams.items()}
     default_depths = {n: graph.queue_depth(n, int(profile.channel_depth)) for n in streams}
 
@@ -737,6 +767,7 @@ def size_queues(
     The depths land in ``graph.queue_depths``, which the simulator and the hardware elaborator
     both read; the report is kept as ``graph.sizing``.
     """
+    _check_options("size_queues", options)
     report = plan_queue_sizes(graph, memories, hw_config=hw_config, **options)
     graph.queue_depths.update(report.depths)
     graph.sizing = report

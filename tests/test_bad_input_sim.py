@@ -7,14 +7,19 @@ the value).
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 
 import numpy as np
 import pytest
 
 from sim import PaperProfile, simulate
+from sim.memory import MemoryConfig
 from sim.profiles import RtlProfile
+from sim.sizing import plan_queue_sizes, size_queues
 from step_hw.config import HwConfig
+from step_hw.memory_model import PRESETS, MemoryModel
 from step_lang import (
     DONE,
     Graph,
@@ -483,7 +488,7 @@ PROFILES += [
             f"RtlProfile: {name} must be a non-negative integer, not {v!r}",
             id=f"rtl-{name}-{v}",
         )
-        for name in ("memory_latency", "write_response", "load_issue", "sink_done")
+        for name in ("memory_latency", "write_response", "load_issue", "sink_done", "start_up")
         for v in (-1, 1.5)
     ),
 ]
@@ -495,10 +500,173 @@ def test_bad_profile_settings(make, message):
         simulate(_load_store(), {"a": np.ones((4, 4), np.float32)}, profile=make())
 
 
-@pytest.mark.parametrize("depth", [0, -1])
+@pytest.mark.parametrize("depth", [0, -1, 2.5, True])
 def test_bad_queue_depth_of_the_profile(depth):
-    with expect(StepValueError, f"queue depth of ld.out must be a positive integer, not {depth}"):
-        simulate(_load_store(), profile=PaperProfile(channel_depth=depth))
+    with expect(
+        ValueError, f"PaperProfile: channel_depth must be a positive integer, not {depth!r}"
+    ):
+        PaperProfile(channel_depth=depth)
+
+
+PAPER_TYPES = [
+    pytest.param(
+        {"write_back": "linearoffchipload0"},
+        "PaperProfile: write_back must be a set of node names, e.g. frozenset({'op'}), not "
+        "'linearoffchipload0'",
+        id="write-back-string",
+    ),
+    pytest.param(
+        {"write_back": None},
+        "PaperProfile: write_back must be a set of node names, e.g. frozenset({'op'}), not None",
+        id="write-back-none",
+    ),
+    pytest.param(
+        {"write_back": frozenset({1})},
+        "PaperProfile: write_back must be a set of node names, e.g. frozenset({'op'}), not "
+        "frozenset({1})",
+        id="write-back-int-name",
+    ),
+    pytest.param(
+        {"compute_bw_overrides": [("x", 1)]},
+        "PaperProfile: compute_bw_overrides must be a mapping of compute node names to FLOPs per "
+        "cycle, not [('x', 1)]",
+        id="overrides-list",
+    ),
+    pytest.param(
+        {"memory": {"channels": 2}},
+        "PaperProfile: memory must be a MemoryConfig, not {'channels': 2}",
+        id="memory-dict",
+    ),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), PAPER_TYPES)
+def test_paper_profile_setting_of_the_wrong_type(kwargs, message):
+    with expect(TypeError, message):
+        PaperProfile(**kwargs)
+
+
+@pytest.mark.parametrize("value", ["no", 0, 1, None])
+def test_stops_take_slots_must_be_a_bool(value):
+    with expect(ValueError, f"PaperProfile: stops_take_slots must be True or False, not {value!r}"):
+        PaperProfile(stops_take_slots=value)
+
+
+def test_write_back_of_a_set_and_a_list_of_names():
+    """Collections of names pass (``check_graph`` then checks each name)."""
+    g = _load_store()
+    for names in ({"ld"}, ["ld"], ("ld",), frozenset({"ld"})):
+        simulate(g, {"a": np.ones((4, 4), np.float32)}, profile=PaperProfile(write_back=names))
+
+
+# -- the off-chip memory model (MemoryConfig) and PaperProfile.for_rtl ---------------------------
+
+MEMORY_CONFIG = [
+    # (field, bad value, rule)
+    *((f, v, "a positive integer") for f in ("channels", "request_bytes", "interval", "dispatch")
+      for v in (0, -1, 2.5, True, "4", None)),
+    *((f, v, "a non-negative integer") for f in ("latency", "startup")
+      for v in (-1, -100, 0.5, False, None)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "rule"),
+    [pytest.param(n, v, r, id=f"{n}-{v!r}") for n, v, r in MEMORY_CONFIG],
+)
+def test_bad_memory_config(name, value, rule):
+    with expect(ValueError, f"MemoryConfig.{name} must be {rule}, not {value!r}"):
+        MemoryConfig(**{name: value})
+
+
+@pytest.mark.parametrize("name", ["channels", "interval"])
+def test_bad_memory_config_by_replace(name):
+    """``dataclasses.replace`` checks again: a bad field never reaches the simulator."""
+    with expect(ValueError, f"MemoryConfig.{name} must be a positive integer, not 0"):
+        dataclasses.replace(MemoryConfig(), **{name: 0})
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"latency": 0, "startup": 0}, {"channels": 1, "interval": 1, "dispatch": 64}],
+    ids=["default", "no-latency", "one-channel"],
+)
+def test_good_memory_config_runs(kwargs):
+    r = simulate(
+        _load_store(),
+        {"a": np.ones((4, 4), np.float32)},
+        profile=PaperProfile(memory=MemoryConfig(**kwargs)),
+    )
+    assert r.cycles > 0
+
+
+@pytest.mark.parametrize("channels", [0, -1, 2.5, True])
+def test_for_rtl_channels_must_be_positive(channels):
+    message = f"PaperProfile.for_rtl: channels must be a positive integer, not {channels!r}"
+    with expect(ValueError, message):
+        PaperProfile.for_rtl(HwConfig(), MemoryModel.axi_ram(), channels=channels)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_for_rtl_of_every_memory_preset(preset):
+    model = getattr(MemoryModel, preset)()
+    config = HwConfig()
+    p = PaperProfile.for_rtl(config, model, channels=3)
+    assert p.memory == MemoryConfig(
+        channels=3,
+        request_bytes=config.axi_data_width // 8,
+        interval=model.beat_interval,
+        latency=model.latency,
+        startup=model.start_up,
+    )
+    if config.axi_ports is not None:
+        assert PaperProfile.for_rtl(config, model).memory.channels == config.axi_ports
+
+
+# -- the rtl profile's memory settings -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [-30, -1, 2.5, None])
+def test_rtl_profile_start_up(value):
+    with expect(ValueError, f"RtlProfile: start_up must be a non-negative integer, not {value!r}"):
+        RtlProfile(start_up=value)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_rtl_profile_of_every_memory_preset(preset):
+    model = getattr(MemoryModel, preset)()
+    assert RtlProfile.for_memory(model).start_up == model.start_up
+
+
+# -- queue sizing's options ----------------------------------------------------------------------
+
+SIZING = [
+    # (option, bad value, rule)
+    *(("min_depth", v, "a positive integer") for v in (0, -5, 2.9, True)),
+    *(("deep", v, "a positive integer") for v in (0, -1, 64.0)),
+    *(("max_rounds", v, "a non-negative integer") for v in (-1, 1.5)),
+    *(("shrink_budget", v, "a non-negative integer") for v in (-1, 2.0)),
+    *(("tolerance", v, "a finite number of at least 0") for v in (-1.0, -0.01, math.inf, math.nan, "0.1", True)),
+    *(("margin", v, "a finite number of at least 1") for v in (-3.0, 0.5, 0, math.inf, None)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("fn", ["plan_queue_sizes", "size_queues"])
+@pytest.mark.parametrize(
+    ("name", "value", "rule"), [pytest.param(n, v, r, id=f"{n}-{v!r}") for n, v, r in SIZING]
+)
+def test_bad_sizing_options(fn, name, value, rule):
+    sizing = {"plan_queue_sizes": plan_queue_sizes, "size_queues": size_queues}[fn]
+    g = _source_graph()
+    with expect(ValueError, f"{fn}: {name} must be {rule}, not {value!r}"):
+        sizing(g, inputs={"x": [[T, T]]}, **{name: value})
+    assert g.queue_depths == {}  # nothing sized
+
+
+def test_good_sizing_options():
+    options = dict(tolerance=0, margin=1, deep=8, max_rounds=0, min_depth=2, shrink_budget=0)
+    r = plan_queue_sizes(_source_graph(), inputs={"x": [[T, T]]}, uniform=False, **options)
+    assert min(r.depths.values()) >= 2
 
 
 @pytest.mark.parametrize("depth", [0, -2])

@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,7 +74,7 @@ class PaperProfile(TimingProfile):
     elementwise_cycles: int | None = None
 
     def __post_init__(self):
-        for name in ("compute_bw_default", "pmu_bw"):
+        for name in ("compute_bw_default", "pmu_bw", "channel_depth"):
             check_int("PaperProfile", name, getattr(self, name), 1)
         for name in ("channel_latency", "switch_cycles"):
             check_int("PaperProfile", name, getattr(self, name), 0)
@@ -82,12 +83,28 @@ class PaperProfile(TimingProfile):
                 "PaperProfile: onchip_convention must be 'paper' or 'artifact', "
                 f"not {self.onchip_convention!r}"
             )
-        if not isinstance(self.loads_in_memory, bool):
-            raise ValueError(
-                f"PaperProfile: loads_in_memory must be True or False, not {self.loads_in_memory!r}"
-            )
+        for name in ("loads_in_memory", "stops_take_slots"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(
+                    f"PaperProfile: {name} must be True or False, not {getattr(self, name)!r}"
+                )
         if not isinstance(self.memory, MemoryConfig):
             raise TypeError(f"PaperProfile: memory must be a MemoryConfig, not {self.memory!r}")
+        # A bare string is a collection of its characters: refused, not read as one name.
+        if (
+            isinstance(self.write_back, (str, bytes))
+            or not isinstance(self.write_back, Collection)
+            or not all(isinstance(n, str) for n in self.write_back)
+        ):
+            raise TypeError(
+                "PaperProfile: write_back must be a set of node names, e.g. frozenset({'op'}), "
+                f"not {self.write_back!r}"
+            )
+        if not isinstance(self.compute_bw_overrides, Mapping):
+            raise TypeError(
+                "PaperProfile: compute_bw_overrides must be a mapping of compute node names to "
+                f"FLOPs per cycle, not {self.compute_bw_overrides!r}"
+            )
         for node, bw in self.compute_bw_overrides.items():
             check_int("PaperProfile", f"compute_bw_overrides[{node!r}]", bw, 1)
         if self.elementwise_cycles is not None:
@@ -131,7 +148,10 @@ class PaperProfile(TimingProfile):
           as in the paper's model;
         * queues of ``config.queue_depth``.
         """
-        channels = channels or (config.axi_ports if graph is None else read_ports(graph, config))
+        if channels is not None:  # given: checked, never replaced by the default
+            check_int("PaperProfile.for_rtl", "channels", channels, 1)
+        else:
+            channels = config.axi_ports if graph is None else read_ports(graph, config)
         if not channels:
             raise ValueError(
                 "PaperProfile.for_rtl: give channels when config.axi_ports is None (the paper's "

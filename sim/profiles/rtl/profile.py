@@ -95,7 +95,8 @@ class RtlProfile(TimingProfile):
         if not isinstance(self.config, HwConfig):
             raise TypeError(f"RtlProfile: config must be a HwConfig, not {self.config!r}")
         for name in ("memory_latency", "write_response", "load_start", "load_issue",
-                     "store_issue", "aw_to_w", "done_latency", "sink_done"):  # fmt: skip
+                     "store_issue", "aw_to_w", "done_latency", "sink_done",
+                     "start_up"):  # fmt: skip
             check_int("RtlProfile", name, getattr(self, name), 0)
         for name in ("memory_outstanding", "beat_interval"):
             check_int("RtlProfile", name, getattr(self, name), 1)
