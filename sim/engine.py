@@ -702,4 +702,5 @@ class Engine:
             spans=self.spans,
             profile=self.profile.name,
             sends={ch.name: ch.sends for ch in self.chans.values() if ch.sends is not None},
+            traced=self.trace,
         )

@@ -69,6 +69,9 @@ class SimResult:
         sends: with ``trace=True``, the cycle each token (stop and done tokens included) entered
             each stream's queue, by stream name (the simulator's side of the RTL's per-queue
             handshake trace, ``step_hw.cosim.run(..., trace=True)``); empty otherwise.
+        spans: with ``trace=True``, each node's busy, stalled and idle spans
+            ``(node, state, start, end)`` (:func:`sim.trace.to_trace_events`); empty otherwise.
+        traced: whether the run was ``simulate(..., trace=True)``.
 
     FLOPs are the functions' FLOPs on the tiles each compute node (Map, Accum, Scan) actually
     received, under every profile. On-chip footprints (``peak_onchip_bytes``) are a paper-profile
@@ -89,6 +92,7 @@ class SimResult:
     spans: list[tuple[str, str, int, int]] = field(default_factory=list, repr=False)
     profile: str = ""
     sends: dict[str, list[float]] = field(default_factory=dict, repr=False)
+    traced: bool = False
 
     @property
     def offchip_bytes(self) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 
 from .result import SimResult
@@ -13,8 +14,21 @@ __all__ = ["to_trace_events", "write_trace"]
 def to_trace_events(result: SimResult, *, clock_mhz: float = 1000.0) -> dict:
     """Trace events: one thread per node, a complete event (``ph: X``) per busy or stall span.
 
-    Timestamps are microseconds at ``clock_mhz`` (1 GHz by default: 1 cycle = 1 ns).
+    Timestamps are microseconds at ``clock_mhz`` (1 GHz by default: 1 cycle = 1 ns). The run
+    must be ``simulate(..., trace=True)``: an untraced run has no spans, and is refused rather
+    than written as an empty timeline.
     """
+    if not result.traced:
+        raise ValueError("to_trace_events: the run has no spans; simulate it with trace=True")
+    if (
+        isinstance(clock_mhz, bool)
+        or not isinstance(clock_mhz, (int, float))
+        or not math.isfinite(clock_mhz)
+        or clock_mhz <= 0
+    ):
+        raise ValueError(
+            f"to_trace_events: clock_mhz must be a positive finite number, not {clock_mhz!r}"
+        )
     tids = {name: i for i, name in enumerate(result.nodes)}
     events = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "STeP graph"}}]
     for name, tid in tids.items():

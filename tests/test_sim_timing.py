@@ -224,6 +224,24 @@ def test_perfetto_trace(tmp_path):
     assert sum(e["dur"] for e in busy) == pytest.approx(r.nodes["load"].busy / 1000)
 
 
+def test_trace_of_an_untraced_run_or_a_bad_clock_is_refused(tmp_path):
+    from sim.trace import to_trace_events
+
+    untraced = simulate(load_graph(2), functional=False)
+    with pytest.raises(
+        ValueError, match=r"^to_trace_events: the run has no spans; simulate it with trace=True$"
+    ):
+        write_trace(untraced, tmp_path / "t.json")
+    assert not (tmp_path / "t.json").exists()
+    traced = simulate(load_graph(2), functional=False, trace=True)
+    for clock in (0, -5, float("inf"), True):
+        with pytest.raises(
+            ValueError,
+            match=rf"^to_trace_events: clock_mhz must be a positive finite number, not {clock!r}$",
+        ):
+            to_trace_events(traced, clock_mhz=clock)
+
+
 def test_elementwise_cycles_charge_one_cycle_per_tile_but_not_matmuls():
     """``elementwise_cycles`` replaces FLOPs over bandwidth for element-wise functions only."""
     tokens = {"in0": tile_tokens(4), "in1": tile_tokens(4)}
