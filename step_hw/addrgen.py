@@ -157,7 +157,8 @@ class CacheReadAddr(_Expander):
         Sticky: the inputs' tokens did not line up.
     error : Out(1)
         Sticky: ``tiles > row_offset`` (the interpreter raises; the block writes ``row_offset``
-        addresses). ``tiles <= 0`` writes none, as the interpreter.
+        addresses) or ``tiles < 0`` (the interpreter raises; the block writes none).
+        ``tiles == 0`` writes none, as the interpreter.
     """
 
     __doc__ += _PROTOCOL
@@ -192,7 +193,7 @@ class CacheReadAddr(_Expander):
         over = tiles > self._row_offset
         count = Signal(range(-1, self._row_offset + 1), name="count")
         m.d.comb += count.eq(Mux(tiles <= 0, 0, Mux(over, self._row_offset, tiles)))
-        return count, over
+        return count, over | (tiles < 0)
 
     def _piece(self, m: Module, j: Value, last: Value, step: Value) -> Value:
         bits = self.out_format.elem_bits
@@ -216,10 +217,10 @@ class LastTileFlags(_Expander):
     Ports
     -----
     in0 : In(``[1,1]`` integer tiles)
-        Tile counts (``n <= 0`` writes no selector, as the interpreter).
+        Tile counts (``n == 0`` writes no selector, as the interpreter).
     out : Out(2-bit selectors)
     error : Out(1)
-        Never raised (the function has no error case); present as on every generator.
+        Sticky: ``n < 0`` (the interpreter raises; the block writes no selector).
     """
 
     __doc__ += _PROTOCOL
@@ -239,7 +240,7 @@ class LastTileFlags(_Expander):
 
     def _plan(self, m: Module) -> tuple[Value, Value]:
         n = self.in0.payload.data[0][0]
-        return Mux(n <= 0, 0, n), Const(0)
+        return Mux(n <= 0, 0, n), n < 0
 
     def _piece(self, m: Module, j: Value, last: Value, step: Value) -> Value:
         return Mux(last, 0b10, 0b01)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import StepValueError
+from .errors import StepRuntimeError, StepTypeError, StepValueError
 
 __all__ = ["ArrivalPolicy", "FixedOrder", "LowestIndexFirst", "RandomArrival", "RoundRobin"]
 
@@ -66,12 +66,32 @@ class RandomArrival(ArrivalPolicy):
 
 
 class FixedOrder(ArrivalPolicy):
-    """Take inputs in a given order, waiting for each one; after the list, lowest index first."""
+    """Take inputs in a given order, waiting for each one; after the list, lowest index first.
+
+    ``order`` lists input indices, one per chunk the merge forwards. A list shorter than the run
+    leaves the rest to the lowest ready index; an entry that cannot be honoured (an index the
+    merge does not have, or an input that has already ended, as the entries left over when a
+    run needs fewer chunks than the list names) raises :class:`StepRuntimeError`, which the
+    interpreter prefixes with the EagerMerge's name: a replay that does not match the run is an
+    error, never ignored.
+    """
 
     def __init__(self, order: Sequence[int]):
-        self.order = list(order)
+        if isinstance(order, (str, bytes)) or not isinstance(order, (Sequence, np.ndarray)):
+            raise StepTypeError(
+                f"FixedOrder: order must be a sequence of input indices, not {order!r}"
+            )
+        for k, i in enumerate(order):
+            if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+                raise StepTypeError(f"FixedOrder: step {k} must be an input index, not {i!r}")
+            if i < 0:
+                raise StepValueError(
+                    f"FixedOrder: step {k} must be a non-negative input index, not {i!r}"
+                )
+        self.order = [int(i) for i in order]
         self._pos = 0
         self._ended: set[int] = set()
+        self._n: int | None = None  # the merge's input count, once seen
 
     @classmethod
     def from_selectors(cls, tokens: Sequence[Any]) -> FixedOrder:
@@ -90,20 +110,33 @@ class FixedOrder(ArrivalPolicy):
             order.append(int(hot[0]))
         return cls(order)
 
+    def _check(self, want: int) -> None:
+        """Refuse step ``_pos`` (naming input ``want``) when it can never be taken."""
+        if self._n is not None and want >= self._n:
+            raise StepRuntimeError(
+                f"FixedOrder: step {self._pos} names input {want}, but the merge has "
+                f"{self._n} inputs"
+            )
+        if want in self._ended:
+            raise StepRuntimeError(
+                f"FixedOrder: step {self._pos} names input {want}, which has already ended "
+                f"(the order has {len(self.order)} steps; the merge took {self._pos} chunks)"
+            )
+
     def finished(self, i: int) -> None:
         self._ended.add(i)
+        if self._pos < len(self.order):
+            self._check(self.order[self._pos])
 
     def fresh(self) -> FixedOrder:
         return FixedOrder(self.order)
 
     def choose(self, ready: Sequence[int], n_inputs: int) -> int | None:
+        self._n = n_inputs
         if self._pos >= len(self.order):
             return min(ready)
         want = self.order[self._pos]
-        if want in self._ended:
-            raise StepValueError(
-                f"FixedOrder: step {self._pos} names input {want}, which has already ended"
-            )
+        self._check(want)
         if want in ready:
             self._pos += 1
             return want

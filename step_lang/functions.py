@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .dims import Dim, as_dim, dims_equal, product
+from .dims import Dim, dims_equal, product
 from .errors import StepRuntimeError, StepTypeError
 from .meta import MetaTile, is_meta, meta_apply
 from .types import DType, ElemType, Selector, Tile, dtype, int64
@@ -728,8 +728,9 @@ def expert_addr(
     ``out_dtype`` tiles (int64; ``step_lang.numerics.expert_addr`` gives the hardware's int32). An
     address that does not fit ``out_dtype`` is an error.
     """
-    tiles_per_expert = as_dim(tiles_per_expert, what="tiles_per_expert")
+    _check_int("expert_addr", "tiles_per_expert", tiles_per_expert, 1)
     _check_int("expert_addr", "base", base, 0)
+    tiles_per_expert, base = int(tiles_per_expert), int(base)
     dt = dtype(out_dtype)
     lo, hi = (int(v) for v in (np.iinfo(dt.numpy).min, np.iinfo(dt.numpy).max))
 
@@ -758,8 +759,19 @@ def expert_addr(
     return FlatMapFn("expert_addr", 1, 0, type_rule, apply, params)
 
 
+def tile_count(fn: str, port: str, tiles: np.ndarray) -> int:
+    """The tile count a ``[1,1]`` tile holds; a negative count is an error, not an empty run."""
+    n = int(tiles[0, 0])
+    if n < 0:
+        raise StepRuntimeError(
+            f"function '{fn}': tile count ({port}) must be non-negative, not {n}"
+        )
+    return n
+
+
 def cache_read_addr(row_offset: int) -> FlatMapFn:
-    """KV-cache tile addresses ``idx * row_offset + j`` for ``j < tiles`` (``[1,1]`` idx and tile count)."""
+    """KV-cache tile addresses ``idx * row_offset + j`` for ``j < tiles`` (``[1,1]`` idx and tile
+    count; a count above ``row_offset`` or below 0 raises StepRuntimeError)."""
     _check_int("cache_read_addr", "row_offset", row_offset, 1)
 
     def type_rule(
@@ -770,7 +782,7 @@ def cache_read_addr(row_offset: int) -> FlatMapFn:
         return Tile(int64, 1, 1), (), None
 
     def apply(out: Tile, idx: np.ndarray, tiles: np.ndarray) -> list[Any]:
-        i, n = int(idx[0, 0]), int(tiles[0, 0])
+        i, n = int(idx[0, 0]), tile_count("cache_read_addr", "in1", tiles)
         if n > row_offset:
             raise StepRuntimeError(
                 f"function 'cache_read_addr': {n} tiles exceed the row of {row_offset}"
@@ -786,9 +798,10 @@ def _last_tile_type(err: ErrorFn, tiles: ElemType) -> tuple[ElemType, tuple[Dim,
 
 
 def _last_tile(out: ElemType, tiles: np.ndarray) -> list[Any]:
-    n = int(tiles[0, 0])
+    n = tile_count("last_tile_flags", "in0", tiles)
     return [np.array([j != n - 1, j == n - 1]) for j in range(n)]
 
 
 last_tile_flags = FlatMapFn("last_tile_flags", 1, 0, _last_tile_type, _last_tile)
-"""For a tile count ``n``, ``n`` two-way selectors: bit 1 on the last tile, bit 0 on the others."""
+"""For a tile count ``n``, ``n`` two-way selectors: bit 1 on the last tile, bit 0 on the others
+(a negative count raises StepRuntimeError)."""

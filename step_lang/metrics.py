@@ -114,8 +114,10 @@ class Metrics:
         """Substitute dim values (symbols or their names); returns metrics with the results."""
         by_name = {str(k): v for k, v in values.items()}
         for k, v in by_name.items():
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise StepValueError(f"value of dim {k} must be an integer, not {v!r}")
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise StepValueError(
+                    f"Metrics.evaluate: value of dim {k} must be a non-negative integer, not {v!r}"
+                )
         subs = {s: sp.Integer(by_name[str(s)]) for s in self.free_symbols if str(s) in by_name}
 
         def ev(x: Dim) -> Dim:

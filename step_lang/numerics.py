@@ -85,6 +85,7 @@ from .functions import (
     broadcast_dim,
     matmul_flops,
     retile_row,
+    tile_count,
 )
 from .functions import expert_addr as _expert_addr
 from .types import DType, ElemType, Tile, dtype
@@ -805,7 +806,7 @@ def cache_read_addr(row_offset: int, out_dtype: DType | str = "int32") -> FlatMa
         return Tile(dt, 1, 1), (), None
 
     def apply(out: Tile, idx: np.ndarray, tiles: np.ndarray) -> list[Any]:
-        i, n = int(idx[0, 0]), int(tiles[0, 0])
+        i, n = int(idx[0, 0]), tile_count("cache_read_addr", "in1", tiles)
         if n > row_offset:
             raise StepRuntimeError(
                 f"function 'cache_read_addr': {n} tiles exceed the row of {row_offset}"

@@ -197,19 +197,71 @@ def array_to_tokens(array: np.ndarray, rank: int, elem_ndim: int = 2) -> list[To
     return to_tokens(nest(array, rank + 1), rank)
 
 
+def _extents(nested: list[Any], depth: int) -> tuple[list[int], tuple[int, int, int] | None]:
+    """The extents of a nested list of ``depth`` levels, down to the first empty level, and the
+    first ragged level as ``(level, extent, other extent)`` (``None`` when regular)."""
+    extents: list[int] = []
+    level = [nested]
+    for k in range(depth):
+        sizes = [len(sub) for sub in level]
+        other = next((n for n in sizes if n != sizes[0]), None)
+        if other is not None:
+            return extents, (k, sizes[0], other)
+        extents.append(sizes[0])
+        if extents[-1] == 0:
+            break
+        level = [child for sub in level for child in sub]
+    return extents, None
+
+
+def _canonical_extents(shape: tuple[int, ...]) -> list[int]:
+    """The extents :func:`_extents` reads from the canonical tokens of a grid of ``shape``: a
+    non-innermost dim of extent 0 inside a tensor becomes one empty innermost vector."""
+    out: list[int] = []
+    for i, d in enumerate(shape):
+        if d == 0:
+            if 0 < i < len(shape) - 1:
+                return [*out, *[1] * (len(shape) - 1 - i), 0]
+            return [*out, 0]
+        out.append(d)
+    return out
+
+
 def tokens_to_array(tokens: Iterable[Token], rank: int, shape: Sequence[int]) -> np.ndarray:
-    """Stack the elements of a regular stream into one array of ``shape + elem_shape``."""
+    """Stack the elements of a regular stream into one array of ``shape + elem_shape``.
+
+    ``shape`` is the stream's shape: the tokens' stops must delimit exactly that grid (in the
+    canonical form, so a non-innermost dim of extent 0 reads as one empty innermost vector).
+    """
     tokens = list(tokens)
-    from_tokens(tokens, rank)  # validates the structure
+    nested = from_tokens(tokens, rank)  # validates the structure
     elems = [t for t in tokens if is_data(t)]
     shape = tuple(shape)
     if len(shape) != rank + 1:
         raise StepValueError(
             f"shape {shape} has {len(shape)} entries; a rank-{rank} stream needs {rank + 1}"
         )
+    if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in shape) or any(
+        d < 0 for d in shape
+    ):
+        raise StepValueError(f"tokens_to_array: shape {shape} must hold non-negative integers")
+    shape = tuple(int(d) for d in shape)
     count = int(np.prod(shape))
     if len(elems) != count:
         raise StepValueError(f"stream holds {len(elems)} elements, shape {shape} needs {count}")
+    have, ragged = _extents(nested, rank + 1)
+    if ragged is not None:
+        k, a, b = ragged
+        raise StepValueError(
+            f"tokens_to_array: the tokens are ragged (dim {k} has extents {a} and {b}), "
+            f"not of shape {shape}"
+        )
+    want = _canonical_extents(shape)
+    if have != want:
+        shown = have + ["?"] * (rank + 1 - len(have))  # dims below an empty one are unknown
+        raise StepValueError(
+            f"tokens_to_array: the tokens have shape [{', '.join(map(str, shown))}], not {shape}"
+        )
     if count == 0:
         return np.zeros(shape)
     stacked = np.stack([np.asarray(e) for e in elems])

@@ -20,6 +20,7 @@ from step_lang import (
     EagerMerge,
     Expand,
     Feedback,
+    FixedOrder,
     FlatMap,
     Flatten,
     Graph,
@@ -41,15 +42,21 @@ from step_lang import (
     Source,
     StepRuntimeError,
     StepTypeError,
+    StepValueError,
     Streamify,
     StreamType,
     Tile,
     Zip,
     interpret,
+    metrics,
+    numerics,
+    to_tokens,
+    tokens_to_array,
 )
 from step_lang import functions as F
 from step_lang.dims import ragged
 from step_lang.functions import checked_cast
+from step_lang.tokens import DONE
 from step_lang.types import dtype
 
 F32 = "Tile<float32, 2x2>"
@@ -103,7 +110,7 @@ for v in [-1, -4, 1.5, True, "0", None]:
         lambda g, v=v: Streamify(buffers(g), stride=(1,), out_shape=(2,), base=v, name="sf"),
         f"Streamify 'sf', port 'base': base must be a non-negative element index, not {v!r}",
     )
-for v in [(1,), (0, 0), (1, 2), 1, "01", (True,)]:
+for v in [(1,), (0, 0), (1, 2), 1, "01", (True,), (0, "x"), (None, 0), ("x",), (0.0,)]:
     case(
         f"streamify-order-{v!r}",
         lambda g, v=v: Streamify(buffers(g), order=v, name="sf"),
@@ -493,6 +500,12 @@ for v in [1, "yes", None]:
         f"Reshape 'rs', port 'in': pad_flags must be a bool, not {v!r}",
     )
 case(
+    "reshape-pad-at-rank-1",
+    lambda g: Reshape(src(g, (2, 4)), 1, rank=1, pad=np.zeros((2, 2), np.float32), name="rs"),
+    "Reshape 'rs', port 'in': pad applies to rank 0 only, not rank 1 (a dim of rank > 0 is "
+    "static and divisible by the chunk, so nothing is padded)",
+)
+case(
     "reshape-scalar-pad",
     lambda g: Reshape(src(g, (2, 3)), 2, pad=3.0, name="rs"),
     f"Reshape 'rs', port 'in': pad of shape () and dtype float64 does not match element {F32}",
@@ -568,12 +581,15 @@ for v in [-1, 1.5, True]:
         f"function 'expert_addr': base must {rule}, not {v!r}",
         exc,
     )
-case(
-    "expert-addr-tiles-negative",
-    lambda g: F.expert_addr(-1),
-    "tiles_per_expert must be non-negative, not -1",
-    ValueError,
-)
+for v in [0, -1, 1.5, True, "4", None]:
+    exc = ValueError if v in (0, -1) and not isinstance(v, bool) else TypeError
+    rule = "be at least 1" if exc is ValueError else "be an integer"
+    case(
+        f"expert-addr-tiles-{v!r}",
+        lambda g, v=v: F.expert_addr(v),
+        f"function 'expert_addr': tiles_per_expert must {rule}, not {v!r}",
+        exc,
+    )
 for v in ["float7", "int128", ""]:
     case(
         f"matmul-out-dtype-{v!r}",
@@ -582,6 +598,80 @@ for v in ["float7", "int128", ""]:
         "bfloat16, float32, float64, bool",
         ValueError,
     )
+
+# -- arrival policies, metrics and token converters ---------------------------------------------
+
+for v in ["01", 3, None]:
+    case(
+        f"fixed-order-{v!r}",
+        lambda g, v=v: FixedOrder(v),
+        f"FixedOrder: order must be a sequence of input indices, not {v!r}",
+    )
+for v in ["x", 1.5, True, None]:
+    case(
+        f"fixed-order-step-{v!r}",
+        lambda g, v=v: FixedOrder([0, v]),
+        f"FixedOrder: step 1 must be an input index, not {v!r}",
+    )
+case(
+    "fixed-order-step-negative",
+    lambda g: FixedOrder([0, -1]),
+    "FixedOrder: step 1 must be a non-negative input index, not -1",
+    StepValueError,
+)
+
+
+def _costs(g: Graph):
+    """The metrics of ``exp`` over a ``[n, 4]`` stream (its FLOPs grow with ``n``)."""
+    Sink(Map(src(g, ("n", 4)), fn=F.exp, name="m").out, name="sink")
+    return metrics(g)
+
+
+for v in [-7, -1, 1.5, True, "3", None]:
+    case(
+        f"metrics-evaluate-{v!r}",
+        lambda g, v=v: _costs(g).evaluate({"n": v}),
+        f"Metrics.evaluate: value of dim n must be a non-negative integer, not {v!r}",
+        StepValueError,
+    )
+
+
+def _tokens_2x3() -> list:
+    """The tokens of a ``[2, 3]`` stream of scalars."""
+    return to_tokens([[0, 1, 2], [3, 4, 5]], 1)
+
+
+for shape, message in (
+    ((3, 2), "the tokens have shape [2, 3], not (3, 2)"),
+    ((6, 1), "the tokens have shape [2, 3], not (6, 1)"),
+    ((1, 6), "the tokens have shape [2, 3], not (1, 6)"),
+    ((2, -3), "shape (2, -3) must hold non-negative integers"),
+    ((2, 1.5), "shape (2, 1.5) must hold non-negative integers"),
+):
+    case(
+        f"tokens-to-array-shape-{shape}",
+        lambda g, shape=shape: tokens_to_array(_tokens_2x3(), 1, shape),
+        f"tokens_to_array: {message}",
+        StepValueError,
+    )
+case(
+    "tokens-to-array-ragged",
+    lambda g: tokens_to_array(to_tokens([[0, 1, 2], [3]], 1), 1, (1, 4)),
+    "tokens_to_array: the tokens are ragged (dim 1 has extents 3 and 1), not of shape (1, 4)",
+    StepValueError,
+)
+case(
+    "tokens-to-array-empty-vectors",
+    lambda g: tokens_to_array(to_tokens([[], [], []], 1), 1, (2, 0)),
+    "tokens_to_array: the tokens have shape [3, 0], not (2, 0)",
+    StepValueError,
+)
+case(
+    "tokens-to-array-empty-stream",
+    lambda g: tokens_to_array(to_tokens([], 1), 1, (2, 0)),
+    "tokens_to_array: the tokens have shape [0, ?], not (2, 0)",
+    StepValueError,
+)
 
 # -- functions: type rules ----------------------------------------------------------------------
 
@@ -865,3 +955,128 @@ def test_scalar_op_overflow_names_the_node(op, const, x, what):
     )
     with pytest.raises(StepRuntimeError, match="^" + re.escape(message) + "$"):
         interpret(g, inputs={"x": [[np.array([[x]], np.int64)]]})
+
+
+# -- run-time: tile counts, arrival orders; valid uses still work --------------------------------
+
+
+def _scalars(values: list[int]) -> list:
+    return [np.array([[v]], np.int32) for v in values]
+
+
+COUNTS = [
+    pytest.param(F.cache_read_addr(4), [2, 1], "cache_read_addr", "in1", id="cache-read-addr"),
+    pytest.param(
+        numerics.cache_read_addr(4), [2, 1], "cache_read_addr", "in1", id="cache-read-addr-int32"
+    ),
+    pytest.param(F.last_tile_flags, [2], "last_tile_flags", "in0", id="last-tile-flags"),
+]
+
+
+def _count_graph(fn, counts: list[int]) -> tuple[Graph, dict, object]:
+    """A FlatMap of ``fn`` over rank-0 streams of ``[1,1]`` int32 tiles; the last input holds
+    the tile counts ``counts``, any other one indices ``0, 1, ...``."""
+    g = Graph("g")
+    names = ["idx", "tiles"] if fn.arity == 2 else ["tiles"]
+    ins = [src(g, (len(counts),), Tile("int32", 1, 1), name=n) for n in names]
+    fm = FlatMap(*ins, fn=fn, name="fm")
+    Sink(fm.out, name="sink")
+    inputs = {"tiles": _scalars(counts)}
+    if fn.arity == 2:
+        inputs["idx"] = _scalars(list(range(len(counts))))
+    return g, inputs, fm
+
+
+@pytest.mark.parametrize(("fn", "good", "name", "port"), COUNTS)
+@pytest.mark.parametrize("bad", [-3, -2, -1])
+def test_negative_tile_count_is_an_error(fn, good, name, port, bad):
+    g, inputs, _ = _count_graph(fn, [*good, bad])
+    message = (
+        f"FlatMap 'fm': function '{name}': tile count ({port}) must be non-negative, not {bad}"
+    )
+    with pytest.raises(StepRuntimeError, match="^" + re.escape(message) + "$"):
+        interpret(g, inputs=inputs)
+
+
+@pytest.mark.parametrize(("fn", "good", "name", "port"), COUNTS)
+def test_zero_and_positive_tile_counts_still_work(fn, good, name, port):
+    g, inputs, fm = _count_graph(fn, [*good, 0])
+    out = [t for t in interpret(g, inputs=inputs).tokens(fm.out) if isinstance(t, np.ndarray)]
+    assert len(out) == sum(good)
+
+
+def test_expert_addr_of_valid_parameters():
+    g = Graph("g")
+    fm = FlatMap(src(g, (2,), Selector(3), name="s"), fn=F.expert_addr(2, base=1), name="fm")
+    Sink(fm.out, name="sink")
+    sel = [np.array([False, True, False]), np.array([False, False, True])]
+    got = interpret(g, inputs={"s": sel}).tokens(fm.out)
+    assert [int(t[0, 0]) for t in got if isinstance(t, np.ndarray)] == [3, 4, 5, 6]
+
+
+def _merge(order: list[int]) -> tuple[Graph, dict, object]:
+    """A two-input EagerMerge 'm' of two chunks per input, run under ``FixedOrder(order)``."""
+    g = Graph("g")
+    a = src(g, (2,), Tile("int32", 1, 1), name="a")
+    b = src(g, (2,), Tile("int32", 1, 1), name="b")
+    m = EagerMerge([a, b], name="m")
+    Sink(m.outputs[0], name="data")
+    Sink(m.outputs[1], name="sel")
+    return g, {"a": _scalars([1, 2]), "b": _scalars([3, 4])}, m
+
+
+MERGE_ORDERS = [
+    pytest.param(
+        [5, 0], "FixedOrder: step 0 names input 5, but the merge has 2 inputs", id="index-5"
+    ),
+    pytest.param(
+        [0, 2], "FixedOrder: step 1 names input 2, but the merge has 2 inputs", id="index-2"
+    ),
+    pytest.param(
+        [0, 1, 0, 1, 0, 0, 1, 1],
+        "FixedOrder: step 4 names input 0, which has already ended (the order has 8 steps; the "
+        "merge took 4 chunks)",
+        id="extra-entries",
+    ),
+    pytest.param(
+        [0, 0, 0],
+        "FixedOrder: step 2 names input 0, which has already ended (the order has 3 steps; the "
+        "merge took 2 chunks)",
+        id="input-exhausted",
+    ),
+]
+
+
+@pytest.mark.parametrize(("order", "message"), MERGE_ORDERS)
+def test_fixed_order_that_does_not_match_the_run(order, message):
+    g, inputs, _ = _merge(order)
+    with pytest.raises(StepRuntimeError, match="^" + re.escape(f"EagerMerge 'm': {message}") + "$"):
+        interpret(g, inputs=inputs, merge_policy=FixedOrder(order))
+
+
+@pytest.mark.parametrize(
+    ("order", "want"), [([1, 0, 1, 0], [3, 1, 4, 2]), ([1], [3, 1, 2, 4]), ([], [1, 2, 3, 4])]
+)
+def test_fixed_order_that_matches_or_is_shorter(order, want):
+    g, inputs, m = _merge(order)
+    res = interpret(g, inputs=inputs, merge_policy=FixedOrder(order))
+    assert [int(t[0, 0]) for t in res.tokens(m.outputs[0]) if isinstance(t, np.ndarray)] == want
+
+
+def test_valid_uses_still_work():
+    """Metrics at a dim of 0, a matching tokens_to_array, Streamify's permuted read and a
+    Reshape of rank 1 without pad."""
+    assert _costs(Graph("g")).evaluate({"n": 0}).flops == 0
+    assert (
+        _costs(Graph("g")).evaluate({"n": np.int64(3)}).flops
+        == 3 * 4 * 2 * 2 * F.ELEMENT_FLOPS["exp"]
+    )
+    arr = tokens_to_array(_tokens_2x3(), 1, (2, 3))
+    assert arr.tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert tokens_to_array([DONE], 2, (0, 4, 3)).shape == (0, 4, 3)
+    assert tokens_to_array(to_tokens([[[]], [[]]], 2), 2, (2, 0, 3)).shape == (2, 0, 3)
+    g = Graph("g")
+    sf = Streamify(Bufferize(src(g, (1, 2, 3)), 2, name="bz").out, order=(1, 0), name="sf")
+    assert sf.out.shape == (1, 3, 2)
+    rs = Reshape(src(g, (2, 4), name="b"), 1, rank=1, name="rs")
+    assert rs.out.shape == (2, 1, 4) and rs.params()["padded"] is False

@@ -106,11 +106,11 @@ def count(rank: int) -> Callable[..., Any]:
 FULL16 = (-(2**15), 2**15 - 1)
 
 CASES = [
-    Case("cache_read_addr", (Input(I32, 0, 9), Input(I32, -1, 4)),
+    Case("cache_read_addr", (Input(I32, 0, 9), Input(I32, 0, 4)),
          flatmap(nm.cache_read_addr(4, "int32"))),
     Case("cache_read_addr16", (Input(I16, -3, 3), Input(I32, 0, 7)),
          flatmap(nm.cache_read_addr(7, "int16")), rank=1),
-    Case("last_tile_flags", (Input(I32, -1, 5),), flatmap(functions.last_tile_flags)),
+    Case("last_tile_flags", (Input(I32, 0, 5),), flatmap(functions.last_tile_flags)),
     Case("pad_mask", (Input(I32, 1, 4), Input(I32, 0, 3)),
          flatmap(attention.pad_mask(4, "int16", 256))),
     Case("pad_bias16", (Input(I16, 1, 3), Input(I32, 0, 2)),
@@ -213,7 +213,7 @@ def test_empty_stream_and_empty_sub_streams():
         run, want, _ = run_case(case, [[DONE]] * len(case.inputs), "periodic")
         assert run.outputs["out"] == want == [DONE]
     case = CASES[CASE_IDS.index("last_tile_flags")]
-    toks = [s(0), s(2), Stop(1), s(-1), Stop(1), Stop(2), DONE]
+    toks = [s(0), s(2), Stop(1), s(0), Stop(1), Stop(2), DONE]
     run, want, _ = run_case(case, [toks], "random")
     assert_same_tokens(run.outputs["out"], want)
     assert len(run.outputs["out"]) == 2 + 4
@@ -331,6 +331,16 @@ def error_flag(unit: Any, tokens: list[list]) -> int:
             lambda: CacheReadAddr(row_offset=4, in_bits=(32, 32), elem_bits=32),
             [[s(1)], [s(4)]],
             [[s(1)], [s(5)]],  # more tiles than the row holds
+        ),
+        (
+            lambda: CacheReadAddr(row_offset=4, in_bits=(32, 32), elem_bits=32),
+            [[s(1)], [s(0)]],
+            [[s(1)], [s(-1)]],  # a negative tile count
+        ),
+        (
+            lambda: LastTileFlags(in_bits=32),
+            [[s(0)]],
+            [[s(-2)]],  # a negative tile count
         ),
         (
             lambda: PadTiles(kv_tile=4, valid=0, pad=-7, in_bits=(32, 32), elem_bits=16),

@@ -221,9 +221,10 @@ class Streamify(Node):
                 "order", f"order must be a permutation of range({rank}), not {order!r}"
             )
         order = tuple(order)
-        if sorted(order) != list(range(rank)) or not all(
-            isinstance(d, int) and not isinstance(d, bool) for d in order
-        ):
+        # integers first: sorting a mix of types raises a bare TypeError
+        if not all(isinstance(d, int) and not isinstance(d, bool) for d in order) or sorted(
+            order
+        ) != list(range(rank)):
             raise self.error(
                 "order", f"order {list(order)} is not a permutation of the {rank} buffer dims"
             )

@@ -84,8 +84,8 @@ class Reshape(Node):
 
     For ``rank = 0`` a vector whose length is not a multiple of ``chunk`` is padded with ``pad``
     (an element value); without ``pad`` that is an error. For ``rank > 0`` the dim must be static
-    and divisible. With ``pad_flags=True`` a second output ``pad_flags`` marks every element with a
-    ``[1,1]`` bool tile, true for padding.
+    and divisible, and ``pad`` is refused (there is nothing to pad). With ``pad_flags=True`` a
+    second output ``pad_flags`` marks every element with a ``[1,1]`` bool tile, true for padding.
     """
 
     kind = "Reshape"
@@ -119,6 +119,12 @@ class Reshape(Node):
         if self.rank == 0 and pad is None and is_static(d) and d % chunk:
             raise self.error(
                 "in", f"innermost dim {d} is not divisible by {chunk}; give pad= to pad it"
+            )
+        if pad is not None and self.rank > 0:
+            raise self.error(
+                "in",
+                f"pad applies to rank 0 only, not rank {self.rank} (a dim of rank > 0 is static "
+                f"and divisible by the chunk, so nothing is padded)",
             )
         if pad is not None:
             e = x.elem
