@@ -20,7 +20,7 @@ from step_lang.graph import Node
 from step_lang.numerics import HW_DTYPES
 from step_lang.types import DTYPES
 
-from .config import HwConfig
+from .config import MAX_OUTSTANDING_BURSTS, HwConfig
 from .payload import TokenFormat, max_level
 
 __all__ = [
@@ -231,12 +231,15 @@ def address_format(owner: str, value: Any, fmt: TokenFormat) -> TokenFormat:
 
 
 def outstanding(owner: str, value: Any, config: HwConfig) -> int:
-    """Bursts in flight: ``config.max_outstanding`` by default, at most 256."""
+    """Bursts in flight: ``config.max_outstanding`` by default, at most
+    :data:`~step_hw.config.MAX_OUTSTANDING_BURSTS`."""
     if value is None:
         return config.max_outstanding
     value = check_int(owner, "max_outstanding", value)
-    if value > 256:
-        raise ValueError(f"{owner} max_outstanding must be at most 256, not {value}")
+    if value > MAX_OUTSTANDING_BURSTS:
+        raise ValueError(
+            f"{owner} max_outstanding must be at most {MAX_OUTSTANDING_BURSTS}, not {value}"
+        )
     return value
 
 

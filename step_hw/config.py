@@ -3,13 +3,14 @@ profile read."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from step_lang.numerics import FLOAT_DTYPES, HW_DTYPES
 from step_lang.types import DTYPES, DType
 
-__all__ = ["BF16_CONFIG", "HwConfig", "config_for"]
+__all__ = ["AXI_DATA_WIDTHS", "BF16_CONFIG", "MAX_OUTSTANDING_BURSTS", "HwConfig", "config_for"]
 
 # The number formats are the language's (step_lang.numerics): fixed point, and BF16 elements
 # with FP32 accumulators.
@@ -20,6 +21,10 @@ _DEFAULT_FRAC_BITS = 8
 # Every dynamic tile carries dyn_tile_rows rows in its payload and in every register it passes;
 # beyond a few hundred rows a tile is a buffer, not a register (use Bufferize).
 _MAX_DYN_ROWS = 256
+#: The most AXI bursts a memory controller keeps in flight (``max_outstanding``).
+MAX_OUTSTANDING_BURSTS = 256
+#: The AXI4 data widths (bits) the controllers build.
+AXI_DATA_WIDTHS = (32, 64, 128, 256, 512)
 
 
 def _positive(name: str, value: object) -> None:
@@ -31,15 +36,20 @@ def _named_pairs(field: str, names: str, values: str, value: Any) -> list[tuple[
     """``HwConfig.<field>``, a mapping (or pairs) of ``names`` to ``values``, as sorted pairs
     whose names are strings."""
     try:
-        pairs = sorted(dict(value).items())
+        items = list(value.items()) if isinstance(value, Mapping) else [tuple(p) for p in value]
+        table = dict(items)
     except (TypeError, ValueError):
         raise ValueError(
             f"HwConfig.{field} must map {names} names to {values}, not {value!r}"
         ) from None
-    for name, _ in pairs:
+    for name, _ in items:
         if not isinstance(name, str):
             raise ValueError(f"HwConfig.{field}: {names} names are strings, not {name!r}")
-    return pairs
+    if len(table) != len(items):
+        name = next(n for n in table if [m for m, _ in items].count(n) > 1)
+        given = ", ".join(repr(v) for m, v in items if m == name)
+        raise ValueError(f"HwConfig.{field} names {names} {name!r} twice ({given})")
+    return sorted(table.items())
 
 
 def _capacities(value: Any) -> tuple[tuple[str, int], ...]:
@@ -168,11 +178,17 @@ class HwConfig:
             raise ValueError(
                 f"HwConfig.frac_bits must be an integer in [0, {self.elem.nbytes * 8}), not {self.frac_bits!r}"
             )
+        if self.max_outstanding > MAX_OUTSTANDING_BURSTS:
+            raise ValueError(
+                f"HwConfig.max_outstanding must be at most {MAX_OUTSTANDING_BURSTS}, "
+                f"not {self.max_outstanding!r}"
+            )
         if self.dyn_tile_rows > _MAX_DYN_ROWS:
             raise ValueError(
                 f"HwConfig.dyn_tile_rows must be at most {_MAX_DYN_ROWS}, not {self.dyn_tile_rows!r}"
             )
-        if self.axi_data_width not in (32, 64, 128, 256, 512):
+        width = self.axi_data_width
+        if isinstance(width, bool) or not isinstance(width, int) or width not in AXI_DATA_WIDTHS:
             raise ValueError(
                 f"HwConfig.axi_data_width must be 32, 64, 128, 256 or 512, not {self.axi_data_width!r}"
             )

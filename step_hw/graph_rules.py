@@ -44,7 +44,7 @@ from .checks import where
 from .config import HwConfig
 from .contract import feedback_input, memory_map
 from .dyntile import check_dynamic_tiles
-from .payload import TokenFormat
+from .payload import UNSIGNED_HINT, TokenFormat
 from .run_time_depths import check_capacities
 
 __all__ = ["check_buffer_readers", "check_graph"]
@@ -94,9 +94,13 @@ def check_graph(graph: Graph, config: HwConfig) -> None:
     check_buffer_readers(graph)
     bounds = check_dynamic_tiles(graph, config)
     for name, t in graph.tensors.items():
-        if t.dtype.kind not in ("int", "uint", "bool") and t.dtype.name not in config.float_dtypes:
+        if t.dtype.kind not in ("int", "bool") and t.dtype.name not in config.float_dtypes:
             hint = (
-                "" if config.is_float else " (floating point needs HwConfig(elem_dtype='bfloat16'))"
+                UNSIGNED_HINT
+                if t.dtype.kind == "uint"
+                else ""
+                if config.is_float
+                else " (floating point needs HwConfig(elem_dtype='bfloat16'))"
             )
             raise StepTypeError(
                 f"tensor '{name}': dtype {t.dtype} has no hardware encoding under "

@@ -46,7 +46,19 @@ from step_lang.types import ElemType, Selector, Tile, TupleType
 
 from .config import HwConfig
 
-__all__ = ["Kind", "TileSizeError", "TokenFormat", "max_level", "pack_fields", "unpack_fields"]
+__all__ = [
+    "UNSIGNED_HINT",
+    "Kind",
+    "TileSizeError",
+    "TokenFormat",
+    "max_level",
+    "pack_fields",
+    "unpack_fields",
+]
+
+#: Why an unsigned dtype is refused: the hardware's integer elements are two's complement, so a
+#: ``uint8`` of 200 would travel and come back as -56.
+UNSIGNED_HINT = " (the hardware's integers are signed: int8, int16 or int32)"
 
 #: Width of the ``kind`` field.
 KIND_BITS = 2
@@ -134,11 +146,12 @@ class TokenFormat:
                 )
             floating = elem.dtype.name in config.float_dtypes
             if not floating and (
-                elem.dtype.kind not in ("int", "uint", "bool")
+                elem.dtype.kind not in ("int", "bool")
                 or elem.dtype.nbytes * 8 > config.acc.nbytes * 8
             ):
+                hint = UNSIGNED_HINT if elem.dtype.kind == "uint" else ""
                 raise StepTypeError(
-                    f"{where}: dtype {elem.dtype} is not supported by the hardware ({config.elem_dtype}/{config.acc_dtype})"
+                    f"{where}: dtype {elem.dtype} is not supported by the hardware ({config.elem_dtype}/{config.acc_dtype}){hint}"
                 )
             return cls("tile", rows=config.dyn_tile_rows if dynamic else elem.rows, cols=elem.cols,
                        elem_bits=elem.dtype.nbytes * 8 if elem.dtype.kind != "bool" else 1,

@@ -69,6 +69,8 @@ CONFIGS = [
     ({"queue_depth": 0}, "HwConfig.queue_depth must be a positive integer, not 0"),
     ({"mem_port_elems": 0}, "HwConfig.mem_port_elems must be a positive integer, not 0"),
     ({"axi_data_width": 48}, "HwConfig.axi_data_width must be 32, 64, 128, 256 or 512, not 48"),
+    ({"axi_data_width": 64.0}, "HwConfig.axi_data_width must be 32, 64, 128, 256 or 512, not 64.0"),
+    ({"max_outstanding": 257}, "HwConfig.max_outstanding must be at most 256, not 257"),
     ({"axi_addr_width": 0}, "HwConfig.axi_addr_width must be a positive integer, not 0"),
     ({"axi_id_width": 0}, "HwConfig.axi_id_width must be a positive integer, not 0"),
     ({"max_outstanding": 0}, "HwConfig.max_outstanding must be a positive integer, not 0"),
@@ -80,6 +82,8 @@ CONFIGS = [
     ({"queue_capacity": {"x.out": 0}}, "HwConfig.queue_capacity['x.out'] must be a positive integer, not 0"),
     ({"queue_capacity": {"x.out": 2.0}}, "HwConfig.queue_capacity['x.out'] must be a positive integer, not 2.0"),
     ({"queue_capacity": {3: 2}}, "HwConfig.queue_capacity: stream names are strings, not 3"),
+    ({"queue_capacity": [("s", 2), ("s", 5)]}, "HwConfig.queue_capacity names stream 's' twice (2, 5)"),
+    ({"geometry_bounds": [("n", (2,)), ("n", (3,))]}, "HwConfig.geometry_bounds names node 'n' twice ((2,), (3,))"),
 ]  # fmt: skip
 
 
@@ -120,6 +124,16 @@ GRAPHS = {
     "float-tensor": (
         lambda: _load_store("float32"),
         "tensor 't': dtype float32 has no hardware encoding under int16 (floating point needs HwConfig(elem_dtype='bfloat16'))",
+    ),
+    "unsigned-tensor": (
+        lambda: _load_store("uint8"),
+        "tensor 't': dtype uint8 has no hardware encoding under int16 (the hardware's integers "
+        "are signed: int8, int16 or int32)",
+    ),
+    "unsigned-stream": (
+        lambda: _source_sink(Tile("uint8", 4, 4), lambda s: s),
+        "Source 'x': dtype uint8 is not supported by the hardware (int16/int32) (the hardware's "
+        "integers are signed: int8, int16 or int32)",
     ),
     "generic-accum": (
         lambda: _source_sink(T, lambda s: Accum(s, fn=F.accum_add, rank=1, name="a").out, (2, 2)),
