@@ -21,6 +21,8 @@ import numpy as np
 
 __all__ = [
     "MAX_KV_LENGTH",
+    "MAX_SKEW",
+    "SYNTHETIC_KV_RANGE",
     "TraceError",
     "kv_length_files",
     "load_kv_lengths",
@@ -34,6 +36,14 @@ __all__ = [
 # The longest KV-cache length a trace may hold (tokens): a request of 1e9 would build a cache of
 # that many tiles and run without bound. The recorded traces stay below 8000.
 MAX_KV_LENGTH = 1 << 16
+
+#: The synthetic KV lengths' range (tokens): each log-normal draw is rounded and clipped to it,
+#: the recorded Azure traces' range (2 to 7,930). Part of the generator's definition.
+SYNTHETIC_KV_RANGE = (2, 7900)
+
+#: The largest ``|skew|`` of :func:`synthetic_routing`: ``rank**skew`` stays a normal float64
+#: for up to 128 experts (at 150 it overflows and the weights are no longer a distribution).
+MAX_SKEW = 100.0
 
 # What numpy raises for a file that is not a (complete) .npy/.npz: a truncated zip is a
 # BadZipFile, a truncated .npy an EOFError or ValueError, an object array an UnpicklingError.
@@ -157,8 +167,10 @@ def synthetic_routing(
     """
     if not 1 <= top_k <= num_experts:
         raise ValueError(f"top_k must be in [1, {num_experts}], not {top_k}")
+    if not -MAX_SKEW <= skew <= MAX_SKEW:
+        raise ValueError(f"skew must be in [{-MAX_SKEW:g}, {MAX_SKEW:g}], not {skew!r}")
     rng = np.random.default_rng(seed)
-    weights = 1.0 / np.arange(1, num_experts + 1) ** skew
+    weights = 1.0 / np.arange(1, num_experts + 1, dtype=np.float64) ** skew
     weights = weights[rng.permutation(num_experts)]
     weights /= weights.sum()
     return np.stack(
@@ -171,11 +183,15 @@ def synthetic_kv_lengths(
     *,
     mean: float = 1000.0,
     sigma: float = 0.8,
-    low: int = 2,
-    high: int = 8000,
+    low: int = SYNTHETIC_KV_RANGE[0],
+    high: int = SYNTHETIC_KV_RANGE[1],
     seed: int = 0,
 ) -> np.ndarray:
-    """Log-normal KV-cache lengths with median ``mean`` and log-spread ``sigma``, clipped to ``[low, high]``."""
+    """Log-normal KV-cache lengths with median ``mean`` and log-spread ``sigma``, each draw
+    rounded and clipped to ``[low, high]`` (by default :data:`SYNTHETIC_KV_RANGE`); ``mean``
+    must lie in that range."""
+    if not low <= mean <= high:
+        raise ValueError(f"mean must be in [{low}, {high}], not {mean!r}")
     rng = np.random.default_rng(seed)
     x = rng.lognormal(np.log(mean), sigma, size=batch)
     return np.clip(np.rint(x), low, high).astype(np.int64)

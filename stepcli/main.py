@@ -150,7 +150,8 @@ def cmd_sim(args) -> None:
                 )
             graph, (memory,) = hardware_case(args.example, args.schedule)
             profile = RtlProfile.for_memory(_memory_model(args.memory))
-            result = simulate(graph, memory, profile=profile, trace=bool(args.trace))
+            result = simulate(graph, memory, profile=profile, functional=args.functional,
+                              trace=bool(args.trace))  # fmt: skip
     else:
         if args.schedule:
             raise UsageError("--schedule picks a hardware-size schedule; use -p without --hardware")

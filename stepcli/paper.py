@@ -534,7 +534,7 @@ def decoder_point(model: str, sched: dict, kv_trace: str, routing_trace: str) ->
     if kv_trace:
         kv = traces.load_kv_lengths(kv_trace)
     else:
-        kv = traces.synthetic_kv_lengths(64, mean=900, sigma=0.8, high=7900, seed=11)
+        kv = traces.synthetic_kv_lengths(64, mean=900, sigma=0.8, seed=11)
     if routing_trace:
         choices = traces.load_routing(routing_trace, cfg.moe.experts)[: len(kv)]
     else:

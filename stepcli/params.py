@@ -79,10 +79,14 @@ def _int(where: str, value: Any) -> int:
 
 def _float(where: str, value: Any) -> float | int:
     if isinstance(value, str):
+        text = value.strip()
         try:
-            value = float(value.strip())
+            value = int(text)
         except ValueError:
-            raise ParamError(f"{where} must be a number, not {value!r}") from None
+            try:
+                value = float(text)
+            except ValueError:
+                raise ParamError(f"{where} must be a number, not {value!r}") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ParamError(f"{where} must be a number, not {value!r}")
     if not math.isfinite(value):

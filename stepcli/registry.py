@@ -29,23 +29,19 @@ class UsageError(ValueError):
     """A command-line mistake: an unknown example or parameter, a bad value."""
 
 
-def _value(text: str) -> Any:
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
-
-
-def parse_params(pairs: list[str]) -> dict[str, Any]:
-    """``["batch=64", "model=qwen"]`` to ``{"batch": 64, "model": "qwen"}``."""
+def parse_params(pairs: list[str]) -> dict[str, str]:
+    """``["batch=64", "model=qwen"]`` to ``{"batch": "64", "model": "qwen"}``: the text as
+    given; each example's :class:`~stepcli.params.Param` reads it as its type (so a trace file
+    named ``123`` stays a name)."""
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise UsageError(f"parameter {pair!r} is not of the form key=value")
-        out[key.strip()] = _value(value.strip())
+        key, value = key.strip(), value.strip()
+        if key in out:
+            raise UsageError(f"parameter {key} given twice ({out[key]} and {value})")
+        out[key] = value
     return out
 
 
@@ -225,7 +221,7 @@ MOE = Example(
         "regions": Param("int", 0, MAX_SIZE),
         "trace": Param("str"),
         "trace_fit": Param("choice", choices=TRACE_FITS),
-        "skew": Param("float"),
+        "skew": Param("float", -traces.MAX_SKEW, traces.MAX_SKEW),
         "seed": Param("int", 0, MAX_SEED),
         "compute_bw": Param("int", 1),
     },
@@ -243,7 +239,7 @@ def kv_lengths(p: dict) -> np.ndarray:
         fit = p.get("trace_fit", "exact")
         return fit_trace(lengths, p["batch"], fit, f"KV-length trace {p['trace']}")
     return traces.synthetic_kv_lengths(
-        p["batch"], mean=float(p["mean"]), sigma=float(p["sigma"]), high=7900, seed=p["seed"]
+        p["batch"], mean=float(p["mean"]), sigma=float(p["sigma"]), seed=p["seed"]
     )
 
 
@@ -320,7 +316,7 @@ ATTENTION = Example(
         "regions": Param("int", 1, MAX_SIZE),
         "trace": Param("str"),
         "trace_fit": Param("choice", choices=TRACE_FITS),
-        "mean": Param("float", 0, traces.MAX_KV_LENGTH, low_open=True),
+        "mean": Param("float", *traces.SYNTHETIC_KV_RANGE),
         "sigma": Param("float", 0, 16),
         "seed": Param("int", 0, MAX_SEED),
         "max_len": Param("int", 0, MAX_CACHE_ROWS),
@@ -385,9 +381,9 @@ DECODER = Example(
         "kv_trace": Param("str"),
         "routing_trace": Param("str"),
         "trace_fit": Param("choice", choices=TRACE_FITS),
-        "mean": Param("float", 0, traces.MAX_KV_LENGTH, low_open=True),
+        "mean": Param("float", *traces.SYNTHETIC_KV_RANGE),
         "sigma": Param("float", 0, 16),
-        "skew": Param("float"),
+        "skew": Param("float", -traces.MAX_SKEW, traces.MAX_SKEW),
         "seed": Param("int", 0, MAX_SEED),
         "max_len": Param("int", 0, MAX_CACHE_ROWS),
     },

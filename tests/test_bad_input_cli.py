@@ -46,8 +46,8 @@ for ex, params in INT_PARAMS.items():
             (str(low - 1), f"must be at least {low}, not {low - 1}"),
             ("-7", f"must be at least {low}, not -7"),
             ("abc", "must be an integer, not 'abc'"),
-            ("1.5", "must be an integer, not 1.5"),
-            ("1e3", "must be an integer, not 1000.0"),
+            ("1.5", "must be an integer, not '1.5'"),
+            ("1e3", "must be an integer, not '1e3'"),
             ("", "must be an integer, not ''"),
         ):
             PARAMS.append(pytest.param(ex, key, text, rule, id=f"{ex}-{key}={text}"))
@@ -71,7 +71,7 @@ for ex, key, choices in (
     ("attention", "trace_fit", "exact, cut, repeat"),
 ):
     for text in ("nope", "3", "Static"):
-        shown = repr(int(text)) if text.isdigit() else repr(text)
+        shown = repr(text)
         PARAMS.append(
             pytest.param(
                 ex, key, text, f"must be one of {choices}, not {shown}", id=f"{ex}-{key}={text}"
@@ -81,9 +81,13 @@ for ex, key, text, rule in (
     ("moe", "skew", "abc", "must be a number, not 'abc'"),
     ("moe", "skew", "nan", "must be a finite number, not nan"),
     ("moe", "skew", "inf", "must be a finite number, not inf"),
-    ("attention", "mean", "0", "must be greater than 0, not 0"),
-    ("attention", "mean", "-5", "must be greater than 0, not -5"),
-    ("attention", "mean", "1e9", "must be at most 65536, not 1000000000.0"),
+    ("moe", "skew", "2000", "must be at most 100, not 2000"),
+    ("moe", "skew", "-101", "must be at least -100, not -101"),
+    ("attention", "mean", "0", "must be at least 2, not 0"),
+    ("attention", "mean", "-5", "must be at least 2, not -5"),
+    ("attention", "mean", "1.5", "must be at least 2, not 1.5"),
+    ("attention", "mean", "50000", "must be at most 7900, not 50000"),
+    ("attention", "mean", "1e9", "must be at most 7900, not 1000000000.0"),
     ("attention", "mean", "x", "must be a number, not 'x'"),
     ("attention", "sigma", "-1", "must be at least 0, not -1"),
     ("attention", "sigma", "17", "must be at most 16, not 17"),
@@ -104,7 +108,7 @@ SUBCOMMANDS = [
     for ex, key, text, rule in (
         ("swiglu", "tile_b", "0", "must be at least 1, not 0"),
         ("swiglu", "tile_b", "abc", "must be an integer, not 'abc'"),
-        ("moe", "seed", "1.5", "must be an integer, not 1.5"),
+        ("moe", "seed", "1.5", "must be an integer, not '1.5'"),
         ("moe", "regions", "four", "must be an integer, not 'four'"),
         ("moe", "compute_bw", "0", "must be at least 1, not 0"),
         ("moe", "compute_bw", "-4096", "must be at least 1, not -4096"),
@@ -258,6 +262,10 @@ OTHER = [
         "argument --cluster: invalid choice: 'slurm' (choose from 'local')",
     ),
     (["paper", "-j", "0"], "argument -j/--workers: must be an integer in [1, 1024], not 0"),
+    (
+        ["sim", "moe", "-p", "batch=16", "-p", "batch=32"],
+        "parameter batch given twice (16 and 32)",
+    ),
     (
         ["paper", "--only", "fig9"],
         "argument --only: invalid choice: 'fig9' (choose from 'dynamic_tiling', 'time_multiplexing', "
@@ -662,6 +670,31 @@ def test_kv_trace_fit_when_asked(tmp_path):
     assert kv_lengths(ATTENTION.params({**base, "batch": 2, "trace_fit": "cut"})).tolist() == [3, 5]
 
 
+def test_a_trace_named_like_a_number_is_a_name(monkeypatch, tmp_path):
+    """-p values stay text until the example's Param reads them: trace=123 names a file (it was
+    once read as the integer 123 and refused as not a string)."""
+    monkeypatch.chdir(tmp_path)
+    with open("123", "wb") as f:
+        np.save(f, np.array([3, 5, 7]))
+    assert (
+        main(
+            [
+                "metrics",
+                "attention",
+                "-p",
+                "config=small",
+                "-p",
+                "batch=3",
+                "-p",
+                "regions=1",
+                "-p",
+                "trace=123",
+            ]
+        )
+        == 0
+    )
+
+
 # -- the Python API behind the command: no silent clamping ----------------------------------------
 
 
@@ -743,3 +776,39 @@ def test_examples_import_as_scripts(script):
     )
     r = _run(sys.executable, "-c", code)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda t: t.synthetic_routing(4, 8, 2, skew=150.0),
+            "skew must be in [-100, 100], not 150.0",
+        ),
+        (
+            lambda t: t.synthetic_kv_lengths(4, mean=50000.0),
+            "mean must be in [2, 7900], not 50000.0",
+        ),
+        (lambda t: t.synthetic_kv_lengths(4, mean=1.0), "mean must be in [2, 7900], not 1.0"),
+    ],
+)
+def test_synthetic_generators_refuse_out_of_range(call, message):
+    from examples import traces
+
+    with pytest.raises(ValueError) as err:
+        call(traces)
+    assert str(err.value) == message
+
+
+def test_synthetic_generators_at_their_limits():
+    """The extreme skews still give a distribution (an integer skew once overflowed int64), and
+    the synthetic lengths stay in SYNTHETIC_KV_RANGE (the generator's definition)."""
+    from examples import traces
+
+    for skew in (traces.MAX_SKEW, -traces.MAX_SKEW, 100):
+        got = traces.synthetic_routing(64, 128, 8, skew=skew, seed=1)
+        assert got.shape == (64, 8)
+        assert all(len(set(row)) == 8 for row in got.tolist())
+    low, high = traces.SYNTHETIC_KV_RANGE
+    kv = traces.synthetic_kv_lengths(4096, mean=high, sigma=2.0, seed=3)
+    assert kv.min() >= low and kv.max() == high

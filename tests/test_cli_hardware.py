@@ -327,3 +327,22 @@ def test_a_sweep_of_a_graph_files_hardware(wide, capsys):
 def test_bad_hardware_sweep_specs(wide, capsys, text, message):
     Path("bad.toml").write_text(text)
     check(capsys, ["sweep", "bad.toml"], r"sweep spec bad\.toml: " + message)
+
+
+@pytest.mark.parametrize("flag", [[], ["--functional"]])
+def test_sim_hardware_of_an_example_honours_functional(monkeypatch, capsys, flag):
+    """``step sim <example> --hardware`` runs timing-only unless ``--functional`` (it once always
+    carried data)."""
+    import sim
+
+    seen = []
+    real = sim.simulate
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("functional", True))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sim, "simulate", spy)
+    assert main(["sim", "swiglu", "--hardware", *flag]) == 0
+    capsys.readouterr()
+    assert seen == [bool(flag)]
