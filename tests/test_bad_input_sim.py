@@ -346,6 +346,8 @@ RUNTIME = [
 #: refuses the others' too: their functions (``step_lang.functions``) raise where the hardware's
 #: arithmetic wraps, and no block computes them (``step_hw.unit_functions``).
 NO_HARDWARE = {"scalar-mul-overflow", "scalar-add-overflow"}
+#: Cases whose unsigned tiles have no hardware encoding (its integers are signed).
+UNSIGNED = {"uint8-sub-underflow": "Source 'a': dtype uint8"}
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
@@ -358,6 +360,12 @@ def test_runtime_errors_name_the_node(runner, case, build, inputs, message):
     if runner == "rtl" and case in NO_HARDWARE:
         exc = StepTypeError
         message = "Source 'x': dtype int64 is not supported by the hardware (bfloat16/float32)"
+    elif runner == "rtl" and case in UNSIGNED:
+        exc = StepTypeError
+        message = (
+            f"{UNSIGNED[case]} is not supported by the hardware (bfloat16/float32) (the "
+            "hardware's integers are signed: int8, int16 or int32)"
+        )
     elif runner == "rtl":
         exc = StepTypeError
         fn = message.split("'")[3]  # "Map 'f': function '<fn>': ..."
