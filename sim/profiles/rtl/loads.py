@@ -38,6 +38,10 @@ class _Load(_Clocked):
         self.tile_bytes = math.prod(node.tile) * node.tensor.dtype.nbytes
         self.axi = _Axi(profile.config.max_outstanding)
         self.order_depth = contract.order_queue_depth(profile.config.max_outstanding)
+        # Cycles from a stop's or done's sequencer entry to the output offering it, at the
+        # earliest: with an input, the token is an entry of its own through the order queue; a
+        # walk's stops leave as the second beat of their tile's entry, a cycle after it.
+        self.stop_latency = contract.queue_latency(self.order_depth) if node.inputs else 1
         self.entry = profile.load_start - 1.0  # the sequencer's last entry
         self.walk = 0  # tiles of the current walk (LinearLoad)
         self.out_pops: list[float] = []  # output beats, for the order queue's room
@@ -163,7 +167,7 @@ class _Load(_Clocked):
                 self.offchip_read += self.tile_bytes
                 ready = self.tile_r[w] + _TILE_LATENCY  # known: ``attach`` waited for it
             else:  # a stop or done (of a walk without input: with its tile's entry)
-                ready = self._entry(self.cmd_entry[i]) + (2 if self.node.inputs else 1)
+                ready = self._entry(self.cmd_entry[i]) + self.stop_latency
             t = max(ready, self.last_push[port] + self.spacing[port])
             return _cycles_until(t, now)
         if is_data(token):
@@ -181,7 +185,7 @@ class _Load(_Clocked):
             if not isinstance(token, Stop) or self.node.inputs:
                 entry = self._entry_time()
             # A RandomLoad's stop or done is a command of its own, through the order queue.
-            t = max(entry + (2 if self.random else 1), self.last_push[port] + self.spacing[port])
+            t = max(entry + self.stop_latency, self.last_push[port] + self.spacing[port])
         return _cycles_until(t, now)
 
     # -- on a shared read port (``ReadPort``) ---------------------------------------------------
