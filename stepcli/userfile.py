@@ -4,20 +4,24 @@ The function takes no arguments and returns a :class:`~step_lang.Graph`, or a tu
 ``(graph, memory)`` or ``(graph, memory, inputs)``: ``memory`` the off-chip tensors by name
 (numpy arrays), ``inputs`` the tokens of its Source nodes (as for ``interpret``). The file is
 imported as a module of its own, with its folder first on ``sys.path`` (so it may import its
-neighbours). A bad path, a missing function or a function that returns no graph is a
-``ValueError`` (the command's ``UsageError``: ``step: error: ...``, exit status 2).
+neighbours). A bad path, a missing function, a function that takes arguments, raises (its
+exception named with the line of the file it came from) or returns no graph is a ``ValueError``
+(the command's ``UsageError``: ``step: error: ...``, exit status 2).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import pathlib
 import sys
+import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from step_lang import Graph
+from step_lang.errors import StepError
 
 __all__ = ["UserGraph", "is_graph_file", "load_graph_file"]
 
@@ -72,7 +76,24 @@ def load_graph_file(target: str, error: type[ValueError] = ValueError) -> UserGr
         raise error(f"graph file {path_text} has no function {fn!r}{hint}")
     if not callable(func):
         raise error(f"{target}: {fn!r} is {_describe(func)}, not a function")
-    got = func()
+    try:
+        required = [
+            name for name, p in inspect.signature(func).parameters.items()
+            if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]  # fmt: skip
+    except (TypeError, ValueError):  # no signature to read (a builtin): call it as it is
+        required = []
+    if required:
+        raise error(
+            f"{target} takes arguments ({', '.join(required)}); the command calls a function "
+            "of none"
+        )
+    try:
+        got = func()
+    except (StepError, ValueError, OSError):
+        raise  # the command prints these as one line, as for an example
+    except Exception as exc:
+        raise error(f"{target} raised {type(exc).__name__}: {exc}{_where(exc, path)}") from exc
     parts = got if isinstance(got, tuple) else (got,)
     if not parts or not isinstance(parts[0], Graph) or len(parts) > 3:
         raise error(
@@ -86,6 +107,16 @@ def load_graph_file(target: str, error: type[ValueError] = ValueError) -> UserGr
     if inputs is not None and not isinstance(inputs, Mapping):
         raise error(f"{target}: inputs must map Source names to tokens, not {_describe(inputs)}")
     return UserGraph(target, parts[0], dict(memory), dict(inputs) if inputs is not None else None)
+
+
+def _where(exc: BaseException, path: pathlib.Path) -> str:
+    """`` (at file.py line N)``: the last line of the graph file in ``exc``'s traceback."""
+    here = path.resolve()
+    lines = [
+        frame.lineno for frame in traceback.extract_tb(exc.__traceback__)
+        if pathlib.Path(frame.filename).resolve() == here
+    ]  # fmt: skip
+    return f" (at {path.name} line {lines[-1]})" if lines else ""
 
 
 def _describe(value: Any) -> str:

@@ -37,7 +37,10 @@ def check(capsys, argv: list[str], message: str) -> None:
 def test_bad_graph_files_are_one_line_errors(tmp_path, monkeypatch, capsys, command):
     monkeypatch.chdir(tmp_path)
     graph_file(tmp_path)
-    (tmp_path / "other.py").write_text("def build():\n    return 42\n\nNOT_A_FUNCTION = 1\n")
+    (tmp_path / "other.py").write_text(
+        "def build():\n    return 42\n\nNOT_A_FUNCTION = 1\n\n"
+        "def needs(x, y=1):\n    return x\n\ndef buggy():\n    return undefined + 1\n"
+    )
     (tmp_path / "broken.py").write_text("def build(:\n")
     check(capsys, [command, "nope.py:build"], r"graph file nope\.py does not exist \(in .*\)")
     check(capsys, [command, "mygraph.py:make"],
@@ -47,6 +50,11 @@ def test_bad_graph_files_are_one_line_errors(tmp_path, monkeypatch, capsys, comm
           r"\(Graph, memory, inputs\)")  # fmt: skip
     check(capsys, [command, "other.py:NOT_A_FUNCTION"],
           r"other\.py:NOT_A_FUNCTION: 'NOT_A_FUNCTION' is an int, not a function")  # fmt: skip
+    check(capsys, [command, "other.py:needs"],
+          r"other\.py:needs takes arguments \(x\); the command calls a function of none")  # fmt: skip
+    check(capsys, [command, "other.py:buggy"],
+          r"other\.py:buggy raised NameError: name 'undefined' is not defined \(at other\.py "
+          r"line 10\)")  # fmt: skip
     check(capsys, [command, "broken.py:build"],
           r"graph file broken\.py failed to import: SyntaxError: .*")  # fmt: skip
     check(capsys, [command, "mygraph.py:1x"],
