@@ -87,9 +87,7 @@ def load_spec(path: str | pathlib.Path) -> SweepSpec:
     both = sorted(set(fixed) & set(grid))
     if both:
         raise UsageError(f"sweep spec {path}: {', '.join(both)} both fixed and in the grid")
-    for key, values in grid.items():
-        if not isinstance(values, list) or not values:
-            raise UsageError(f"sweep spec {path}: grid.{key} must be a non-empty list")
+    _check_lists(path, "grid", grid)
     keys = list(grid)
     points = [
         dict(fixed, **dict(zip(keys, combo, strict=True)))
@@ -100,8 +98,28 @@ def load_spec(path: str | pathlib.Path) -> SweepSpec:
             ex.params(p)  # unknown parameters and bad values fail here, before anything runs
         except UsageError as exc:
             raise UsageError(f"sweep spec {path}: {exc}") from None
-    output = pathlib.Path(raw.get("output", f"build/sweeps/{path.stem}.csv"))
-    return SweepSpec(raw["example"], points, bool(raw.get("functional", False)), output)
+    return SweepSpec(raw["example"], points, bool(raw.get("functional", False)), _output(path, raw))
+
+
+def _check_lists(path: pathlib.Path, table: str, lists: dict[str, Any]) -> None:
+    """Each entry of ``[table]`` is a non-empty list of distinct values (a value listed twice
+    would run its points twice)."""
+    for key, values in lists.items():
+        if not isinstance(values, list) or not values:
+            raise UsageError(f"sweep spec {path}: {table}.{key} must be a non-empty list")
+        seen: list[Any] = []
+        for v in values:
+            if any(v == w and type(v) is type(w) for w in seen):
+                raise UsageError(f"sweep spec {path}: {table}.{key} lists {v!r} twice")
+            seen.append(v)
+
+
+def _output(path: pathlib.Path, raw: dict[str, Any]) -> pathlib.Path:
+    """The spec's CSV (default ``build/sweeps/<spec name>.csv``)."""
+    text = raw.get("output", f"build/sweeps/{path.stem}.csv")
+    if not text.strip():
+        raise UsageError(f"sweep spec {path}: 'output' must name a CSV file, not {text!r}")
+    return pathlib.Path(text)
 
 
 def _hardware_spec(path: pathlib.Path, raw: dict[str, Any], ex: Any) -> SweepSpec:
@@ -118,9 +136,12 @@ def _hardware_spec(path: pathlib.Path, raw: dict[str, Any], ex: Any) -> SweepSpe
     if raw.get("fixed") or raw.get("grid"):
         raise UsageError(f"sweep spec {path}: a graph file has no parameters for [fixed] or [grid]")
     grid = raw["hardware"]
-    for key, values in grid.items():
-        if not isinstance(values, list) or not values:
-            raise UsageError(f"sweep spec {path}: hardware.{key} must be a non-empty list")
+    if not grid:
+        raise UsageError(
+            f"sweep spec {path}: [hardware] is empty; list HwConfig settings, hw_tile or memory "
+            'to sweep (e.g. memory = ["axi_ram"])'
+        )
+    _check_lists(path, "hardware", grid)
     keys = list(grid)
     points = [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*grid.values())]
     graph = ex.build({})
@@ -129,9 +150,8 @@ def _hardware_spec(path: pathlib.Path, raw: dict[str, Any], ex: Any) -> SweepSpe
             hardware_point(graph, p)
         except UsageError as exc:
             raise UsageError(f"sweep spec {path}: {exc}") from None
-    output = pathlib.Path(raw.get("output", f"build/sweeps/{path.stem}.csv"))
-    return SweepSpec(raw["example"], points, bool(raw.get("functional", False)), output,
-                     tuple(keys))  # fmt: skip
+    return SweepSpec(raw["example"], points, bool(raw.get("functional", False)),
+                     _output(path, raw), tuple(keys))  # fmt: skip
 
 
 def _run_point(
@@ -153,7 +173,14 @@ def _read_done(path: pathlib.Path, params: Iterable[str]) -> dict[str, dict[str,
     if not path.exists():
         return {}
     with path.open(newline="") as f:
-        return {_key(r, params): r for r in csv.DictReader(f)}
+        reader = csv.DictReader(f)
+        missing = [k for k in params if k not in (reader.fieldnames or [])]
+        if missing:
+            raise UsageError(
+                f"sweep output {path} holds another sweep: it has no column "
+                f"{', '.join(missing)}; give another 'output' or remove the file"
+            )
+        return {_key(r, params): r for r in reader}
 
 
 def _progress(done: int, total: int, started: float, stream=sys.stderr) -> None:

@@ -337,6 +337,8 @@ SPECS = [
         "example = 'swiglu'\n[grid]\ntile_b = [16, 'x']\n",
         "example 'swiglu': parameter tile_b must be an integer, not 'x'",
     ),
+    ("example = 'swiglu'\n[grid]\ntile_b = [16, 32, 16]\n", "grid.tile_b lists 16 twice"),
+    ("example = 'swiglu'\noutput = ' '\n", "'output' must name a CSV file, not ' '"),
     (
         "example = 'moe'\n[fixed]\ncolour = 1\n",
         "example 'moe' has no parameter colour; it takes model, "
@@ -350,6 +352,21 @@ def test_bad_sweep_spec(capsys, tmp_path, text, message):
     spec = tmp_path / "s.toml"
     spec.write_text(text)
     check(capsys, ["sweep", spec, "-q"], f"sweep spec {spec}: {message}")
+
+
+def test_sweep_output_of_another_sweep_is_refused(capsys, tmp_path):
+    """A CSV written by another sweep is not resumed (a raw KeyError once)."""
+    out = tmp_path / "a.csv"
+    out.write_text("foo,bar\n1,2\n")
+    spec = tmp_path / "s.toml"
+    spec.write_text(f"example = 'swiglu'\noutput = '{out}'\n[grid]\ntile_b = [16]\n")
+    check(
+        capsys,
+        ["sweep", spec, "-q"],
+        f"sweep output {out} holds another sweep: it has no column batch, hidden, intermediate, "
+        "tile_b, tile_i, seed; give another 'output' or remove the file",
+    )
+    assert out.read_text() == "foo,bar\n1,2\n"
 
 
 def test_sweep_spec_missing_file(capsys, tmp_path):

@@ -310,6 +310,11 @@ def test_a_sweep_of_a_graph_files_hardware(wide, capsys):
          r"a graph file has no parameters for \[fixed\] or \[grid\]"),
         ('example = "wide.py:build"\n[hardware]\nlanes = 16\n',
          r"hardware\.lanes must be a non-empty list"),
+        ('example = "wide.py:build"\n[hardware]\n',
+         r"\[hardware\] is empty; list HwConfig settings, hw_tile or memory to sweep "
+         r"\(e\.g\. memory = \[\"axi_ram\"\]\)"),
+        ('example = "wide.py:build"\n[hardware]\nlanes = [16, 32, 16]\n',
+         r"hardware\.lanes lists 16 twice"),
         ('example = "wide.py:build"\n[hardware]\nspeed = [1]\n',
          r"\[hardware\] has no key speed; keys: tile_rows, .*, hw_tile, memory"),
         ('example = "wide.py:build"\n[hardware]\nlanes = [16, 0]\n',
