@@ -127,6 +127,9 @@ def main(argv: list[str] | None = None) -> None:
 
         harness.FAST_OPT = args.opt
     designs = _designs()
+    unknown = [n for n in args.only.split(",") if n not in designs]
+    if unknown:
+        ap.error(f"--only: no design {', '.join(unknown)}; designs: {', '.join(designs)}")
     out = OUT
     if args.opt:  # another optimisation level: its own file beside the default's
         level = "".join(ch for ch in args.opt.split()[0].split("=")[-1] if ch.isalnum())

@@ -281,6 +281,18 @@ def main(argv: list[str] | None = None) -> int:
     points = swiglu.SWEEP
     sizes = [p for p in args.only if re.fullmatch(r"\d+x\d+", p)]
     labels = set(args.only) - set(sizes)
+    unknown = sorted(set(sizes) - {f"{b}x{i}" for b, i in swiglu.SWEEP})
+    known = {label for label, *_ in MOE_POINTS} | {label for label, *_ in ATTENTION_POINTS}
+    unknown += sorted(labels - known)
+    if unknown:
+        parser.error(
+            f"--only: no point {', '.join(unknown)}; points: "
+            f"{', '.join(f'{b}x{i}' for b, i in swiglu.SWEEP)}, {', '.join(sorted(known))}"
+        )
+    for label in sorted(labels):
+        family = "moe" if label in {lb for lb, *_ in MOE_POINTS} else "attention"
+        if not getattr(args, family):
+            parser.error(f"--only {label} is a point of --{family}, which is not given")
     if args.only:
         want = {tuple(int(v) for v in p.split("x")) for p in sizes}
         points = [p for p in points if p in want]

@@ -225,6 +225,11 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be 1 or more, not {args.jobs}")
+    for option in ("generic_timeout", "example_timeout"):
+        if getattr(args, option) < 0:
+            parser.error(
+                f"--{option.replace('_', '-')} must be 0 (skip) or more, not {getattr(args, option)}"
+            )
     out = pathlib.Path("build/bench")
     out.mkdir(parents=True, exist_ok=True)
     if args.units_only:

@@ -970,6 +970,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jobs", type=int, default=2,
                     help="points run at once (Verilator builds still one at a time)")  # fmt: skip
     args = ap.parse_args(argv)
+    if args.limit < 0:
+        ap.error(f"--limit: at least 0 (0: every point), not {args.limit}")
+    if args.jobs < 1:
+        ap.error(f"--jobs: at least 1, not {args.jobs}")
+    for cond in args.where:
+        if not cond.partition("=")[0] or "=" not in cond:
+            ap.error(f"--where: PARAM=VALUE, not {cond!r}")
+    sweeps = args.only.split(",")
+    twice = sorted({n for n in sweeps if sweeps.count(n) > 1})
+    if twice:
+        ap.error(f"--only: {', '.join(twice)} given twice")
     _source_digest()
     cold = cold_start()  # before this run fills a cache
     if args.memory != "axi_ram" and args.tier != "fast":
@@ -988,7 +999,7 @@ def main(argv: list[str] | None = None) -> None:
     points, missing = [], []
     fatal = False
     tasks: list[tuple[str, int]] = []
-    for name in args.only.split(","):
+    for name in sweeps:
         if name not in SWEEPS:
             ap.error(f"--only: no sweep {name!r}; there are {', '.join(SWEEPS)}")
         try:
