@@ -26,7 +26,7 @@ import numpy as np
 from step_lang.arrival import ArrivalPolicy
 from step_lang.errors import SimDeadlock, StepRuntimeError, StepValueError, op_message
 from step_lang.graph import Graph, Node, OffChipTensor, Stream
-from step_lang.interpret import check_inputs, source_tokens
+from step_lang.interpret import check_inputs, check_memory, source_tokens
 from step_lang.meta import MetaTile
 from step_lang.ops.offchip import LOADS, tile_index
 from step_lang.passes import lower
@@ -453,21 +453,12 @@ class Engine:
 
     def _prepare_memory(self, memory: Mapping[str, np.ndarray]) -> dict[str, Any]:
         g = self.graph
-        unknown = sorted(set(memory) - set(g.tensors))
-        if unknown:
-            raise StepValueError(
-                f"memory holds {', '.join(unknown)}, which graph '{g.name}' does not declare"
-            )
+        given = check_memory(g, memory)
         read = {n.tensor.name for n in g.nodes.values() if isinstance(n, LOADS)}
         out: dict[str, Any] = {}
         for name, t in g.tensors.items():
-            if name in memory:
-                arr = np.asarray(memory[name])
-                if arr.shape != t.shape or arr.dtype != t.dtype.numpy:
-                    raise StepValueError(
-                        f"tensor '{name}': array {arr.dtype} {list(arr.shape)}, declared {t.dtype} {list(t.shape)}"
-                    )
-                out[name] = np.array(arr, copy=True)
+            if name in given:
+                out[name] = np.array(given[name], copy=True)
             elif not self.functional and t.dtype.is_float:
                 out[name] = _MetaTensor()
             elif not self.functional and name in read:

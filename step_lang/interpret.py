@@ -33,7 +33,7 @@ from .passes import lower
 from .races import RaceCheck
 from .tokens import DONE, Token, is_data, to_tokens
 
-__all__ = ["InterpretResult", "NodeIO", "interpret"]
+__all__ = ["InterpretResult", "NodeIO", "check_memory", "interpret"]
 
 
 class _Channel:
@@ -260,26 +260,41 @@ def check_inputs(graph: Graph, inputs: Mapping[str, Any] | None) -> dict[str, An
     return inputs
 
 
-def _prepare_memory(graph: Graph, memory: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    unknown = sorted(set(memory) - set(graph.tensors))
+def check_memory(graph: Graph, memory: Mapping[str, Any] | None) -> dict[str, np.ndarray]:
+    """The arrays of ``memory`` (tensor name to array) after checking them against ``graph``'s
+    tensors: every name declared, each array of the tensor's shape and dtype (nothing is cast
+    or reshaped). Tensors it does not name are left out (the readers start them as zeros). The
+    one rule of the interpreter, the simulator and co-simulation; ``StepValueError`` otherwise."""
+    if memory is None:
+        return {}
+    if not isinstance(memory, Mapping):
+        raise StepValueError(f"memory must map tensor names to arrays, not {type(memory).__name__}")
+    unknown = sorted(map(str, set(memory) - set(graph.tensors)))
     if unknown:
         raise StepValueError(
             f"memory holds {', '.join(unknown)}, which graph '{graph.name}' does not declare"
         )
     out = {}
-    for name, t in graph.tensors.items():
-        if name not in memory:
-            out[name] = np.zeros(t.shape, dtype=t.dtype.numpy)
-            continue
-        arr = np.asarray(memory[name])
-        if arr.shape != t.shape:
+    for name, value in memory.items():
+        t = graph.tensors[name]
+        arr = np.asarray(value)
+        if arr.shape != tuple(t.shape) or arr.dtype != t.dtype.numpy:
             raise StepValueError(
-                f"tensor '{name}': array of shape {list(arr.shape)}, declared {list(t.shape)}"
+                f"tensor '{name}': array {arr.dtype} {list(arr.shape)}, declared {t.dtype} "
+                f"{list(t.shape)}"
             )
-        if arr.dtype != t.dtype.numpy:
-            raise StepValueError(f"tensor '{name}': array of dtype {arr.dtype}, declared {t.dtype}")
-        out[name] = np.array(arr, copy=True)
+        out[name] = arr
     return out
+
+
+def _prepare_memory(graph: Graph, memory: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    given = check_memory(graph, memory)
+    return {
+        name: np.array(given[name], copy=True)
+        if name in given
+        else np.zeros(t.shape, dtype=t.dtype.numpy)
+        for name, t in graph.tensors.items()
+    }
 
 
 def interpret(

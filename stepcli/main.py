@@ -10,6 +10,7 @@ import pathlib
 import sys
 from collections.abc import Sequence
 
+from step_hw.cosim.arguments import SEED_MAX, WATCHDOG_MIN
 from step_hw.memory_model import PRESETS
 from step_hw.payload import TileSizeError
 from step_lang.errors import StepError
@@ -416,9 +417,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--schedule", help="a hardware-size example's schedule (see docs/simulator.md)")
     p.add_argument("--pattern", choices=("always", "periodic", "random"), default="always",
                    help="AXI memories' back-pressure in co-simulation (default always)")  # fmt: skip
-    p.add_argument("--seed", type=_number(int, 0, 2**32 - 1), default=0, help="pause seed")
+    p.add_argument("--seed", type=_number(int, 0, SEED_MAX), default=0, help="pause seed")
     p.add_argument("--waves", action="store_true", help="also write a waveform (dump.fst)")
-    p.add_argument("--watchdog", type=_number(int, 1), default=20000, metavar="CYCLES",
+    p.add_argument("--watchdog", type=_number(int, WATCHDOG_MIN), default=20000, metavar="CYCLES",
                    help="fail after this many cycles without progress (default 20000)")  # fmt: skip
     p.add_argument("--tier", choices=("axi", "fast"), default="axi",
                    help="co-simulation tier: cocotbext-axi memories (default) or the fast tier, "

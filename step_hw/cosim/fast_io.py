@@ -17,14 +17,30 @@ __all__ = ["read_memory", "read_sinks", "read_trace", "write_memory", "write_sou
 
 
 def write_memory(path: Path, desc: dict, memory: Mapping[str, np.ndarray]) -> None:
-    """The memory image of ``memory`` (input tensors by name) at the addresses of the memory map."""
+    """The memory image of ``memory`` (input tensors by name) at the addresses of the memory map;
+    the bytes of tensors it does not name are zeros. Each array must have its entry's dtype
+    (:func:`step_hw.cosim.run` checks dtypes and shapes against the graph first): a value is
+    never converted to another type."""
     bus = desc["config"]["axi_data_width"] // 8
     words = memory_words(desc)
     image = np.zeros(words * bus, np.uint8)
     layout = desc["memory_map"]
+    unknown = sorted(map(str, set(memory) - set(layout)))
+    if unknown:
+        raise ValueError(
+            f"write_memory: memory holds {', '.join(unknown)}, which the memory map does not"
+        )
     for name, value in memory.items():
         info = layout[name]
-        raw = np.ascontiguousarray(bit_patterns(np.asarray(value)).astype(raw_dtype(info["dtype"])))
+        array = np.asarray(value)
+        want = raw_dtype(info["dtype"])
+        bits = bit_patterns(array)
+        if not np.can_cast(bits.dtype, want, casting="equiv"):  # (byte order only)
+            raise ValueError(
+                f"write_memory: memory '{name}': array {array.dtype}, its memory map entry "
+                f"{info['dtype']}"
+            )
+        raw = np.ascontiguousarray(bits.astype(want))
         data = raw.view(np.uint8).reshape(-1)
         if data.size != info["bytes"]:
             raise ValueError(

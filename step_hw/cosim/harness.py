@@ -265,8 +265,10 @@ def design(
     from step_hw.config import config_for
     from step_hw.design_key import design_key
 
-    if tier not in TIERS:
-        raise ValueError(f"co-simulation tier must be one of {', '.join(TIERS)}, not {tier!r}")
+    if not isinstance(tier, str) or tier not in TIERS:
+        raise ValueError(f"design: tier must be one of {', '.join(TIERS)}, not {tier!r}")
+    if config is not None and not isinstance(config, HwConfig):
+        raise TypeError(f"design: config must be an HwConfig or None, not {config!r}")
     config = config or config_for(graph)
     from step_hw.elaborate import conversion
 
@@ -409,18 +411,17 @@ def design(
     return d
 
 
-def _source_payloads(graph: Graph, desc: dict, inputs: dict | None) -> dict[str, list[str]]:
-    """Each Source's tokens packed in its stream's format (hex strings: payloads can be wider
-    than 64 bits), by top-level port name."""
+def _source_payloads(desc: dict, tokens: dict[str, list]) -> dict[str, list[str]]:
+    """Each Source's ``tokens`` (by node name, checked: :func:`.arguments.check_arguments`)
+    packed in its stream's format (hex strings: payloads can be wider than 64 bits), by
+    top-level port name."""
     from step_hw.payload import TokenFormat
-    from step_lang.interpret import check_inputs, source_tokens
 
-    inputs = check_inputs(graph, inputs)
     out = {}
-    for name in source_nodes(graph):
+    for name, toks in tokens.items():
         port = f"src_{name}"
         fmt = TokenFormat(**desc["streams"][port]["format"])
-        out[port] = [hex(fmt.pack(t)) for t in source_tokens(graph.nodes[name], inputs)]
+        out[port] = [hex(fmt.pack(t)) for t in toks]
     return out
 
 
@@ -444,48 +445,48 @@ def run(
     """Co-simulate ``graph`` on ``memory`` (input tensors by name) and ``inputs`` (tokens of its
     Source nodes, as for ``interpret``); see the module docstring.
 
+    ``memory`` names tensors of ``graph``, each an array of its declared dtype and shape;
+    tensors it leaves out start as zeros (as in the interpreter). Every argument is checked
+    before the design is elaborated or built (:mod:`.arguments`): a bad one raises a one-line
+    ``TypeError`` or ``ValueError`` naming it (``StepValueError`` for ``memory`` and
+    ``inputs``).
+
     ``tier``: ``"axi"`` (cocotbext-axi RAMs and Python stream drivers: the protocol-conformance
     tier) or ``"fast"`` (memory, sources and sinks inside the simulation,
     :mod:`~step_hw.cosim.fast_top`; ``memory_model`` sets its latencies, default
     :meth:`MemoryModel.axi_ram`, the axi tier's timing).
     ``pattern`` is the back-pressure of the memory and of the Sink streams, and the pauses of
-    the Source streams (``always`` ready, ``periodic`` or ``random`` pauses, seeded by ``seed``).
-    ``watchdog``: fail after this many cycles without a handshake on any queue; the
-    :class:`CosimError` leads with the full and the empty queues and the blocked nodes.
-    ``trace=True`` records every queue's input handshake cycles and every AXI channel's (slow
-    on the axi tier; for comparing with the simulator). ``tag`` names the run's folder under the
-    design's folder. ``quiet=True`` prints nothing (by default one line per build and per run,
-    on standard error). ``axi_errors`` (axi tier) names tensors whose reads and writes the memory
-    answers with ``SLVERR`` (the memory controller's sticky error flag rises; the
-    :class:`CosimError` names the node).
+    the Source streams (``always`` ready, ``periodic`` or ``random`` pauses, seeded by ``seed``,
+    an integer in [0, 2**32-1]: :data:`.arguments.SEED_MAX`).
+    ``watchdog`` (a positive integer): fail after this many cycles without a handshake on any
+    queue; the :class:`CosimError` leads with the full and the empty queues and the blocked
+    nodes. ``trace=True`` records every queue's input handshake cycles and every AXI channel's
+    (slow on the axi tier; for comparing with the simulator). ``tag`` names the run's folder
+    under the design's folder (``runs/<tag>``: a plain folder name, no path separator).
+    ``quiet=True`` prints nothing (by default one line per build and per run, on standard
+    error). ``axi_errors`` (axi tier), a collection of tensor names (a tuple, not one string),
+    names tensors whose reads and writes the memory answers with ``SLVERR`` (the memory
+    controller's sticky error flag rises; the :class:`CosimError` names the node).
     """
-    from cocotb_tools.check_results import get_results
+    from .arguments import check_arguments
 
-    from step_hw.testing import PATTERNS
-
-    if pattern not in PATTERNS:
-        raise ValueError(
-            f"co-simulation pattern must be one of {', '.join(PATTERNS)}, not {pattern!r}"
-        )
-    unknown = sorted(set(axi_errors) - set(graph.tensors))
-    if unknown:
-        raise ValueError(
-            f"axi_errors names {', '.join(unknown)}, which graph '{graph.name}' does not declare"
-        )
-    if tier == "fast" and axi_errors:
-        raise ValueError("axi_errors needs the axi tier (the fast tier's memory answers SLVERR "
-                         "only outside the memory map)")  # fmt: skip
-    if tier != "fast" and memory_model not in (None, MemoryModel.axi_ram()):
-        raise ValueError(
-            f"memory_model {memory_model} needs the fast tier (the axi tier's cocotbext-axi RAM "
-            "has latency 2 and write response 2)"
-        )
+    # every argument before any work (an elaboration, a build)
+    checked = check_arguments(
+        "run", graph, memory, inputs=inputs, config=config, pattern=pattern, seed=seed,
+        watchdog=watchdog, tag=tag, tier=tier, memory_model=memory_model, axi_errors=axi_errors,
+        flags={"waves": waves, "trace": trace, "quiet": quiet},
+    )  # fmt: skip
+    memory, axi_errors = checked.memory, checked.axi_errors
+    seed, watchdog = int(seed), int(watchdog)  # (numpy integers too)
     model = memory_model or MemoryModel.axi_ram()
+
+    from cocotb_tools.check_results import get_results
 
     from step_hw.config import config_for
     from step_hw.run_time_depths import check_capacities, run_description
     from step_hw.run_time_geometry import check_geometry
     from step_hw.run_time_geometry import run_description as with_geometry
+    from step_hw.testing import PATTERNS
 
     from . import verilator
 
@@ -502,7 +503,7 @@ def run(
             runs / "sinks.json",
             runs / "report.txt",
         )
-        payloads = _source_payloads(graph, d.desc, inputs)
+        payloads = _source_payloads(d.desc, checked.tokens)
         for stale in (result, sinks_file, report_file, runs / "mem_out.hex", runs / "trace.txt"):
             stale.unlink(missing_ok=True)
         # the design's description with this graph's tensor shapes and raw dtypes, its queue
@@ -530,13 +531,13 @@ def run(
             from .fast_io import write_memory, write_sources
             from .fast_top import memory_plusargs
 
-            write_memory(runs / "mem_in.hex", run_desc, memory or {})
+            write_memory(runs / "mem_in.hex", run_desc, memory)
             plusargs = [
                 f"+MEM_IN={runs / 'mem_in.hex'}",
                 f"+MEM_OUT={runs / 'mem_out.hex'}",
                 *memory_plusargs(model),
                 f"+PATTERN={PATTERNS.index(pattern)}",
-                f"+SEED={seed & 0xFFFFFFFF}",
+                f"+SEED={seed}",  # 32 bits: .arguments.SEED_MAX
                 *write_sources(runs, payloads),
                 *(f"+SNK_{n}={runs / f'snk_{n}.hex'}" for n in sink_nodes(graph)),
                 *cell_tables.plusargs(d.folder, d.desc.get("cell_tables", [])),
@@ -545,9 +546,7 @@ def run(
                 plusargs.append(f"+TRACE={runs / 'trace.txt'}")
             module, top = "step_hw.cosim.fast_bench", "step_fast"
         else:
-            np.savez(
-                data, **{f"in_{k}": bit_patterns(np.asarray(v)) for k, v in (memory or {}).items()}
-            )
+            np.savez(data, **{f"in_{k}": bit_patterns(v) for k, v in memory.items()})
             sources.write_text(json.dumps(payloads))
             env.update({
                 "GRAPH_DATA": str(data),

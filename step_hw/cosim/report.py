@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from step_hw.config import HwConfig
+from step_hw.memory_model import MemoryModel
 from step_lang.graph import Graph
 
 from .harness import CosimError, CosimResult, output_tensors, run, sink_nodes
@@ -380,7 +381,7 @@ def validate(
     tag: str = "validate",
     quiet: bool = False,
     tier: str = "axi",
-    memory_model: Any = None,
+    memory_model: MemoryModel | None = None,
 ) -> ValidationReport:
     """Run ``graph`` on ``memory`` (off-chip tensors by name) and ``inputs`` (Source tokens) in
     the interpreter, the simulator (``paper`` and ``rtl`` profiles) and a Verilator
@@ -393,19 +394,28 @@ def validate(
     ``watchdog``, ``tag``, ``tier`` (``axi`` or ``fast``) and ``memory_model`` (a
     :class:`~step_hw.memory_model.MemoryModel`, fast tier; the rtl profile is configured with
     it) as for :func:`step_hw.cosim.run`; ``quiet=True`` prints nothing
-    while it builds and runs. Errors of the graph or its data (a ``StepError``) raise; a graph
-    without hardware, or a co-simulation that fails, gives a report with ``rtl_error`` set.
+    while it builds and runs. Every argument is checked first, as :func:`~step_hw.cosim.run`
+    checks its own (:mod:`.arguments`), before the interpreter runs. Errors of the graph or its
+    data (a ``StepError``) raise; a graph without hardware, or a co-simulation that fails, gives
+    a report with ``rtl_error`` set.
     """
+    from .arguments import check_arguments
+
+    # every argument before any work (the interpreter, two simulations, a build)
+    checked = check_arguments(
+        "validate", graph, memory, inputs=inputs, config=config, pattern=pattern, seed=seed,
+        watchdog=watchdog, tag=tag, tier=tier, memory_model=memory_model,
+        flags={"waves": waves, "quiet": quiet},
+    )  # fmt: skip
+    memory = checked.memory
+
     from sim import PaperProfile, simulate
     from sim.profiles import RtlProfile
     from step_hw.config import config_for
-    from step_hw.memory_model import MemoryModel
-
-    config = config or config_for(graph)
     from step_lang.errors import StepTypeError, StepValueError
     from step_lang.passes import lower
 
-    memory = dict(memory or {})
+    config = config or config_for(graph)
     outputs = output_tensors(graph)
     sinks = sink_nodes(graph)
     lowered = lower(graph)
