@@ -94,16 +94,18 @@ Run ``python -m examples.attention`` for the graphs' sizes and costs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, is_dataclass, replace
 from typing import Any
 
 import numpy as np
 import sympy as sp
 
-from examples.traces import load_kv_lengths, synthetic_kv_lengths  # absolute: also as a script
+from examples.checks import positive_int  # absolute: also as a script
+from examples.traces import load_kv_lengths, synthetic_kv_lengths
 from step_lang import (
     Accum,
     EagerMerge,
@@ -194,14 +196,19 @@ class AttentionConfig:
 
     def __post_init__(self):
         for name in ("head_dim", "kv_tile", "max_len", "q_rows"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"AttentionConfig.{name} must be a positive integer, not {v!r}")
+            # frozen: set the checked value (a numpy integer becomes an int)
+            object.__setattr__(
+                self, name, positive_int(f"AttentionConfig.{name}", getattr(self, name))
+            )
         if self.max_len % self.kv_tile:
             raise ValueError(
                 f"AttentionConfig.max_len ({self.max_len}) must be a multiple of kv_tile ({self.kv_tile})"
             )
-        if not (dtype(self.dtype).is_float or self.dtype in _FIXED_POINT):
+        try:
+            known = dtype(self.dtype).is_float or self.dtype in _FIXED_POINT
+        except (TypeError, ValueError):  # not a dtype at all
+            known = False
+        if not known:
             raise ValueError(f"AttentionConfig.dtype must be a float type, not {self.dtype!r}")
 
     @property
@@ -220,18 +227,33 @@ class AttentionConfig:
         return self.head_dim * dtype(self.dtype).nbytes
 
 
-def cache_rows_needed(kv_tile: int, kv_lengths: np.ndarray) -> int:
-    """Cache rows per request for the longest request of ``kv_lengths`` and its new token, in
-    whole KV tiles of ``kv_tile`` rows."""
-    need = int(np.max(kv_lengths)) + 1
+def _cache_rows(where: str, kv_tile: int, kv_lengths: Any) -> int:
+    kv_tile = positive_int(f"{where}kv_tile", kv_tile)
+    need = int(np.max(_kv_lengths(None, kv_lengths, where=where))) + 1
     return -(-need // kv_tile) * kv_tile
 
 
-def fit_cache(config: Any, kv_lengths: np.ndarray) -> Any:
+def cache_rows_needed(kv_tile: int, kv_lengths: Sequence[int] | np.ndarray) -> int:
+    """Cache rows per request for the longest request of ``kv_lengths`` (a non-empty 1-D
+    array of non-negative integers) and its new token, in whole KV tiles of ``kv_tile`` rows."""
+    return _cache_rows("attention.cache_rows_needed: ", kv_tile, kv_lengths)
+
+
+def fit_cache(config: Any, kv_lengths: Sequence[int] | np.ndarray) -> Any:
     """``config`` (an :class:`AttentionConfig`, or any dataclass with ``kv_tile`` and
     ``max_len``, as ``decoder.DecoderConfig``) with :func:`cache_rows_needed` rows, and no fewer
     than it had: the paper pads the cache to the batch's longest request."""
-    rows = cache_rows_needed(config.kv_tile, kv_lengths)
+    if not (
+        is_dataclass(config)
+        and not isinstance(config, type)
+        and hasattr(config, "kv_tile")
+        and hasattr(config, "max_len")
+    ):
+        raise TypeError(
+            f"attention.fit_cache: config must be a dataclass with kv_tile and max_len "
+            f"(AttentionConfig, decoder.DecoderConfig), not {config!r}"
+        )
+    rows = _cache_rows("attention.fit_cache: ", config.kv_tile, kv_lengths)
     return replace(config, max_len=max(config.max_len, rows))
 
 
@@ -448,28 +470,43 @@ def _declare(g: Graph, c: AttentionConfig, batch: int, fx: _Functions) -> _Tenso
 
 def _check_build_args(
     config: AttentionConfig, schedule: str, batch: int, regions: int, blocks=None
-) -> None:
+) -> tuple[int, int, tuple[int, ...] | None]:
+    """Refuse bad arguments of :func:`build`; return ``batch``, ``regions`` and ``blocks`` as
+    ints (``blocks`` read once: an iterator is consumed here, and as a tuple of ints)."""
     if not isinstance(config, AttentionConfig):
         raise TypeError(f"config must be an AttentionConfig, not {config!r}")
     if schedule not in SCHEDULES:
         raise ValueError(
             f"schedule must be one of {', '.join(repr(s) for s in SCHEDULES)}, not {schedule!r}"
         )
-    for name, v in (("batch", batch), ("regions", regions)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be a positive integer, not {v!r}")
+    batch = positive_int("batch", batch)
+    regions = positive_int("regions", regions)
     if regions > batch:
         raise ValueError(
             f"regions ({regions}) must not exceed batch ({batch}): a region would never get a request"
         )
     if blocks is not None:
-        sizes = list(blocks)
-        if schedule != "coarse" or len(sizes) != regions or sum(sizes) != batch or min(sizes) < 1:
-            raise ValueError(
-                f"blocks must be {regions} positive sizes summing to batch {batch} (coarse only), not {blocks!r}"
+        sizes = blocks
+        if not isinstance(blocks, (str, bytes)):
+            with contextlib.suppress(TypeError):  # not iterable: refused below
+                sizes = tuple(blocks)
+        if (
+            schedule != "coarse"
+            or not isinstance(sizes, tuple)
+            or len(sizes) != regions
+            or not all(
+                isinstance(n, (int, np.integer)) and not isinstance(n, (bool, np.bool_)) and n >= 1
+                for n in sizes
             )
+            or sum(sizes) != batch
+        ):
+            raise ValueError(
+                f"blocks must be {regions} positive sizes summing to batch {batch} (coarse only), not {sizes!r}"
+            )
+        blocks = tuple(int(n) for n in sizes)
     elif schedule == "coarse" and batch % regions:
         raise ValueError(f"coarse schedule: regions ({regions}) must divide batch ({batch})")
+    return batch, regions, blocks
 
 
 def build(
@@ -505,7 +542,7 @@ def build(
       (default ``batch / regions`` each); with the queue of :func:`artifact_b80_queue` and
       ``blocks=(32, 16, 16, 16)`` this is the artifact's B = 80 layout.
     """
-    _check_build_args(config, schedule, batch, regions, blocks)
+    batch, regions, blocks = _check_build_args(config, schedule, batch, regions, blocks)
     if distributor not in ("own", "shared") or (
         distributor == "shared" and schedule != "interleaved"
     ):
@@ -736,16 +773,31 @@ tiles (``hardware(config=PAPER_HW, hw=...)``, BF16)."""
 # Data and the numpy reference
 
 
-def _kv_lengths(config: AttentionConfig, kv_lengths: Sequence[int] | np.ndarray) -> np.ndarray:
-    kv = np.asarray(kv_lengths)
+def _kv_lengths(
+    config: AttentionConfig | None, kv_lengths: Sequence[int] | np.ndarray, *, where: str = ""
+) -> np.ndarray:
+    """``kv_lengths`` checked and as int64: a non-empty 1-D integer array of lengths in
+    ``[0, config.max_len)`` (the new token needs a row), or ``>= 0`` without ``config``.
+    ``where`` (e.g. ``"attention.fit_cache: "``) starts the messages."""
+    try:
+        kv = np.asarray(kv_lengths)
+    except (TypeError, ValueError):  # e.g. a ragged list
+        raise ValueError(
+            f"{where}kv_lengths must be a non-empty 1-D integer array, got a "
+            f"{type(kv_lengths).__name__} that is not one"
+        ) from None
     if kv.ndim != 1 or kv.size == 0 or not np.issubdtype(kv.dtype, np.integer):
         raise ValueError(
-            f"kv_lengths must be a non-empty 1-D integer array, got {kv.dtype} {kv.shape}"
+            f"{where}kv_lengths must be a non-empty 1-D integer array, got {kv.dtype} {kv.shape}"
         )
+    if config is None:
+        if (kv < 0).any():
+            raise ValueError(f"{where}KV length {kv[kv < 0][0]} is negative")
+        return kv.astype(np.int64)
     if (kv < 0).any() or (kv >= config.max_len).any():
         bad = kv[(kv < 0) | (kv >= config.max_len)][0]
         raise ValueError(
-            f"KV length {bad} outside [0, {config.max_len - 1}] (max_len {config.max_len}, room for the new token)"
+            f"{where}KV length {bad} outside [0, {config.max_len - 1}] (max_len {config.max_len}, room for the new token)"
         )
     return kv.astype(np.int64)
 
@@ -902,15 +954,24 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--trace", help="a recorded KV-length trace (.npy) instead of synthetic lengths"
     )
     args = ap.parse_args(argv)
-    if args.trace:
-        kv = load_kv_lengths(args.trace)
-        source = args.trace
-    else:
-        kv = synthetic_kv_lengths(args.batch, mean=args.mean, high=QWEN.max_len - 1, seed=0)
-        source = f"synthetic (median {args.mean:g}, seed 0)"
-    config = QWEN
-    if kv.max() >= config.max_len:  # the paper pads the cache to the batch's longest request
-        config = replace(config, max_len=(int(kv.max()) // config.kv_tile + 1) * config.kv_tile)
+    # Bad arguments (and unreadable traces) are usage errors: one line, exit status 2.
+    try:
+        if args.regions < 1:
+            raise ValueError(f"--regions must be a positive integer, not {args.regions}")
+        if args.trace:
+            kv = load_kv_lengths(args.trace)
+            source = args.trace
+        else:
+            if args.batch < 1:
+                raise ValueError(f"--batch must be a positive integer, not {args.batch}")
+            kv = synthetic_kv_lengths(args.batch, mean=args.mean, high=QWEN.max_len - 1, seed=0)
+            source = f"synthetic (median {args.mean:g}, seed 0)"
+        # the paper pads the cache to the batch's longest request
+        config = fit_cache(QWEN, kv)
+        for schedule in SCHEDULES:
+            _check_build_args(config, schedule, len(kv), args.regions)
+    except ValueError as exc:  # TraceError included
+        ap.error(str(exc))
     memory = inputs(config, kv)
     want = reference(config, memory)
     print(

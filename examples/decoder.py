@@ -51,7 +51,8 @@ from step_lang import (
 )
 from step_lang import functions as F
 
-from . import attention, moe
+from . import attention, moe, traces
+from .checks import positive_int, positive_or_none
 
 __all__ = [
     "MIXTRAL",
@@ -127,9 +128,22 @@ class DecoderSchedule:
             raise ValueError(
                 f"DecoderSchedule.attention must be one of {', '.join(attention.SCHEDULES)}, not {self.attention!r}"
             )
-        if isinstance(self.regions, bool) or not isinstance(self.regions, int) or self.regions < 1:
+        if self.tiling not in ("static", "dynamic"):
             raise ValueError(
-                f"DecoderSchedule.regions must be a positive integer, not {self.regions!r}"
+                f"DecoderSchedule.tiling must be 'static' or 'dynamic', not {self.tiling!r}"
+            )
+        # frozen: set the checked values (a numpy integer becomes an int)
+        for f in ("tile_n", "tile_f", "regions"):
+            object.__setattr__(self, f, positive_int(f"DecoderSchedule.{f}", getattr(self, f)))
+        regions = positive_or_none("DecoderSchedule.moe_regions", self.moe_regions)
+        object.__setattr__(self, "moe_regions", regions)
+        if self.distributor not in ("own", "shared"):
+            raise ValueError(
+                f"DecoderSchedule.distributor must be 'own' or 'shared', not {self.distributor!r}"
+            )
+        if self.distributor == "shared" and self.attention != "interleaved":
+            raise ValueError(
+                f"DecoderSchedule.distributor 'shared' needs attention 'interleaved', not {self.attention!r}"
             )
 
     @property
@@ -245,8 +259,14 @@ def _qkv_addresses(config: DecoderConfig, batch: int, regions: int) -> dict[str,
 def build(config: DecoderConfig, schedule: DecoderSchedule, batch: int) -> Graph:
     """The decoder layer for ``batch`` requests under ``schedule`` (one graph)."""
     c, s = config, schedule
+    if not isinstance(c, DecoderConfig):
+        raise TypeError(f"decoder.build: config must be a DecoderConfig, not {c!r}")
+    if not isinstance(s, DecoderSchedule):
+        raise TypeError(f"decoder.build: schedule must be a DecoderSchedule, not {s!r}")
+    batch = positive_int("decoder.build: batch", batch)
     if batch % s.regions:
         raise ValueError(f"batch {batch} must be a multiple of regions {s.regions}")
+    _check_moe_regions("decoder.build", c, s.moe_regions)
     H, G, hd, D = c.heads, c.kv_heads, c.head_dim, c.moe.hidden
     blk = batch // s.regions
     g = _LayerGraph(f"decoder_{c.name}_{s.label}")
@@ -342,11 +362,45 @@ def build(config: DecoderConfig, schedule: DecoderSchedule, batch: int) -> Graph
 # Memory, reference, costs
 
 
+def _check_moe_regions(where: str, config: DecoderConfig, moe_regions: Any) -> int | None:
+    """``moe_regions``: None (no time-multiplexing) or a positive divisor of the experts."""
+    regions = positive_or_none(f"{where}: moe_regions", moe_regions)
+    if regions is not None and config.moe.experts % regions:
+        raise ValueError(
+            f"{where}: moe_regions {regions} must divide the {config.moe.experts} experts"
+        )
+    return regions
+
+
+def _check_inputs(
+    where: str, config: DecoderConfig, kv_lengths: Any, choices: Any, regions: Any
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """The KV lengths, routing choices and QKV regions of :func:`inputs`, checked against each
+    other: one token per request, and regions that divide the batch (as :func:`build` needs)."""
+    if not isinstance(config, DecoderConfig):
+        raise TypeError(f"{where}: config must be a DecoderConfig, not {config!r}")
+    kv = attention._kv_lengths(attention_config(config), kv_lengths, where=f"{where}: ")
+    choices = traces.check_routing(
+        choices, config.moe.experts, config.moe.top_k, what=f"{where}: choices"
+    )
+    if choices.shape[0] != len(kv):
+        raise ValueError(f"{where}: choices have {choices.shape[0]} tokens, kv_lengths {len(kv)}")
+    regions = positive_int(f"{where}: regions", regions)
+    if len(kv) % regions:
+        raise ValueError(f"{where}: regions {regions} must divide batch {len(kv)}")
+    return kv, choices, regions
+
+
 def control_inputs(
     config: DecoderConfig, kv_lengths: np.ndarray, choices: np.ndarray, *, regions: int = 4
 ) -> dict[str, np.ndarray]:
-    """The integer tensors of :func:`inputs`: all a timing-only simulation reads."""
-    kv = np.asarray(kv_lengths)
+    """The integer tensors of :func:`inputs`: all a timing-only simulation reads.
+
+    ``regions`` is the schedule's QKV/attention split (``DecoderSchedule.regions``): it must
+    divide the batch, ``len(kv_lengths)``, which is also the number of rows of ``choices``."""
+    kv, choices, regions = _check_inputs(
+        "decoder.control_inputs", config, kv_lengths, choices, regions
+    )
     mem = {
         f"attn_{k}": v for k, v in attention.control_inputs(attention_config(config), kv).items()
     }
@@ -363,12 +417,11 @@ def inputs(
     regions: int = 4,
     seed: int = 0,
 ) -> dict[str, np.ndarray]:
-    """Memory of one decode step: ``x``, QKV weights, KV caches, MoE weights and control data."""
+    """Memory of one decode step: ``x``, QKV weights, KV caches, MoE weights and control data
+    (``regions`` as in :func:`control_inputs`)."""
     c = config
-    kv = np.asarray(kv_lengths)
+    kv, choices, regions = _check_inputs("decoder.inputs", c, kv_lengths, choices, regions)
     batch = len(kv)
-    if choices.shape[0] != batch:
-        raise ValueError(f"choices have {choices.shape[0]} tokens, kv_lengths {batch}")
     H, G, hd, D = c.heads, c.kv_heads, c.head_dim, c.moe.hidden
     acfg = attention_config(c)
     rng = np.random.default_rng(seed)
@@ -434,8 +487,12 @@ def dim_values(
 ) -> dict[str, int]:
     """Values of the MoE's routing dims (``moe_route_nXXX``, ...) and, time-multiplexed, of each
     region's merged dynamic tile (``moe_merge{r}_rows``: the largest tile the region takes, which
-    its buffers must hold)."""
+    its buffers must hold). ``moe_regions`` must divide the experts."""
+    if not isinstance(config, DecoderConfig):
+        raise TypeError(f"decoder.dim_values: config must be a DecoderConfig, not {config!r}")
     E = config.moe.experts
+    choices = traces.check_routing(choices, E, config.moe.top_k, what="decoder.dim_values: choices")
+    moe_regions = _check_moe_regions("decoder.dim_values", config, moe_regions)
     values = {f"moe_{k}": v for k, v in moe.dim_values(choices, E).items()}
     if moe_regions:
         counts = np.bincount(choices.reshape(-1), minlength=E)

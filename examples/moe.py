@@ -38,7 +38,12 @@ from typing import Any
 
 import numpy as np
 
-from examples.traces import routing_weights, synthetic_routing  # absolute: also as a script
+from examples.checks import positive_int, positive_or_none  # absolute: also as a script
+from examples.traces import (
+    check_routing,
+    routing_weights,
+    synthetic_routing,
+)
 from step_lang import (
     Accum,
     EagerMerge,
@@ -59,7 +64,7 @@ from step_lang import (
     metrics,
 )
 from step_lang import functions as F
-from step_lang.types import numpy_dtype
+from step_lang.types import DTYPES, dtype, numpy_dtype
 
 __all__ = [
     "CONSTRUCTIONS",
@@ -78,7 +83,9 @@ __all__ = [
 
 @dataclass(frozen=True)
 class MoEConfig:
-    """Model shape: hidden size D, expert intermediate size F, experts E, top-k."""
+    """Model shape: hidden size D, expert intermediate size F, experts E, top-k (positive
+    integers, ``top_k <= experts``); ``name`` names the graphs; ``dtype`` is a ``step_lang``
+    dtype name."""
 
     name: str
     hidden: int
@@ -86,6 +93,23 @@ class MoEConfig:
     experts: int
     top_k: int
     dtype: str = "float32"
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"MoEConfig.name must be a non-empty string, not {self.name!r}")
+        for f in ("hidden", "intermediate", "experts", "top_k"):
+            # frozen: set the checked value (a numpy integer becomes an int)
+            object.__setattr__(self, f, positive_int(f"MoEConfig.{f}", getattr(self, f)))
+        if self.top_k > self.experts:
+            raise ValueError(
+                f"MoEConfig.top_k {self.top_k} must not exceed the {self.experts} experts"
+            )
+        try:
+            dtype(self.dtype)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"MoEConfig.dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}"
+            ) from None
 
 
 MIXTRAL = MoEConfig("mixtral", 4096, 14336, 8, 2)
@@ -109,21 +133,37 @@ class MoESchedule:
     regions: int | None = None
     construction: str = "ours"
 
-    def check(self, config: MoEConfig) -> None:
+    def __post_init__(self):
+        # The messages of tiling and construction predate the "MoESchedule." prefix (tests
+        # anchor them).
         if self.tiling not in ("static", "dynamic"):
             raise ValueError(f"tiling must be 'static' or 'dynamic', not {self.tiling!r}")
-        if self.tiling == "static" and (not isinstance(self.tile_n, int) or self.tile_n < 1):
-            raise ValueError(f"static tiling needs a positive tile_n, not {self.tile_n!r}")
-        if config.intermediate % self.tile_f:
-            raise ValueError(
-                f"tile_f {self.tile_f} must divide the intermediate size {config.intermediate}"
-            )
-        if self.regions is not None and (self.regions < 1 or config.experts % self.regions):
-            raise ValueError(f"regions {self.regions} must divide the {config.experts} experts")
+        # frozen: set the checked values (a numpy integer becomes an int). Dynamic tiling
+        # ignores tile_n: None is fine there (bench/validate.py passes it), 0 is not.
+        if self.tiling == "static":
+            tile_n = positive_int("MoESchedule.tile_n", self.tile_n)
+        else:
+            tile_n = positive_or_none("MoESchedule.tile_n", self.tile_n)
+        object.__setattr__(self, "tile_n", tile_n)
+        object.__setattr__(self, "tile_f", positive_int("MoESchedule.tile_f", self.tile_f))
+        regions = positive_or_none("MoESchedule.regions", self.regions)
+        object.__setattr__(self, "regions", regions)
         if self.construction not in CONSTRUCTIONS:
             raise ValueError(
                 f"construction must be one of {', '.join(CONSTRUCTIONS)}, not {self.construction!r}"
             )
+
+    def check(self, config: MoEConfig) -> None:
+        """Refuse a schedule that does not fit ``config``: ``tile_f`` must divide the
+        intermediate size and ``regions`` the experts."""
+        if not isinstance(config, MoEConfig):
+            raise TypeError(f"MoESchedule.check: config must be a MoEConfig, not {config!r}")
+        if config.intermediate % self.tile_f:
+            raise ValueError(
+                f"tile_f {self.tile_f} must divide the intermediate size {config.intermediate}"
+            )
+        if self.regions is not None and config.experts % self.regions:
+            raise ValueError(f"regions {self.regions} must divide the {config.experts} experts")
 
     def multiplexed_regions(self, config: MoEConfig) -> int | None:
         """The regions the graph multiplexes (None: one pipeline per expert); the artifact's
@@ -215,7 +255,10 @@ def build(
     not declared (``examples.decoder`` feeds the attention's output).
     """
     c, s = config, schedule
+    if not isinstance(s, MoESchedule):
+        raise TypeError(f"moe.build: schedule must be a MoESchedule, not {s!r}")
     s.check(c)
+    batch = positive_int("moe.build: batch", batch)
     fx = fns or FLOAT_FNS
     D, Fdim, E, k, tf = c.hidden, c.intermediate, c.experts, c.top_k, s.tile_f
     nf = Fdim // tf
@@ -382,9 +425,10 @@ def _region(
 def inputs(config: MoEConfig, choices: np.ndarray, *, seed: int = 0) -> dict[str, np.ndarray]:
     """Memory for the layer: activations, routing tensors from ``choices`` ([B, k]), weights."""
     c = config
+    if not isinstance(c, MoEConfig):
+        raise TypeError(f"moe.inputs: config must be a MoEConfig, not {c!r}")
+    choices = check_routing(choices, c.experts, c.top_k, what="moe.inputs: choices")
     batch, k = choices.shape
-    if k != c.top_k:
-        raise ValueError(f"choices have {k} experts per token, config {c.name} has top_k {c.top_k}")
     rng = np.random.default_rng(seed)
     dt = numpy_dtype(c.dtype)
     # Routing weights in slot order; the graph consumes them per expert in token order.
@@ -418,8 +462,13 @@ def routing_tensors(config: MoEConfig, choices: np.ndarray) -> dict[str, np.ndar
     """The integer routing tensors for ``choices`` ([B, k]): all a timing-only simulation needs.
 
     ``token_sel`` is the multi-hot ``[B, E]`` token selector, ``slot_sel`` the one-hot
-    ``[B*k, E]`` selector of each (token, slot).
+    ``[B*k, E]`` selector of each (token, slot). ``choices`` must pass :func:`~examples.traces.check_routing`.
     """
+    if not isinstance(config, MoEConfig):
+        raise TypeError(f"moe.routing_tensors: config must be a MoEConfig, not {config!r}")
+    choices = check_routing(
+        choices, config.experts, config.top_k, what="moe.routing_tensors: choices"
+    )
     batch, k = choices.shape
     token_sel = np.zeros((batch, config.experts), np.int32)
     token_sel[np.arange(batch)[:, None], choices] = 1
@@ -444,7 +493,10 @@ def reference(config: MoEConfig, memory: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def dim_values(choices: np.ndarray, num_experts: int) -> dict[str, int]:
-    """Values of the graph's routing dims (``route_nXXX``, ``wroute_nXXX``) for ``choices``."""
+    """Values of the graph's routing dims (``route_nXXX``, ``wroute_nXXX``) for ``choices``
+    (checked by :func:`~examples.traces.check_routing`)."""
+    num_experts = positive_int("moe.dim_values: num_experts", num_experts)
+    choices = check_routing(choices, num_experts, what="moe.dim_values: choices")
     counts = np.bincount(choices.reshape(-1), minlength=num_experts)
     values = {}
     for e, n in enumerate(counts):

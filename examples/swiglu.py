@@ -20,9 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from examples.checks import positive_int  # absolute: also as a script
 from step_lang import Accum, Graph, LinearOffChipLoad, LinearOffChipStore, Map, metrics
 from step_lang import functions as F
-from step_lang.types import numpy_dtype
+from step_lang.types import DTYPES, dtype, numpy_dtype
 
 __all__ = ["SWEEP", "TILED_SIZE", "TILED_TILINGS", "SwiGLUConfig", "build", "hardware_tiled",
            "inputs", "reference"]  # fmt: skip
@@ -32,12 +33,25 @@ SWEEP = [(b, i) for b in (16, 32, 64) for i in (16, 32, 64, 128, 256)]
 
 @dataclass(frozen=True)
 class SwiGLUConfig:
-    """Layer sizes and element type."""
+    """Layer sizes (positive integers) and element type (a ``step_lang`` dtype name)."""
 
     batch: int = 64
     hidden: int = 256
     intermediate: int = 512
     dtype: str = "float32"
+
+    def __post_init__(self):
+        for name in ("batch", "hidden", "intermediate"):
+            # frozen: set the checked value (a numpy integer becomes an int)
+            object.__setattr__(
+                self, name, positive_int(f"SwiGLUConfig.{name}", getattr(self, name))
+            )
+        try:
+            dtype(self.dtype)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"SwiGLUConfig.dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}"
+            ) from None
 
 
 def build(
@@ -49,6 +63,10 @@ def build(
     functions of ``step_lang.functions``; :func:`hardware` uses the fixed-point ones).
     """
     c = config
+    if not isinstance(c, SwiGLUConfig):
+        raise TypeError(f"swiglu.build: config must be a SwiGLUConfig, not {c!r}")
+    tile_b = positive_int("swiglu.build: tile_b", tile_b)
+    tile_i = positive_int("swiglu.build: tile_i", tile_i)
     fns = fns or SimpleNamespace(
         matmul=F.matmul(), silu=F.silu, mul=F.mul, matmul_acc=F.matmul_acc()
     )
@@ -132,6 +150,8 @@ TILED_TILINGS = [(4, 8), (8, 16), (4, 16)]
 
 def inputs(config: SwiGLUConfig = SwiGLUConfig(), seed: int = 0) -> dict[str, np.ndarray]:
     """Random activations and weights (scaled to keep activations in a useful range)."""
+    if not isinstance(config, SwiGLUConfig):
+        raise TypeError(f"swiglu.inputs: config must be a SwiGLUConfig, not {config!r}")
     rng = np.random.default_rng(seed)
     c = config
     dt = numpy_dtype(c.dtype)  # bfloat16 included (ml_dtypes)

@@ -16,6 +16,7 @@ import pathlib
 import pickle
 import re
 import zipfile
+from typing import Any
 
 import numpy as np
 
@@ -24,6 +25,7 @@ __all__ = [
     "MAX_SKEW",
     "SYNTHETIC_KV_RANGE",
     "TraceError",
+    "check_routing",
     "kv_length_files",
     "load_kv_lengths",
     "load_routing",
@@ -89,26 +91,53 @@ def load_routing(path: str | pathlib.Path, num_experts: int | None = None) -> np
         raise
     except _UNREADABLE as exc:
         raise TraceError(f"routing trace {path}: cannot read ({_reason(exc)})") from None
-    if data.ndim != 2 or not np.issubdtype(data.dtype, np.integer):
-        raise TraceError(
-            f"routing trace {path}: expected an integer [B, top_k] array, got {data.dtype} {data.shape}"
+    return check_routing(data, num_experts, what=f"routing trace {path}", error=TraceError)
+
+
+def check_routing(
+    choices: Any,
+    num_experts: int | None,
+    top_k: int | None = None,
+    *,
+    what: str = "choices",
+    error: type[ValueError] = ValueError,
+) -> np.ndarray:
+    """``choices`` checked as routing choices, returned as int64: a non-empty integer
+    ``[B, top_k]`` numpy array (``top_k`` columns when given) whose rows select distinct experts
+    in ``[0, num_experts)`` (``None``: any non-negative id).
+
+    Messages start with ``what`` (``"moe.inputs: choices"``, ``"routing trace <path>"``) and are
+    raised as ``error`` (``ValueError`` or a subclass such as :class:`TraceError`); anything
+    but a numpy array is a ``TypeError``. The one rule of a trace file (:func:`load_routing`)
+    and of the choices the examples take (``examples.moe``, ``examples.decoder``).
+    """
+    if not isinstance(choices, np.ndarray):
+        raise TypeError(
+            f"{what} must be a numpy integer array [B, top_k], not {type(choices).__name__}"
         )
-    if data.shape[0] == 0 or data.shape[1] == 0:
-        raise TraceError(f"routing trace {path}: empty ({data.shape[0]} tokens x {data.shape[1]})")
+    if choices.ndim != 2 or not np.issubdtype(choices.dtype, np.integer):
+        raise error(
+            f"{what}: expected an integer [B, top_k] array, got {choices.dtype} {choices.shape}"
+        )
+    tokens, k = choices.shape
+    if tokens == 0 or k == 0:  # a layer has at least one token and top_k >= 1
+        raise error(f"{what}: empty ({tokens} tokens x {k})")
+    if top_k is not None and k != top_k:
+        raise error(f"{what}: {k} experts per token, top_k is {top_k}")
     high = num_experts if num_experts is not None else np.iinfo(np.int64).max
-    bad = np.argwhere((data < 0) | (data >= high))
+    bad = np.argwhere((choices < 0) | (choices >= high))
     if bad.size:
         row, col = (int(v) for v in bad[0])
-        raise TraceError(
-            f"routing trace {path}: token {row} selects expert {int(data[row, col])}, "
+        raise error(
+            f"{what}: token {row} selects expert {int(choices[row, col])}, "
             f"outside [0, {num_experts if num_experts is not None else 'inf'})"
         )
-    for row, ids in enumerate(data):
-        if len(set(ids.tolist())) != len(ids):
-            raise TraceError(
-                f"routing trace {path}: token {row} selects expert(s) twice: {ids.tolist()}"
-            )
-    return data.astype(np.int64)
+    ordered = np.sort(choices, axis=1)
+    twice = np.flatnonzero((ordered[:, 1:] == ordered[:, :-1]).any(axis=1))
+    if twice.size:
+        row = int(twice[0])
+        raise error(f"{what}: token {row} selects expert(s) twice: {choices[row].tolist()}")
+    return choices.astype(np.int64)
 
 
 def load_kv_lengths(path: str | pathlib.Path) -> np.ndarray:

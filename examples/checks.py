@@ -1,0 +1,39 @@
+"""The examples' argument rules (numpy only): a one-line ``ValueError`` naming the parameter and
+the value, as ``swiglu.build: tile_b must be a positive integer, not 0``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["positive_int", "positive_or_none", "shown"]
+
+
+def shown(value: Any) -> str:
+    """``repr`` of a value in a message; a numpy integer as the plain number."""
+    return str(int(value)) if isinstance(value, np.integer) else repr(value)
+
+
+def _is_positive_int(value: Any) -> bool:
+    return (
+        isinstance(value, (int, np.integer))
+        and not isinstance(value, (bool, np.bool_))
+        and value >= 1
+    )
+
+
+def positive_int(where: str, value: Any) -> int:
+    """``value`` as an ``int`` if it is a positive integer (numpy integers too, bools not)."""
+    if not _is_positive_int(value):
+        raise ValueError(f"{where} must be a positive integer, not {shown(value)}")
+    return int(value)
+
+
+def positive_or_none(where: str, value: Any) -> int | None:
+    """``None``, or ``value`` as an ``int`` if it is a positive integer."""
+    if value is None:
+        return None
+    if not _is_positive_int(value):
+        raise ValueError(f"{where} must be a positive integer or None, not {shown(value)}")
+    return int(value)
