@@ -104,7 +104,7 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
-from examples.checks import positive_int  # absolute: also as a script
+from examples.checks import is_positive_int, positive_int  # absolute: also as a script
 from examples.traces import load_kv_lengths, synthetic_kv_lengths
 from step_lang import (
     Accum,
@@ -151,6 +151,7 @@ __all__ = [
     "artifact_b80_queue",
     "build",
     "cache_rows_needed",
+    "check_kv_lengths",
     "evaluate",
     "fit_cache",
     "hardware",
@@ -229,7 +230,7 @@ class AttentionConfig:
 
 def _cache_rows(where: str, kv_tile: int, kv_lengths: Any) -> int:
     kv_tile = positive_int(f"{where}kv_tile", kv_tile)
-    need = int(np.max(_kv_lengths(None, kv_lengths, where=where))) + 1
+    need = int(np.max(check_kv_lengths(None, kv_lengths, where=where))) + 1
     return -(-need // kv_tile) * kv_tile
 
 
@@ -494,10 +495,7 @@ def _check_build_args(
             schedule != "coarse"
             or not isinstance(sizes, tuple)
             or len(sizes) != regions
-            or not all(
-                isinstance(n, (int, np.integer)) and not isinstance(n, (bool, np.bool_)) and n >= 1
-                for n in sizes
-            )
+            or not all(is_positive_int(n) for n in sizes)
             or sum(sizes) != batch
         ):
             raise ValueError(
@@ -773,7 +771,7 @@ tiles (``hardware(config=PAPER_HW, hw=...)``, BF16)."""
 # Data and the numpy reference
 
 
-def _kv_lengths(
+def check_kv_lengths(
     config: AttentionConfig | None, kv_lengths: Sequence[int] | np.ndarray, *, where: str = ""
 ) -> np.ndarray:
     """``kv_lengths`` checked and as int64: a non-empty 1-D integer array of lengths in
@@ -811,7 +809,7 @@ def inputs(
     query), new rows and the valid cache prefix are standard normal; cache rows at and past
     ``L_b`` hold stale values (uniform in ``[-4, 4]``), so missing masking would show.
     """
-    kv = _kv_lengths(config, kv_lengths)
+    kv = check_kv_lengths(config, kv_lengths)
     b, hd, ml = len(kv), config.head_dim, config.max_len
     dt = dtype(config.dtype).numpy
     rng = np.random.default_rng(seed)
@@ -834,7 +832,7 @@ def control_inputs(
     config: AttentionConfig, kv_lengths: Sequence[int] | np.ndarray
 ) -> dict[str, np.ndarray]:
     """The integer and bool tensors of :func:`inputs` (all a timing-only simulation needs)."""
-    kv = _kv_lengths(config, kv_lengths)
+    kv = check_kv_lengths(config, kv_lengths)
     b = len(kv)
     return {
         "req_idx": np.arange(b, dtype=np.int64).reshape(b, 1),

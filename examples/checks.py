@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["positive_int", "positive_or_none", "shown"]
+__all__ = ["dtype_name", "is_positive_int", "positive_int", "positive_or_none", "shown"]
 
 
 def shown(value: Any) -> str:
@@ -15,7 +15,8 @@ def shown(value: Any) -> str:
     return str(int(value)) if isinstance(value, np.integer) else repr(value)
 
 
-def _is_positive_int(value: Any) -> bool:
+def is_positive_int(value: Any) -> bool:
+    """Whether ``value`` is a positive integer (numpy integers too, bools not)."""
     return (
         isinstance(value, (int, np.integer))
         and not isinstance(value, (bool, np.bool_))
@@ -25,7 +26,7 @@ def _is_positive_int(value: Any) -> bool:
 
 def positive_int(where: str, value: Any) -> int:
     """``value`` as an ``int`` if it is a positive integer (numpy integers too, bools not)."""
-    if not _is_positive_int(value):
+    if not is_positive_int(value):
         raise ValueError(f"{where} must be a positive integer, not {shown(value)}")
     return int(value)
 
@@ -34,6 +35,17 @@ def positive_or_none(where: str, value: Any) -> int | None:
     """``None``, or ``value`` as an ``int`` if it is a positive integer."""
     if value is None:
         return None
-    if not _is_positive_int(value):
+    if not is_positive_int(value):
         raise ValueError(f"{where} must be a positive integer or None, not {shown(value)}")
     return int(value)
+
+
+def dtype_name(where: str, value: Any) -> str:
+    """``value`` if it names a ``step_lang`` dtype."""
+    from step_lang.types import DTYPES, dtype
+
+    try:
+        dtype(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where} must be one of {', '.join(DTYPES)}, not {value!r}") from None
+    return value

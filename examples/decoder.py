@@ -379,7 +379,7 @@ def _check_inputs(
     other: one token per request, and regions that divide the batch (as :func:`build` needs)."""
     if not isinstance(config, DecoderConfig):
         raise TypeError(f"{where}: config must be a DecoderConfig, not {config!r}")
-    kv = attention._kv_lengths(attention_config(config), kv_lengths, where=f"{where}: ")
+    kv = attention.check_kv_lengths(attention_config(config), kv_lengths, where=f"{where}: ")
     choices = traces.check_routing(
         choices, config.moe.experts, config.moe.top_k, what=f"{where}: choices"
     )

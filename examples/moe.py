@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from examples.checks import positive_int, positive_or_none  # absolute: also as a script
+from examples.checks import dtype_name, positive_int, positive_or_none  # absolute: also as a script
 from examples.traces import (
     check_routing,
     routing_weights,
@@ -64,7 +64,7 @@ from step_lang import (
     metrics,
 )
 from step_lang import functions as F
-from step_lang.types import DTYPES, dtype, numpy_dtype
+from step_lang.types import numpy_dtype
 
 __all__ = [
     "CONSTRUCTIONS",
@@ -104,12 +104,7 @@ class MoEConfig:
             raise ValueError(
                 f"MoEConfig.top_k {self.top_k} must not exceed the {self.experts} experts"
             )
-        try:
-            dtype(self.dtype)
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"MoEConfig.dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}"
-            ) from None
+        dtype_name("MoEConfig.dtype", self.dtype)
 
 
 MIXTRAL = MoEConfig("mixtral", 4096, 14336, 8, 2)

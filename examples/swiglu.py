@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from examples.checks import positive_int  # absolute: also as a script
+from examples.checks import dtype_name, positive_int  # absolute: also as a script
 from step_lang import Accum, Graph, LinearOffChipLoad, LinearOffChipStore, Map, metrics
 from step_lang import functions as F
-from step_lang.types import DTYPES, dtype, numpy_dtype
+from step_lang.types import numpy_dtype
 
 __all__ = ["SWEEP", "TILED_SIZE", "TILED_TILINGS", "SwiGLUConfig", "build", "hardware_tiled",
            "inputs", "reference"]  # fmt: skip
@@ -46,12 +46,7 @@ class SwiGLUConfig:
             object.__setattr__(
                 self, name, positive_int(f"SwiGLUConfig.{name}", getattr(self, name))
             )
-        try:
-            dtype(self.dtype)
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"SwiGLUConfig.dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}"
-            ) from None
+        dtype_name("SwiGLUConfig.dtype", self.dtype)
 
 
 def build(
