@@ -67,6 +67,7 @@ from step_lang.passes import lower as lower_graph
 from step_lang.types import BufferType, Selector, Tile, TupleType
 
 __all__ = [
+    "NUMBER_OPTIONS",
     "Diagnosis",
     "SizingReport",
     "diagnose",
@@ -203,10 +204,11 @@ def queue_bits(bits: Mapping[str, int], depths: Mapping[str, int]) -> int:
 
 # -- the plan --------------------------------------------------------------------------------------
 
-#: The sizing options' rules: integers of at least a minimum, and finite numbers of at least one
-#: (``margin``: 1 is none; ``tolerance``: 0 is none; as ``step size-queues`` checks them).
+#: The sizing options' rules: integers, and finite numbers, of at least a minimum (``margin``:
+#: 1 is none; ``tolerance``: 0 is none; ``step size-queues`` reads :data:`NUMBER_OPTIONS` for
+#: its own options).
 _INT_OPTIONS = {"deep": 1, "max_rounds": 0, "min_depth": 1, "shrink_budget": 0}
-_NUMBER_OPTIONS = {"tolerance": 0, "margin": 1}
+NUMBER_OPTIONS = {"tolerance": 0, "margin": 1}
 
 
 def _check_options(owner: str, options: Mapping[str, Any]) -> None:
@@ -217,7 +219,7 @@ def _check_options(owner: str, options: Mapping[str, Any]) -> None:
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             rule = "a positive integer" if low == 1 else "a non-negative integer"
             raise StepValueError(f"{owner}: {key} must be {rule}, not {v!r}")
-    for key, low in _NUMBER_OPTIONS.items():
+    for key, low in NUMBER_OPTIONS.items():
         v = options.get(key, low)
         if (
             isinstance(v, bool)

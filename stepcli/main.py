@@ -10,6 +10,7 @@ import pathlib
 import sys
 from collections.abc import Sequence
 
+from sim.sizing import NUMBER_OPTIONS
 from step_hw.cosim.arguments import SEED_MAX, WATCHDOG_MIN
 from step_hw.memory_model import PRESETS
 from step_hw.payload import TileSizeError
@@ -481,13 +482,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--margin",
-        type=_number(float, 1, note=" (1: no margin)"),
+        type=_number(float, NUMBER_OPTIONS["margin"], note=" (1: no margin)"),
         default=1.25,
         help="extra depth factor for data-dependent rates (default 1.25)",
     )
     p.add_argument(
         "--tolerance",
-        type=_number(float, 0),
+        type=_number(float, NUMBER_OPTIONS["tolerance"]),
         default=0.01,
         help="allowed slowdown against depth-1024 queues (default 0.01)",
     )
