@@ -100,7 +100,14 @@ def _rtl_examples(out: dict[str, Any]) -> None:
 
 
 def _sizing(out: dict[str, Any]) -> None:
-    from stepcli.sizing import HARDWARE, IMAGES, SCHEDULES, size_example, size_hardware
+    from stepcli.sizing import (
+        HARDWARE,
+        IMAGES,
+        SCHEDULES,
+        image_counts,
+        size_example,
+        size_hardware,
+    )
 
     def row(r: Any) -> dict[str, Any]:
         return {
@@ -113,10 +120,12 @@ def _sizing(out: dict[str, Any]) -> None:
     res = {}
     for name, schedules in HARDWARE.items():
         for sched in schedules:
-            res[f"hw:{name}:{sched}"] = row(size_hardware(name, sched, images=IMAGES))
+            images, _ = image_counts(name, {}, IMAGES, 0)
+            res[f"hw:{name}:{sched}"] = row(size_hardware(name, sched, images=images))
     for name, schedules in SCHEDULES.items():
         for sched, params in schedules.items():
-            res[f"paper:{name}:{sched}"] = row(size_example(name, params, images=IMAGES))
+            images, _ = image_counts(name, params, IMAGES, 0)
+            res[f"paper:{name}:{sched}"] = row(size_example(name, params, images=images))
     out["sizing"] = res
 
 

@@ -34,7 +34,15 @@ import sys
 import time
 from typing import Any
 
-from stepcli.sizing import HARDWARE, IMAGES, SCHEDULES, hardware_case, size_example, size_hardware
+from stepcli.sizing import (
+    HARDWARE,
+    IMAGES,
+    SCHEDULES,
+    hardware_case,
+    image_counts,
+    size_example,
+    size_hardware,
+)
 
 OUT = pathlib.Path("build/bench/queue_sizing.json")
 HELD_OUT = 5
@@ -98,16 +106,18 @@ def main(argv: list[str] | None = None) -> int:
     for example, schedules in SCHEDULES.items():
         for schedule, params in schedules.items():
             t0 = time.perf_counter()
-            report = size_example(example, params, images=IMAGES, held_out=args.held_out)
+            images, held_out = image_counts(example, params, IMAGES, args.held_out)
+            report = size_example(example, params, images=images, held_out=held_out)
             cases.append(_case(example, schedule, report, time.perf_counter() - t0, "paper"))
             print(f"{example:<10} {schedule:<12} {cases[-1]}", flush=True)
     for example, schedules in HARDWARE.items():
         for schedule in schedules:
             t0 = time.perf_counter()
-            report = size_hardware(example, schedule, images=IMAGES, held_out=args.held_out)
+            images, held_out = image_counts(example, {}, IMAGES, args.held_out)
+            report = size_hardware(example, schedule, images=images, held_out=held_out)
             cases.append(_case(example, schedule, report, time.perf_counter() - t0, "rtl"))
             if args.cosim:
-                cases[-1].update(_cosim(example, schedule, report, IMAGES + args.held_out))
+                cases[-1].update(_cosim(example, schedule, report, images + held_out))
             print(f"{example:<10} {schedule:<12} {cases[-1]}", flush=True)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps({"cases": cases}, indent=1))

@@ -15,7 +15,8 @@ are grown (below 3 to 3, the depth that sustains one token per cycle, else doubl
 design is built and run again.
 
 Used by ``rtl_tests/test_sizing_verilator.py`` (the acceptance test) and by
-``python -m bench.queue_sizing --cosim``. Both size with :func:`stepcli.sizing.size_hardware` over :data:`stepcli.sizing.IMAGES` images, so
+``python -m bench.queue_sizing --cosim``. Both size with :func:`stepcli.sizing.size_hardware` over the images
+:func:`stepcli.sizing.image_counts` gives, so
 their designs share Verilator builds (``step_hw.cosim`` caches them by Verilog text).
 """
 

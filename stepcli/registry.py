@@ -22,11 +22,24 @@ from step_lang import Graph, metrics
 from .params import MAX_SEED, MAX_SIZE, Param, ParamError
 from .userfile import is_graph_file, load_graph_file
 
-__all__ = ["EXAMPLES", "TRACE_FITS", "Example", "UsageError", "parse_params", "run_point"]
+__all__ = [
+    "EXAMPLES",
+    "TRACE_FITS",
+    "Example",
+    "NotApplicable",
+    "UsageError",
+    "parse_params",
+    "run_point",
+]
 
 
 class UsageError(ValueError):
     """A command-line mistake: an unknown example or parameter, a bad value."""
+
+
+class NotApplicable(UsageError):
+    """A parameter given where it does not apply (``tile_n`` under dynamic tiling, ``skew``
+    with a routing trace): it would change nothing, so it is refused, not ignored."""
 
 
 def parse_params(pairs: list[str]) -> dict[str, str]:
@@ -63,9 +76,16 @@ class Example:
     # Parameter sets of several memory images -> the same sets, changed so that they all build
     # one graph (``one_graph``); None: the graph does not depend on the image's parameters.
     _one_graph: Callable[[list[dict]], list[dict]] | None = None
+    # A full parameter set -> the parameters that do not apply to it, each with the reason
+    # ("to tiling=dynamic (...)"): given, they are refused; in a result row they are empty.
+    _inapplicable: Callable[[dict], Mapping[str, str]] = lambda p: {}
+    # A full parameter set -> None if its seed draws the timing image (the routing, the KV
+    # lengths), else why it does not (queue sizing over several seeds needs it to).
+    _fixed_image: Callable[[dict], str | None] = lambda p: None
 
     def params(self, given: Mapping[str, Any]) -> dict[str, Any]:
-        """The full parameter set: ``given`` over the defaults, each value checked by ``spec``."""
+        """The full parameter set: ``given`` over the defaults, each value checked by ``spec``;
+        a given parameter that does not apply to the set raises :class:`NotApplicable`."""
         unknown = sorted(set(given) - set(self.defaults))
         if unknown:
             raise UsageError(
@@ -78,7 +98,26 @@ class Example:
                     checked[key] = self.spec[key].check(self.name, key, value)
                 except ParamError as exc:
                     raise UsageError(str(exc)) from None
-        return {**self.defaults, **checked}
+        full = {**self.defaults, **checked}
+        inapplicable = self._inapplicable(full)
+        for key in given:
+            if key in inapplicable:
+                raise NotApplicable(
+                    f"example '{self.name}': parameter {key} does not apply "
+                    f"{inapplicable[key]}; leave it out"
+                )
+        return full
+
+    def row(self, params: dict) -> dict[str, Any]:
+        """``params`` (a full set) as a result row shows them: a parameter that does not apply
+        to the set is empty, so a row never shows a value that was not used."""
+        inapplicable = self._inapplicable(params)
+        return {k: "" if k in inapplicable else params[k] for k in self.defaults}
+
+    def fixed_image(self, params: dict) -> str | None:
+        """None if ``params``' seed draws the timing image (so seeds ``seed``, ``seed + 1``, ...
+        give different routings or KV lengths), else why it does not."""
+        return self._fixed_image(params)
 
     def build(self, params: dict) -> Graph:
         return self._build(params)
@@ -97,6 +136,41 @@ class Example:
         that every one builds the same graph and its image runs on it (queue sizing over
         several images): an attention cache then holds the longest request of them all."""
         return images if self._one_graph is None else self._one_graph(images)
+
+
+def _trace_rules(
+    p: dict, trace_keys: tuple[str, ...], drawn_by: Mapping[str, tuple[str, ...]]
+) -> dict[str, str]:
+    """What does not apply where traces are concerned: ``trace_fit`` without any of
+    ``trace_keys`` given; a synthetic generator's parameters (``drawn_by[trace_key]``) with that
+    trace given."""
+    out = {}
+    if not any(p[k] for k in trace_keys):
+        names = " or ".join(trace_keys)
+        out["trace_fit"] = f"without a trace ({names}): it fits a trace to the batch"
+    for key, synthetic in drawn_by.items():
+        if p[key]:
+            for name in synthetic:
+                out[name] = f"with {key} given: it shapes the synthetic {_DRAWN[name]}"
+    return out
+
+
+# What each synthetic generator's parameter draws (the messages of _trace_rules).
+_DRAWN = {"skew": "routing", "mean": "KV lengths", "sigma": "KV lengths"}
+
+_SEED_DRAWS_DATA = "its seed draws only data values, which do not change the timing"
+
+
+def _traced(keys: tuple[str, ...]) -> Callable[[dict], str | None]:
+    """``Example._fixed_image`` of an example whose timing image comes from ``keys``' traces
+    when all of them are given, else from its seed."""
+
+    def fixed(p: dict) -> str | None:
+        if all(p[k] for k in keys):
+            return f"with {' and '.join(keys)} given, " + _SEED_DRAWS_DATA
+        return None
+
+    return fixed
 
 
 # -- SwiGLU -------------------------------------------------------------------------------------
@@ -122,6 +196,7 @@ SWIGLU = Example(
         "tile_i": Param("int", 1, MAX_SIZE),
         "seed": Param("int", 0, MAX_SEED),
     },
+    _fixed_image=lambda p: _SEED_DRAWS_DATA,
 )
 
 # -- MoE ----------------------------------------------------------------------------------------
@@ -181,6 +256,13 @@ def _moe_schedule(p: dict) -> moe.MoESchedule:
     return moe.MoESchedule(p["tiling"], tile_n=p["tile_n"], tile_f=p["tile_f"], regions=regions)
 
 
+def _moe_inapplicable(p: dict) -> dict[str, str]:
+    out = _trace_rules(p, ("trace",), {"trace": ("skew",)})
+    if p["tiling"] == "dynamic":
+        out["tile_n"] = "to tiling=dynamic: its token tiles follow the routing"
+    return out
+
+
 def _moe_memory(p: dict, functional: bool) -> dict[str, np.ndarray]:
     cfg, choices = _moe_config(p), moe_choices(p)
     if choices.shape[0] != p["batch"]:
@@ -225,6 +307,8 @@ MOE = Example(
         "seed": Param("int", 0, MAX_SEED),
         "compute_bw": Param("int", 1),
     },
+    _inapplicable=_moe_inapplicable,
+    _fixed_image=_traced(("trace",)),
 )
 
 # -- attention ----------------------------------------------------------------------------------
@@ -322,6 +406,8 @@ ATTENTION = Example(
         "max_len": Param("int", 0, MAX_CACHE_ROWS),
     },
     _one_graph=_longest_cache(_attn_config),
+    _inapplicable=lambda p: _trace_rules(p, ("trace",), {"trace": ("mean", "sigma")}),
+    _fixed_image=_traced(("trace",)),
 )
 
 # -- decoder layer ------------------------------------------------------------------------------
@@ -339,6 +425,14 @@ def _decoder_parts(p: dict) -> tuple:
         p["attention"], p["tiling"], tile_n=p["tile_n"], moe_regions=p["moe_regions"] or None
     )
     return cfg, sched, kv, choices
+
+
+def _decoder_inapplicable(p: dict) -> dict[str, str]:
+    traces_ = ("kv_trace", "routing_trace")
+    out = _trace_rules(p, traces_, {"kv_trace": ("mean", "sigma"), "routing_trace": ("skew",)})
+    if p["tiling"] == "dynamic":
+        out["tile_n"] = "to tiling=dynamic: the MoE's token tiles follow the routing"
+    return out
 
 
 def _decoder_memory(p: dict, functional: bool) -> dict[str, np.ndarray]:
@@ -388,6 +482,8 @@ DECODER = Example(
         "max_len": Param("int", 0, MAX_CACHE_ROWS),
     },
     _one_graph=_longest_cache(lambda p: _decoder_parts(p)[0]),
+    _inapplicable=_decoder_inapplicable,
+    _fixed_image=_traced(("kv_trace", "routing_trace")),
 )
 
 EXAMPLES = {e.name: e for e in (SWIGLU, MOE, ATTENTION, DECODER)}
@@ -439,7 +535,7 @@ def run_point(name: str, params: Mapping[str, Any], functional: bool = False) ->
     onchip = cost.onchip_bytes
     return {
         "example": name,
-        **{k: p[k] for k in ex.defaults},
+        **ex.row(p),
         "cycles": result.cycles,
         "offchip_bytes": result.offchip_bytes,
         "onchip_bytes": int(onchip) if isinstance(onchip, int) else float("nan"),

@@ -26,6 +26,7 @@ __all__ = [
     "IMAGES",
     "SCHEDULES",
     "hardware_case",
+    "image_counts",
     "one_image",
     "size_example",
     "size_for_hardware",
@@ -76,14 +77,39 @@ def _check_options(options: Mapping[str, Any]) -> None:
             raise UsageError(f"{key} must be a finite number of at least {low}, not {v!r}")
 
 
-def one_image(name: str, images: int, held_out: int) -> None:
+def one_image(
+    name: str,
+    images: int,
+    held_out: int,
+    why: str = "gives one memory image (no seed to draw more from)",
+) -> None:
     """Refuse more than one memory image for ``name``, whose memory is given, not drawn from a
-    seed (a graph file's function returns one)."""
+    seed (a graph file's function returns one), or whose seeds all give one timing image
+    (``why`` says which)."""
     if images != 1 or held_out != 0:
         raise UsageError(
-            f"{name} gives one memory image (no seed to draw more from): --images must be 1 "
-            f"and --held-out 0, not {images} and {held_out}"
+            f"{name} {why}: --images must be 1 and --held-out 0, not {images} and {held_out}"
         )
+
+
+def _one_timing_image(
+    what: str, name: str, params: Mapping[str, Any], images: int, held_out: int
+) -> None:
+    """Refuse several images of example ``name`` at ``params`` (or its defaults) where every
+    seed gives the same timing image (:meth:`~stepcli.registry.Example.fixed_image`)."""
+    ex = example(name)
+    fixed = ex.fixed_image({**ex.defaults, **params})
+    if fixed:
+        one_image(what, images, held_out, f"gives one timing image ({fixed})")
+
+
+def image_counts(
+    name: str, given: Mapping[str, Any], images: int, held_out: int
+) -> tuple[int, int]:
+    """``(images, held_out)`` for sizing example ``name`` with parameters ``given`` (a bench's
+    fixed counts), or ``(1, 0)`` where every seed gives the same timing image."""
+    ex = example(name)
+    return (1, 0) if ex.fixed_image(ex.params(dict(given))) else (images, held_out)
 
 
 def size_example(
@@ -104,6 +130,7 @@ def size_example(
     _check_images(held_out, "held_out", 0)
     ex = example(name)
     params = ex.params(dict(given))
+    _one_timing_image(f"example '{name}'", name, params, images, held_out)
     if "seed" in params:
         seeds = ex.one_graph(
             [{**params, "seed": params["seed"] + i} for i in range(images + held_out)]
@@ -227,6 +254,8 @@ def size_hardware(
     _check_options(options)
     _check_images(images)
     _check_images(held_out, "held_out", 0)
+    if name in HARDWARE:  # else hardware_case names the hardware-size examples
+        _one_timing_image(f"hardware-size example '{name}'", name, {}, images, held_out)
     graph, memories = hardware_case(name, schedule, images + held_out)
     return size_for_hardware(graph, memories[:images], HwConfig(), held_out=memories[images:],
                              memory_model=memory_model, **options)  # fmt: skip

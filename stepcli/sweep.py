@@ -14,6 +14,16 @@ Spec::
     tiling = ["static"]
     tile_n = [8, 16, 32, 64]
 
+A parameter that applies to some points only (``tile_n`` to static tiling) is swept in a grid
+of its own: ``[[grid]]`` tables, whose products are run one after the other::
+
+    [[grid]]
+    tiling = ["static"]
+    tile_n = [8, 16, 32, 64]
+
+    [[grid]]
+    tiling = ["dynamic"]
+
 A graph file (``example = "mylayer.py:build"``) may instead sweep the hardware it runs on, with
 the ``rtl`` profile: a ``[hardware]`` table of lists over ``HwConfig``'s integer settings,
 ``hw_tile`` (``"16x16"``: hierarchical tiling onto that tile) and ``memory`` (a ``MemoryModel``
@@ -38,7 +48,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
-from .registry import UsageError, example, run_point
+from .registry import NotApplicable, UsageError, example, run_point
 
 __all__ = ["SweepSpec", "load_spec", "run_sweep"]
 
@@ -74,7 +84,7 @@ def load_spec(path: str | pathlib.Path) -> SweepSpec:
         ("functional", bool, "true or false"),
         ("output", str, "a string (a CSV path)"),
         ("fixed", dict, "a table ([fixed])"),
-        ("grid", dict, "a table ([grid])"),
+        ("grid", (dict, list), "a table ([grid]) or tables ([[grid]])"),
         ("hardware", dict, "a table ([hardware])"),
     ):
         if key in raw and not isinstance(raw[key], kind):
@@ -83,22 +93,45 @@ def load_spec(path: str | pathlib.Path) -> SweepSpec:
     if "hardware" in raw:
         return _hardware_spec(path, raw, ex)
     fixed = raw.get("fixed", {})
-    grid = raw.get("grid", {})
-    both = sorted(set(fixed) & set(grid))
-    if both:
-        raise UsageError(f"sweep spec {path}: {', '.join(both)} both fixed and in the grid")
-    _check_lists(path, "grid", grid)
-    keys = list(grid)
-    points = [
-        dict(fixed, **dict(zip(keys, combo, strict=True)))
-        for combo in itertools.product(*(grid[k] for k in keys))
-    ]
-    for p in points:
-        try:
-            ex.params(p)  # unknown parameters and bad values fail here, before anything runs
-        except UsageError as exc:
-            raise UsageError(f"sweep spec {path}: {exc}") from None
+    grids = raw.get("grid", {})
+    if isinstance(grids, dict):
+        grids = [grids]
+    elif not grids or not all(isinstance(g, dict) for g in grids):
+        raise UsageError(
+            f"sweep spec {path}: 'grid' must be a table ([grid]) or tables ([[grid]]), not {grids!r}"
+        )
+    points: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}  # a point's full parameters -> the grid it came from
+    for number, grid in enumerate(grids, start=1):
+        table = "grid" if len(grids) == 1 else f"grid {number}"
+        both = sorted(set(fixed) & set(grid))
+        if both:
+            raise UsageError(f"sweep spec {path}: {', '.join(both)} both fixed and in the {table}")
+        _check_lists(path, table, grid)
+        keys = list(grid)
+        for combo in itertools.product(*(grid[k] for k in keys)):
+            point = dict(fixed, **dict(zip(keys, combo, strict=True)))
+            # unknown parameters and bad values fail here, before anything runs
+            key = _key(ex.row(_params(path, ex, point)), ex.defaults)
+            if key in seen:
+                raise UsageError(
+                    f"sweep spec {path}: {table} repeats a point of grid {seen[key]}: {point}"
+                )
+            seen[key] = number
+            points.append(point)
     return SweepSpec(raw["example"], points, bool(raw.get("functional", False)), _output(path, raw))
+
+
+def _params(path: pathlib.Path, ex: Any, point: dict[str, Any]) -> dict[str, Any]:
+    """The full parameters of ``point``, or a :class:`UsageError` naming the spec."""
+    try:
+        return ex.params(point)
+    except NotApplicable as exc:
+        raise UsageError(
+            f"sweep spec {path}: {exc}, or sweep it in a [[grid]] table of the points it applies to"
+        ) from None
+    except UsageError as exc:
+        raise UsageError(f"sweep spec {path}: {exc}") from None
 
 
 def _check_lists(path: pathlib.Path, table: str, lists: dict[str, Any]) -> None:
@@ -210,10 +243,11 @@ def run_sweep(
     ex = example(spec.example)
     hw = spec.hardware_keys
     names = list(ex.defaults) + list(hw)
-    full = [{**ex.params({k: v for k, v in p.items() if k not in hw}), **{k: p[k] for k in hw}}
-            for p in spec.points]  # fmt: skip
+    # each point as its result row shows it (every parameter; those that do not apply empty)
+    full = [{**ex.row(ex.params({k: v for k, v in p.items() if k not in hw})),
+             **{k: p[k] for k in hw}} for p in spec.points]  # fmt: skip
     done = _read_done(spec.output, names)
-    todo = [p for p in full if _key(p, names) not in done]
+    todo = [p for p, f in zip(spec.points, full, strict=True) if _key(f, names) not in done]
     rows: dict[str, dict[str, Any]] = dict(done)
     started = time.perf_counter()
     if progress and todo:

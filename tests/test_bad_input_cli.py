@@ -285,7 +285,10 @@ def test_bad_command_line(capsys, argv, message):
 
 SPECS = [
     ("example = 'moe'\nfixed = 3\n", "'fixed' must be a table ([fixed]), not 3"),
-    ("example = 'moe'\ngrid = [1, 2]\n", "'grid' must be a table ([grid]), not [1, 2]"),
+    (
+        "example = 'moe'\ngrid = [1, 2]\n",
+        "'grid' must be a table ([grid]) or tables ([[grid]]), not [1, 2]",
+    ),
     ("example = 3\n", "'example' must be a string, not 3"),
     ("example = 'moe'\nfunctional = 'yes'\n", "'functional' must be true or false, not 'yes'"),
     ("example = 'moe'\nfunctional = 1\n", "'functional' must be true or false, not 1"),
