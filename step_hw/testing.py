@@ -6,7 +6,6 @@ the same way. Payloads are handled as raw bits (``Value.cast(port.payload)``), s
 for any payload shape, including ``data.Layout`` payloads (STeP tokens).
 """
 
-import itertools
 import random
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -14,6 +13,8 @@ from typing import Any
 
 from amaranth.hdl import Value
 from amaranth.lib import stream
+
+from .patterns import PATTERNS, pauses
 
 __all__ = [
     "PATTERNS",
@@ -24,27 +25,7 @@ __all__ = [
     "stream_source",
 ]
 
-#: The traffic patterns every stream block is tested under, by name.
-PATTERNS = ("always", "periodic", "random")
-
 _Bench = Callable[[Any], Coroutine[Any, Any, None]]
-
-
-def pauses(pattern: str, *, rng: random.Random | None = None) -> Iterator[bool]:
-    """An endless pause pattern, one flag per cycle (``True`` = stall this cycle).
-
-    As cocotbext-axi's ``set_pause_generator``: ``"always"`` never pauses (always valid / always
-    ready), ``"periodic"`` pauses one cycle in four, ``"random"`` pauses each cycle with
-    probability 1/2, drawn from ``rng`` (default: a generator seeded with 0, for reproducibility).
-    """
-    if pattern == "always":
-        return itertools.repeat(False)
-    if pattern == "periodic":
-        return itertools.cycle([False, False, False, True])
-    if pattern == "random":
-        rng = rng if rng is not None else random.Random(0)
-        return (rng.random() < 0.5 for _ in itertools.count())
-    raise ValueError(f"Pause pattern must be one of {', '.join(PATTERNS)}, not {pattern!r}")
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from sim.sizing import NUMBER_OPTIONS
 from step_hw.cosim.arguments import SEED_MAX, WATCHDOG_MIN
 from step_hw.memory_model import PRESETS
+from step_hw.patterns import PATTERNS
 from step_hw.payload import TileSizeError
 from step_lang.errors import StepError
 
@@ -416,7 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
         "swiglu, moe, attention",
     )
     p.add_argument("--schedule", help="a hardware-size example's schedule (see docs/simulator.md)")
-    p.add_argument("--pattern", choices=("always", "periodic", "random"), default="always",
+    p.add_argument("--pattern", choices=PATTERNS, default="always",
                    help="AXI memories' back-pressure in co-simulation (default always)")  # fmt: skip
     p.add_argument("--seed", type=_number(int, 0, SEED_MAX), default=0, help="pause seed")
     p.add_argument("--waves", action="store_true", help="also write a waveform (dump.fst)")

@@ -129,10 +129,10 @@ def check_arguments(
     Raises the first error found; returns the memory, the inputs and the Source tokens."""
     from step_hw.config import HwConfig
     from step_hw.memory_model import MemoryModel
+    from step_hw.patterns import PATTERNS
     from step_lang.graph import Graph
 
     from .harness import TIERS
-    from .streams import PATTERNS
 
     if not isinstance(graph, Graph):
         raise TypeError(f"{who}: graph must be a step_lang Graph, not {graph!r}")

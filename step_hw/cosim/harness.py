@@ -483,10 +483,10 @@ def run(
     from cocotb_tools.check_results import get_results
 
     from step_hw.config import config_for
+    from step_hw.patterns import PATTERNS
     from step_hw.run_time_depths import check_capacities, run_description
     from step_hw.run_time_geometry import check_geometry
     from step_hw.run_time_geometry import run_description as with_geometry
-    from step_hw.testing import PATTERNS
 
     from . import verilator
 
