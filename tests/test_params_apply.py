@@ -245,3 +245,16 @@ def test_paper_decoder_refuses_a_routing_trace_of_another_length(tmp_path):
     )
     with pytest.raises(UsageError, match="^" + re.escape(message) + "$"):
         decoder_point("qwen", {"attention": "dynamic", "tiling": "dynamic"}, "", str(path))
+
+
+def test_the_shipped_sweep_specs_load():
+    """Every spec under sweeps/ is accepted as written (its points checked, nothing run)."""
+    import pathlib
+
+    from stepcli.sweep import load_spec
+
+    specs = sorted((pathlib.Path(__file__).parents[1] / "sweeps").glob("*.toml"))
+    points = {p.stem: load_spec(p).points for p in specs}
+    assert len(points["qwen_tiles"]) == 4
+    tiling = points["qwen_tiling"]
+    assert len(tiling) == 10 and sum(p["tiling"] == "dynamic" for p in tiling) == 2
