@@ -120,6 +120,8 @@ def cmd_list(args) -> None:
     for ex in EXAMPLES.values():
         print(f"{ex.name}: {ex.help}")
         print("  " + ", ".join(f"{k}={v!r}" for k, v in ex.defaults.items()))
+        for key, why in ex.inapplicable(dict(ex.defaults)).items():
+            print(f"  (at these defaults {key} does not apply {why})")
 
 
 def cmd_metrics(args) -> None:

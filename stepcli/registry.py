@@ -99,7 +99,7 @@ class Example:
                 except ParamError as exc:
                     raise UsageError(str(exc)) from None
         full = {**self.defaults, **checked}
-        inapplicable = self._inapplicable(full)
+        inapplicable = self.inapplicable(full)
         for key in given:
             if key in inapplicable:
                 raise NotApplicable(
@@ -108,10 +108,14 @@ class Example:
                 )
         return full
 
+    def inapplicable(self, params: dict) -> Mapping[str, str]:
+        """The parameters that do not apply to ``params`` (a full set), each with the reason."""
+        return self._inapplicable(params)
+
     def row(self, params: dict) -> dict[str, Any]:
         """``params`` (a full set) as a result row shows them: a parameter that does not apply
         to the set is empty, so a row never shows a value that was not used."""
-        inapplicable = self._inapplicable(params)
+        inapplicable = self.inapplicable(params)
         return {k: "" if k in inapplicable else params[k] for k in self.defaults}
 
     def fixed_image(self, params: dict) -> str | None:

@@ -23,6 +23,11 @@ def test_list(capsys):
     assert rc == 0
     assert out.splitlines()[0].startswith("swiglu: ")
     assert "moe: " in out and "attention: " in out
+    # the decoder's default tile_n does not apply to its default dynamic tiling: said, not hidden
+    assert (
+        "  (at these defaults tile_n does not apply to tiling=dynamic: the MoE's token tiles "
+        "follow the routing)" in out.splitlines()
+    )
 
 
 def test_metrics_table(capsys):
