@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .arrival import ArrivalPolicy, LowestIndexFirst
+from .arrival import ArrivalPolicy, FixedOrder, LowestIndexFirst
 from .errors import StepDeadlock, StepRuntimeError, StepValueError, op_message
 from .graph import Graph, Node, OffChipTensor, Stream
 from .observe import Bindings, check_stream
@@ -318,8 +318,14 @@ def interpret(
     inputs = check_inputs(graph, inputs)
     if memory is not None and not isinstance(memory, Mapping):
         raise StepValueError(f"memory must map tensor names to arrays, not {type(memory).__name__}")
+    merges = {n.name for n in graph.nodes.values() if isinstance(n, EagerMerge)}
+    if isinstance(merge_policy, FixedOrder) and merge_policy.order and not merges:
+        # a replay with nothing to replay on would be ignored: the order does not match the run
+        raise StepValueError(
+            f"merge_policy FixedOrder({merge_policy.order}) replays merges, but graph "
+            f"'{graph.name}' has no EagerMerge node"
+        )
     if isinstance(merge_policy, Mapping):
-        merges = {n.name for n in graph.nodes.values() if isinstance(n, EagerMerge)}
         stray = sorted(set(merge_policy) - merges)
         if stray:
             raise StepValueError(

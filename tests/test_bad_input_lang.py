@@ -1054,6 +1054,19 @@ def test_fixed_order_that_does_not_match_the_run(order, message):
         interpret(g, inputs=inputs, merge_policy=FixedOrder(order))
 
 
+def test_fixed_order_on_a_graph_without_merges():
+    """A replay on a graph with no EagerMerge would be ignored; it is refused. An empty order
+    (nothing to replay) and the default policy still run."""
+    g = Graph("g")
+    Sink(src(g, (2,), Tile("int32", 1, 1), name="a"), name="data")
+    inputs = {"a": _scalars([1, 2])}
+    message = "merge_policy FixedOrder([0, 1]) replays merges, but graph 'g' has no EagerMerge node"
+    with pytest.raises(StepValueError, match="^" + re.escape(message) + "$"):
+        interpret(g, inputs=inputs, merge_policy=FixedOrder([0, 1]))
+    for policy in (FixedOrder([]), None):
+        assert len(interpret(g, inputs=inputs, merge_policy=policy).tokens("a.out")) == 3
+
+
 @pytest.mark.parametrize(
     ("order", "want"), [([1, 0, 1, 0], [3, 1, 4, 2]), ([1], [3, 1, 2, 4]), ([], [1, 2, 3, 4])]
 )
