@@ -8,7 +8,8 @@ this on the old and the new tree and comparing the two JSON files (``--compare O
   hash of the simulator under the ``rtl`` profile and the ``paper`` profile;
 * the Verilog text (SHA-256) of every design those points build and of every ``make rtl``
   example: identical Verilog means identical RTL cycles;
-* queue sizing of every hardware-size case (``stepcli.sizing.HARDWARE``, 3 images) and of the
+* queue sizing of every hardware-size case (``stepcli.sizing.HARDWARE``, 3 images, or the one
+  ``stepcli.sizing.image_counts`` allows where every seed gives one timing image) and of the
   paper-size schedules (``stepcli.sizing.SCHEDULES``): the depths chosen and the cycles;
 * the paper-size examples of the ``step`` command at their defaults (timing-only, ``paper``
   profile): cycles, off-chip bytes, FLOPs and on-chip bytes.
