@@ -72,6 +72,9 @@ def simulate(
         )
     if memory is not None and not isinstance(memory, Mapping):
         raise TypeError(f"memory must map tensor names to arrays, not {type(memory).__name__}")
+    for flag, value in (("functional", functional), ("trace", trace)):
+        if not isinstance(value, bool):  # read for truth, None would mean False and "no" True
+            raise TypeError(f"simulate: {flag} must be True or False, not {value!r}")
     engine = Engine(
         graph, profile or PaperProfile(), memory, functional=functional, inputs=inputs,
         queue_depths=queue_depths, trace=trace,

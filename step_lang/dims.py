@@ -15,6 +15,7 @@ position-dependent values has no closed form worth keeping.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 
 import sympy as sp
@@ -45,6 +46,10 @@ class RaggedSymbol(sp.Symbol):
         return super().__new__(cls, name, integer=True, nonnegative=True)
 
 
+#: A name: of a dynamic dim, a graph, a node, a tensor (``\Z``: ``$`` would let a final newline in).
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
 def regular(name: str) -> sp.Symbol:
     """A dynamic-regular dimension symbol (one value per stream)."""
     return sp.Symbol(name, integer=True, nonnegative=True)
@@ -58,8 +63,10 @@ def ragged(name: str) -> RaggedSymbol:
 def as_dim(value: object, *, what: str = "dimension") -> Dim:
     """Normalise a user-supplied dimension.
 
-    ``int`` (or a sympy Integer) must be non-negative; ``str`` makes a regular symbol; sympy
-    expressions are kept. Anything else raises ``TypeError``.
+    ``int`` (or a sympy Integer) must be non-negative; ``str``, an identifier, makes a regular
+    symbol (``"16"`` is no identifier: it would be a dynamic dim that prints as 16); sympy
+    expressions are kept, but a sympy number must be an integer. Anything else raises
+    ``TypeError``.
     """
     if isinstance(value, bool):
         raise TypeError(f"{what} must be an int or a sympy expression, not {value!r}")
@@ -68,10 +75,16 @@ def as_dim(value: object, *, what: str = "dimension") -> Dim:
             raise ValueError(f"{what} must be non-negative, not {value}")
         return value
     if isinstance(value, str):
+        if not IDENTIFIER.match(value):
+            raise ValueError(
+                f"{what} must be an int or an identifier naming a dynamic dim, not {value!r}"
+            )
         return regular(value)
     if isinstance(value, sp.Expr):
         if value.is_Integer:
             return as_dim(int(value), what=what)
+        if value.is_number:
+            raise ValueError(f"{what} must be a whole number of elements, not {value}")
         return value
     raise TypeError(f"{what} must be an int or a sympy expression, not {value!r}")
 

@@ -252,6 +252,9 @@ def matmul(transpose_b: bool = False, out_dtype: DType | str | None = None) -> M
     ``out_dtype`` defaults to the inputs' dtype; integer products are summed in int64 and
     range-checked against it.
     """
+    if not isinstance(transpose_b, (bool, np.bool_)):  # read for truth, "no" would transpose
+        raise TypeError(f"function 'matmul': transpose_b must be a bool, not {transpose_b!r}")
+    transpose_b = bool(transpose_b)
     odt = dtype(out_dtype) if out_dtype is not None else None
     name = "matmul_t" if transpose_b else "matmul"
 
@@ -283,17 +286,19 @@ def matmul(transpose_b: bool = False, out_dtype: DType | str | None = None) -> M
     )
 
 
-def _check_int(fn: str, what: str, value: Any, low: int) -> None:
-    """A parameter of a function: an integer (not a bool, not a float) of at least ``low``."""
+def _check_int(fn: str, what: str, value: Any, low: int) -> int:
+    """A parameter of a function: an integer (not a bool, not a float) of at least ``low``,
+    returned as a Python ``int`` (a numpy integer's arithmetic would wrap at its width)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"function '{fn}': {what} must be an integer, not {value!r}")
     if value < low:
         raise ValueError(f"function '{fn}': {what} must be at least {low}, not {value!r}")
+    return int(value)
 
 
 def to_selector(n: int) -> MapFn:
     """A ``[1, n]`` tile to an ``n``-way multi-hot selector (non-zero entries are set)."""
-    _check_int("to_selector", "n", n, 1)
+    n = _check_int("to_selector", "n", n, 1)
 
     def type_rule(err: ErrorFn, a: ElemType) -> ElemType:
         t = _tile(a, err, "in0", "to_selector")
@@ -336,6 +341,7 @@ def scalar_op(op: str, const: int) -> MapFn:
     # An integer constant: a float would be truncated (``mul`` by 2.5 multiplying by 2).
     if isinstance(const, (bool, np.bool_)) or not isinstance(const, (int, np.integer)):
         raise TypeError(f"function '{name}': constant must be an integer, not {const!r}")
+    const = int(const)  # a numpy integer's arithmetic would wrap at its width
     if op in ("mod", "ceil_div") and const == 0:
         raise ValueError(f"function '{name}': constant must be non-zero (it divides), not 0")
 
@@ -350,7 +356,7 @@ def scalar_op(op: str, const: int) -> MapFn:
 
 def cache_write_addr(row_offset: int) -> MapFn:
     """KV-cache write address: ``idx * row_offset + tiles - 1`` from ``[1,1]`` idx and tile count."""
-    _check_int("cache_write_addr", "row_offset", row_offset, 1)
+    row_offset = _check_int("cache_write_addr", "row_offset", row_offset, 1)
 
     def type_rule(err: ErrorFn, idx: ElemType, tiles: ElemType) -> ElemType:
         _scalar_tile(err, tiles, "in1", "cache_write_addr")
@@ -412,8 +418,10 @@ def block_row_offsets(rows: int, n_rows: int, n_cols: int) -> FlatMapFn:
     """A row offset ``k`` in a big tile of ``n_rows x n_cols`` hardware tiles of ``rows`` rows
     as ``n_rows * n_cols`` offsets, one per hardware tile in row-major order: ``k - i * rows``
     for the tiles of row block ``i`` (a ``[1,1]`` integer tile in, the same type out)."""
-    for what, v in (("rows", rows), ("n_rows", n_rows), ("n_cols", n_cols)):
+    rows, n_rows, n_cols = (
         _check_int("block_row_offsets", what, v, 1)
+        for what, v in (("rows", rows), ("n_rows", n_rows), ("n_cols", n_cols))
+    )
 
     def type_rule(err: ErrorFn, k: ElemType) -> tuple[ElemType, tuple[Dim, ...], Dim]:
         t = _scalar_tile(err, k, "in0", "block_row_offsets")
@@ -728,9 +736,8 @@ def expert_addr(
     ``out_dtype`` tiles (int64; ``step_lang.numerics.expert_addr`` gives the hardware's int32). An
     address that does not fit ``out_dtype`` is an error.
     """
-    _check_int("expert_addr", "tiles_per_expert", tiles_per_expert, 1)
-    _check_int("expert_addr", "base", base, 0)
-    tiles_per_expert, base = int(tiles_per_expert), int(base)
+    tiles_per_expert = _check_int("expert_addr", "tiles_per_expert", tiles_per_expert, 1)
+    base = _check_int("expert_addr", "base", base, 0)
     dt = dtype(out_dtype)
     lo, hi = (int(v) for v in (np.iinfo(dt.numpy).min, np.iinfo(dt.numpy).max))
 
@@ -772,7 +779,7 @@ def tile_count(fn: str, port: str, tiles: np.ndarray) -> int:
 def cache_read_addr(row_offset: int) -> FlatMapFn:
     """KV-cache tile addresses ``idx * row_offset + j`` for ``j < tiles`` (``[1,1]`` idx and tile
     count; a count above ``row_offset`` or below 0 raises StepRuntimeError)."""
-    _check_int("cache_read_addr", "row_offset", row_offset, 1)
+    row_offset = _check_int("cache_read_addr", "row_offset", row_offset, 1)
 
     def type_rule(
         err: ErrorFn, idx: ElemType, tiles: ElemType

@@ -9,14 +9,14 @@ reader runs :func:`~step_lang.passes.lower` first, which makes it explicit on a 
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
 import sympy as sp
 
-from .dims import Dim, RaggedSymbol, as_dim, product, ragged, regular, shape_str
+from .dims import IDENTIFIER, Dim, RaggedSymbol, as_dim, product, ragged, regular, shape_str
 from .errors import StepGraphError, StepTypeError, op_message
 from .types import DType, StreamType
 from .types import dtype as as_dtype
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Graph", "Node", "OffChipTensor", "Stream"]
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = IDENTIFIER
 
 
 @dataclass(frozen=True, eq=False)
@@ -272,6 +272,8 @@ class Graph:
             raise StepGraphError(f"tensor name must be an identifier, not {name!r}")
         if name in self.tensors:
             raise StepGraphError(f"graph '{self.name}' already has a tensor named '{name}'")
+        if isinstance(shape, (str, bytes)) or not isinstance(shape, (Sequence, np.ndarray)):
+            raise StepGraphError(f"tensor '{name}' shape must be a sequence of ints, not {shape!r}")
         dims = tuple(as_dim(d, what=f"tensor '{name}' dimension") for d in shape)
         if not dims or not all(isinstance(d, int) for d in dims):
             raise StepGraphError(

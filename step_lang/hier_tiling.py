@@ -90,6 +90,9 @@ __all__ = ["Blocked", "TilingReport", "hier_tile", "hw_split", "tiling_report"]
 
 def hw_split(extent: int, hw: int) -> int:
     """The hardware tile extent for a big-tile extent: its largest divisor not above ``hw``."""
+    for what, v, low in (("extent", extent, 0), ("hw", hw, 1)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise StepTypeError(f"hw_split: {what} must be an integer of at least {low}, not {v!r}")
     if extent <= hw:
         return extent
     return max(d for d in range(1, hw + 1) if extent % d == 0)
@@ -187,7 +190,8 @@ class _Rewrite:
 
     def _scales(self) -> dict[str, int]:
         """Every blocked stream's queue holds, at a reader's default depth, the bytes it held
-        before: ``n_rows * n_cols`` hardware tiles per big tile (``Graph.queue_scale``). A
+        before: ``n_rows * n_cols`` hardware tiles per big tile (``Graph.queue_scale``, times
+        the scale the user's graph gave the stream, if it was tiled before). A
         stream read only by Bufferizes holds half of that: the Bufferize's second buffer takes
         the place of the queue slot the big-tile consumer had (the queue keeps half a block to
         take the producer's burst; ``docs/hierarchical_tiling.md``, "Queues")."""
@@ -201,6 +205,13 @@ class _Rewrite:
             if s.node.name not in self.new.nodes or n == 1:
                 continue
             scales[s.name] = max(1, n // 2) if readers.get(s.name) == {Bufferize} else n
+        # a graph tiled before (hier_tile of a hier_tile'd graph) keeps its own scales: a queue
+        # of the same tokens, each now split in ``n``, holds ``scale * n`` of them
+        for node in self.graph.nodes.values():
+            for port, old in enumerate(node.outputs):
+                new = self.streams[(node.name, port)]
+                if old.name in self.graph.queue_scale and new.node.name in self.new.nodes:
+                    scales[new.name] = self.graph.queue_scale[old.name] * scales.get(new.name, 1)
         return scales
 
     def _prune(self) -> None:
@@ -562,6 +573,8 @@ def hier_tile(graph: Graph, rows: int = 16, cols: int = 16) -> Graph:
 
     Returns a new graph named ``<name>_hw<rows>x<cols>``; ``graph`` is not changed. Raises
     :class:`~step_lang.errors.StepTypeError` naming the node it cannot split."""
+    if not isinstance(graph, Graph):
+        raise StepTypeError(f"hier_tile: graph must be a step_lang Graph, not {graph!r}")
     for what, v in (("rows", rows), ("cols", cols)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise StepTypeError(f"hier_tile: {what} must be a positive integer, not {v!r}")

@@ -131,6 +131,10 @@ def lower(graph: Graph, queue_depths: Mapping[str, int] | None = None) -> Graph:
     """
     if not isinstance(graph, Graph):
         raise StepGraphError(f"expected a Graph, not {type(graph).__name__}")
+    if queue_depths is not None and not isinstance(queue_depths, Mapping):
+        raise StepValueError(
+            f"queue_depths must map stream names to depths, not {type(queue_depths).__name__}"
+        )
     out = copy_graph(graph)
     if queue_depths:
         out.queue_depths.update(queue_depths)

@@ -9,6 +9,7 @@ An element of a stream is a *tile* (a 2-D matrix whose row and column counts may
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,7 +99,12 @@ def dtype(value: DType | str | np.dtype) -> DType:
     """Look up a :class:`DType` by itself, its name or a numpy dtype."""
     if isinstance(value, DType):
         return value
-    name = np.dtype(value).name if not isinstance(value, str) else value
+    try:  # np.dtype(None) is float64: None names no dtype
+        name = (
+            value if isinstance(value, str) else np.dtype(value).name if value is not None else ""
+        )
+    except TypeError:
+        name = ""
     if name not in DTYPES:
         raise ValueError(f"unknown dtype {value!r}; known: {', '.join(DTYPES)}")
     return DTYPES[name]
@@ -218,6 +224,15 @@ class StreamType:
     shape: tuple[Dim, ...]
 
     def __post_init__(self):
+        if not isinstance(self.elem, ElemType):
+            raise TypeError(
+                f"StreamType elem must be an element type (Tile, Selector, Buffer, ...), not "
+                f"{self.elem!r}"
+            )
+        if isinstance(self.shape, (str, bytes)) or not isinstance(
+            self.shape, (Sequence, np.ndarray)
+        ):
+            raise TypeError(f"StreamType shape must be a sequence of dims, not {self.shape!r}")
         object.__setattr__(
             self, "shape", tuple(as_dim(d, what="stream dimension") for d in self.shape)
         )

@@ -23,6 +23,7 @@ preset as lists (:data:`SWEEP_KEYS`); :func:`run_hardware_point` times one point
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -57,10 +58,15 @@ HW_SETTINGS: tuple[str, ...] = tuple(
 SWEEP_KEYS: tuple[str, ...] = (*HW_SETTINGS, "hw_tile", "memory")
 
 
+#: An integer as ``--hw`` and ``--hw-tile`` take it: ASCII digits, at most 9 (``int()`` would
+#: also take ``1_0``, ``+64`` and other scripts' digits).
+_DIGITS = re.compile(r"-?[0-9]{1,9}\Z")
+
+
 def parse_hw_tile(text: str) -> tuple[int, int]:
     """``ROWSxCOLS`` (``--hw-tile``) as two positive integers."""
-    rows, sep, cols = str(text).partition("x")
-    if not (sep and rows.isdigit() and cols.isdigit() and int(rows) > 0 and int(cols) > 0):
+    rows, sep, cols = text.partition("x") if isinstance(text, str) else ("", "", "")
+    if not (sep and _DIGITS.match(rows) and _DIGITS.match(cols) and int(rows) > 0 < int(cols)):
         raise UsageError(f"must be ROWSxCOLS of positive integers, e.g. 16x16, not {text!r}")
     return int(rows), int(cols)
 
@@ -94,11 +100,10 @@ def hw_settings(texts: Sequence[str], where: str = "--hw") -> dict[str, int | No
 def _value(key: str, raw: str, where: str) -> int | None:
     if key in _NONE_ALLOWED and raw.lower() == "none":
         return None
-    try:
-        return int(raw)
-    except ValueError:
+    if not _DIGITS.match(raw):
         also = " or none" if key in _NONE_ALLOWED else ""
-        raise UsageError(f"{where} {key} must be an integer{also}, not {raw!r}") from None
+        raise UsageError(f"{where} {key} must be an integer{also}, not {raw!r}")
+    return int(raw)
 
 
 def file_config(
@@ -146,6 +151,13 @@ def hardware_point(graph: Any, point: Mapping[str, Any]) -> tuple[HwConfig, Any,
     memory = point.get("memory", "axi_ram")
     if memory not in PRESETS:
         raise UsageError(f"[hardware] memory must be one of {', '.join(PRESETS)}, not {memory!r}")
+    for key, value in point.items():  # TOML's own integers ("64" as text would pass as 64)
+        if key in HW_SETTINGS and not (
+            (isinstance(value, int) and not isinstance(value, bool))
+            or (key in _NONE_ALLOWED and value == "none")
+        ):
+            also = ' or "none"' if key in _NONE_ALLOWED else ""
+            raise UsageError(f"[hardware] {key} must be an integer{also}, not {value!r}")
     texts = [f"{k}={v}" for k, v in point.items() if k in HW_SETTINGS]
     config = file_config(graph, hw_settings(texts, "[hardware]"), hw_tile, "[hardware]")
     return config, getattr(MemoryModel, memory)(), hw_tile

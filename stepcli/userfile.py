@@ -90,6 +90,8 @@ def load_graph_file(target: str, error: type[ValueError] = ValueError) -> UserGr
         )
     try:
         got = func()
+    except SystemExit as exc:  # sys.exit() in the file would end the command without a word
+        raise error(f"{target} called sys.exit({exc.code!r}){_where(exc, path)}") from None
     except (StepError, ValueError, OSError):
         raise  # the command prints these as one line, as for an example
     except Exception as exc:
@@ -106,6 +108,14 @@ def load_graph_file(target: str, error: type[ValueError] = ValueError) -> UserGr
         raise error(f"{target}: memory must map tensor names to arrays, not {_describe(memory)}")
     if inputs is not None and not isinstance(inputs, Mapping):
         raise error(f"{target}: inputs must map Source names to tokens, not {_describe(inputs)}")
+    # checked here, for every command (metrics and graph too, which read no memory)
+    from step_lang.interpret import check_inputs, check_memory
+
+    try:
+        check_memory(parts[0], memory)
+        check_inputs(parts[0], inputs)
+    except StepError as exc:
+        raise error(f"{target}: {exc}") from None
     return UserGraph(target, parts[0], dict(memory), dict(inputs) if inputs is not None else None)
 
 
