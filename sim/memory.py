@@ -20,6 +20,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .checks import check_int
+
 __all__ = ["FluidMemory", "MemoryConfig"]
 
 
@@ -50,10 +52,7 @@ class MemoryConfig:
         # positive, latencies non-negative; all are whole numbers (cycles and bytes), and a bool
         # is no number here.
         for name, low in _MINIMUM.items():
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                rule = "a positive integer" if low == 1 else "a non-negative integer"
-                raise ValueError(f"MemoryConfig.{name} must be {rule}, not {value!r}")
+            check_int("MemoryConfig", name, getattr(self, name), low)
 
     @property
     def bandwidth(self) -> float:

@@ -66,6 +66,8 @@ from step_lang.graph import Graph, Stream
 from step_lang.passes import lower as lower_graph
 from step_lang.types import BufferType, Selector, Tile, TupleType
 
+from .checks import check_int, check_number
+
 __all__ = [
     "NUMBER_OPTIONS",
     "Diagnosis",
@@ -215,21 +217,9 @@ def _check_options(owner: str, options: Mapping[str, Any]) -> None:
     """The sizing options of ``options`` that have rules: a one-line ValueError naming ``owner``,
     the option and its value for the first that breaks its rule (never clamped or rounded)."""
     for key, low in _INT_OPTIONS.items():
-        v = options.get(key, low)
-        if isinstance(v, bool) or not isinstance(v, int) or v < low:
-            rule = "a positive integer" if low == 1 else "a non-negative integer"
-            raise StepValueError(f"{owner}: {key} must be {rule}, not {v!r}")
+        check_int(owner, key, options.get(key, low), low, StepValueError)
     for key, low in NUMBER_OPTIONS.items():
-        v = options.get(key, low)
-        if (
-            isinstance(v, bool)
-            or not isinstance(v, (int, float))
-            or not math.isfinite(v)
-            or v < low
-        ):
-            raise StepValueError(
-                f"{owner}: {key} must be a finite number of at least {low}, not {v!r}"
-            )
+        check_number(owner, key, options.get(key, low), low, StepValueError)
 
 
 def _within(cycles: int | None, ref: int, tolerance: float) -> bool:

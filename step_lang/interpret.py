@@ -287,7 +287,7 @@ def check_memory(graph: Graph, memory: Mapping[str, Any] | None) -> dict[str, np
     return out
 
 
-def _prepare_memory(graph: Graph, memory: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _prepare_memory(graph: Graph, memory: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
     given = check_memory(graph, memory)
     return {
         name: np.array(given[name], copy=True)
@@ -316,8 +316,6 @@ def interpret(
     """
     graph = lower(graph)
     inputs = check_inputs(graph, inputs)
-    if memory is not None and not isinstance(memory, Mapping):
-        raise StepValueError(f"memory must map tensor names to arrays, not {type(memory).__name__}")
     merges = {n.name for n in graph.nodes.values() if isinstance(n, EagerMerge)}
     if isinstance(merge_policy, FixedOrder) and merge_policy.order and not merges:
         # a replay with nothing to replay on would be ignored: the order does not match the run
@@ -332,7 +330,7 @@ def interpret(
                 f"merge_policy names {', '.join(map(repr, stray))}, which is no EagerMerge node of "
                 f"graph '{graph.name}' (EagerMerge nodes: {', '.join(sorted(merges)) or 'none'})"
             )
-    run = _Run(graph, _prepare_memory(graph, memory or {}), merge_policy, inputs)
+    run = _Run(graph, _prepare_memory(graph, memory), merge_policy, inputs)
     order = graph.topo_order()
     channels = {s: _Channel(s) for node in order for s in node.outputs}
     gens: dict[str, Iterator[Any]] = {}

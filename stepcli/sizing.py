@@ -13,11 +13,11 @@ widths. Data-dependent examples are sized over several memory images (``images``
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from typing import Any
 
-from sim.sizing import SizingReport, plan_queue_sizes
+from sim.checks import check_int, check_number
+from sim.sizing import NUMBER_OPTIONS, SizingReport, plan_queue_sizes
 
 from .registry import UsageError, example
 
@@ -56,25 +56,15 @@ SCHEDULES: dict[str, dict[str, dict[str, Any]]] = {
 
 
 def _check_images(images: Any, name: str = "images", low: int = 1) -> int:
-    if isinstance(images, bool) or not isinstance(images, int) or images < low:
-        rule = "a positive integer" if low == 1 else "a non-negative integer"
-        raise UsageError(f"{name} must be {rule}, not {images!r}")
-    return images
+    return check_int("", name, images, low, UsageError)
 
 
 def _check_options(options: Mapping[str, Any]) -> None:
-    """``margin`` >= 1 (1: none) and ``tolerance`` >= 0, finite: never clamped silently."""
-    for key, low in (("margin", 1), ("tolerance", 0)):
-        if key not in options:
-            continue
-        v = options[key]
-        if (
-            isinstance(v, bool)
-            or not isinstance(v, (int, float))
-            or not math.isfinite(v)
-            or v < low
-        ):
-            raise UsageError(f"{key} must be a finite number of at least {low}, not {v!r}")
+    """The number options queue sizing takes (``margin`` >= 1, 1: none; ``tolerance`` >= 0),
+    by :data:`sim.sizing.NUMBER_OPTIONS`' rule: never clamped silently."""
+    for key, low in NUMBER_OPTIONS.items():
+        if key in options:
+            check_number("", key, options[key], low, UsageError)
 
 
 def one_image(

@@ -573,14 +573,14 @@ MEMORY_CONFIG = [
     [pytest.param(n, v, r, id=f"{n}-{v!r}") for n, v, r in MEMORY_CONFIG],
 )
 def test_bad_memory_config(name, value, rule):
-    with expect(ValueError, f"MemoryConfig.{name} must be {rule}, not {value!r}"):
+    with expect(ValueError, f"MemoryConfig: {name} must be {rule}, not {value!r}"):
         MemoryConfig(**{name: value})
 
 
 @pytest.mark.parametrize("name", ["channels", "interval"])
 def test_bad_memory_config_by_replace(name):
     """``dataclasses.replace`` checks again: a bad field never reaches the simulator."""
-    with expect(ValueError, f"MemoryConfig.{name} must be a positive integer, not 0"):
+    with expect(ValueError, f"MemoryConfig: {name} must be a positive integer, not 0"):
         dataclasses.replace(MemoryConfig(), **{name: 0})
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from step_lang.graph import Node
 
+from ..checks import check_int
 from ..memory import MemoryConfig
 
 __all__ = ["ElementFlops", "MemRequest", "NodeTiming", "TimingProfile", "WaitFor", "check_int"]
@@ -151,11 +152,3 @@ class ElementFlops:
                 types.append(t)
             hit = self._cache[key] = int(self.node.fn.flops(*types))
         return hit
-
-
-def check_int(owner: str, name: str, value: Any, minimum: int) -> None:
-    """``value`` must be an integer (not a bool) of at least ``minimum``: a one-line ValueError
-    naming ``owner.name`` and the value otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        rule = "a positive integer" if minimum == 1 else "a non-negative integer"
-        raise ValueError(f"{owner}: {name} must be {rule}, not {value!r}")

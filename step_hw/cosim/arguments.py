@@ -34,13 +34,15 @@ WATCHDOG_MIN = 1
 class Checked:
     """What the checks return: ``memory`` as arrays of the declared dtypes and shapes (tensors
     it does not name start as zeros on both tiers, as in the interpreter), ``inputs`` as a dict,
-    each Source's ``tokens`` (checked against its stream type) by node name, and ``axi_errors``
-    as a tuple."""
+    each Source's ``tokens`` (checked against its stream type) by node name, ``axi_errors`` as
+    a tuple, and ``seed`` and ``watchdog`` as ints (numpy integers too)."""
 
     memory: dict[str, np.ndarray]
     inputs: dict[str, Any]
     tokens: dict[str, list]
-    axi_errors: tuple[str, ...] = ()
+    axi_errors: tuple[str, ...]
+    seed: int
+    watchdog: int
 
 
 def _is_int(value: Any) -> bool:
@@ -145,8 +147,8 @@ def check_arguments(
         )
     _one_of(who, "tier", tier, TIERS)
     _one_of(who, "pattern", pattern, PATTERNS)
-    _integer(who, "seed", seed, 0, SEED_MAX, "an integer in [0, 2**32-1]")
-    _integer(who, "watchdog", watchdog, WATCHDOG_MIN, None, "a positive integer")
+    seed = _integer(who, "seed", seed, 0, SEED_MAX, "an integer in [0, 2**32-1]")
+    watchdog = _integer(who, "watchdog", watchdog, WATCHDOG_MIN, None, "a positive integer")
     _tag(who, tag)
     for name, value in (flags or {}).items():
         _flag(who, name, value)
@@ -176,4 +178,4 @@ def check_arguments(
         )
     checked = check_memory(who, graph, memory)
     inputs, tokens = _source_tokens(who, graph, inputs)
-    return Checked(checked, inputs, tokens, axi_errors)
+    return Checked(checked, inputs, tokens, axi_errors, seed, watchdog)

@@ -477,7 +477,7 @@ def run(
         flags={"waves": waves, "trace": trace, "quiet": quiet},
     )  # fmt: skip
     memory, axi_errors = checked.memory, checked.axi_errors
-    seed, watchdog = int(seed), int(watchdog)  # (numpy integers too)
+    seed, watchdog = checked.seed, checked.watchdog  # ints (numpy integers too)
     model = memory_model or MemoryModel.axi_ram()
 
     from cocotb_tools.check_results import get_results
