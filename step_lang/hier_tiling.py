@@ -5,7 +5,8 @@ hardware tile ``rows x cols``. Every stream whose tiles exceed it becomes a *blo
 ``[R, C]`` tile becomes ``R/r x C/c`` tiles of ``[r, c]``, row-major, as two new innermost
 dims ``[..., R/r, C/c]``. ``r`` is the largest divisor of ``R`` not above ``rows`` (``rows``
 itself when it divides ``R``; a 20-row tile on 16-row hardware becomes two 10-row tiles), ``c``
-likewise. Streams whose tiles fit are left as they are.
+likewise; :func:`uneven_splits` names the streams whose tiles so fill only part of a hardware
+tile. Streams whose tiles fit are left as they are.
 
 Operators (everything else whose tiles exceed the hardware tile, or that reads a blocked
 stream, is refused with an error naming the node, its tile and the hardware tile):
@@ -85,7 +86,15 @@ from .passes import remap_refs
 from .registry import NodeRegistry
 from .types import Tile
 
-__all__ = ["Blocked", "TilingReport", "hier_tile", "hw_split", "tiling_report"]
+__all__ = [
+    "Blocked",
+    "TilingReport",
+    "UnevenSplit",
+    "hier_tile",
+    "hw_split",
+    "tiling_report",
+    "uneven_splits",
+]
 
 
 def hw_split(extent: int, hw: int) -> int:
@@ -108,6 +117,58 @@ class Blocked:
     cols: int
     n_rows: int
     n_cols: int
+
+
+@dataclass(frozen=True)
+class UnevenSplit:
+    """A stream whose big tile ``[R, C]`` is not a whole number of hardware tiles in some
+    direction, so :func:`hier_tile` splits it into smaller ones (``[rows, cols]``, the largest
+    that divide it) than the hardware tile ``[hw_rows, hw_cols]``."""
+
+    stream: str
+    tile: tuple[Dim, int]
+    rows: Dim
+    cols: int
+    hw_rows: int
+    hw_cols: int
+
+    @property
+    def use(self) -> float:
+        """The part of a hardware tile each of these tiles fills (a dynamic row count, kept
+        whole: its columns' part)."""
+        rows = self.rows / self.hw_rows if isinstance(self.rows, int) else 1
+        return rows * self.cols / self.hw_cols
+
+    def describe(self) -> str:
+        r, c = self.tile
+        n_rows = r // self.rows if isinstance(r, int) else 1
+        uneven = [f"{r} rows"] if isinstance(r, int) and self.rows < min(r, self.hw_rows) else []
+        uneven += [f"{c} columns"] if self.cols < min(c, self.hw_cols) else []
+        return (
+            f"stream {self.stream}: its [{r}, {c}] tiles become {n_rows} x {c // self.cols} "
+            f"hardware tiles of [{self.rows}, {self.cols}] each ({' and '.join(uneven)}: not a "
+            f"multiple of the {self.hw_rows}x{self.hw_cols} hardware tile; each fills "
+            f"{self.use:.1%} of it)"
+        )
+
+
+def uneven_splits(graph: Graph, rows: int = 16, cols: int = 16) -> list[UnevenSplit]:
+    """The streams of ``graph`` that :func:`hier_tile` to ``rows x cols`` splits into tiles
+    smaller than the hardware tile: an extent above the hardware's that the hardware's does
+    not divide (``20`` rows on 16-row hardware: two 10-row tiles; a prime above 16: 1-row
+    tiles). Nothing is padded, so these run on part of each hardware tile; a tool that tiles a
+    user's graph says so (``step --hw-tile`` prints a note per stream)."""
+    found = []
+    for node in graph.topo_order():
+        for s in node.outputs:
+            t = s.elem
+            if not isinstance(t, Tile) or not isinstance(t.cols, int):
+                continue  # dynamic columns larger than the hardware's: hier_tile refuses them
+            r = hw_split(t.rows, rows) if isinstance(t.rows, int) else t.rows  # dynamic: whole
+            c = hw_split(t.cols, cols)
+            if (isinstance(r, int) and r < min(t.rows, rows)) or c < min(t.cols, cols):
+                found.append(UnevenSplit(s.name, (t.rows, t.cols), r, c, rows, cols))
+    return found
 
 
 @dataclass

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,6 +38,7 @@ __all__ = [
     "file_config",
     "hardware_point",
     "hw_settings",
+    "hw_tiled",
     "parse_hw_tile",
     "run_hardware_point",
 ]
@@ -69,6 +71,20 @@ def parse_hw_tile(text: str) -> tuple[int, int]:
     if not (sep and _DIGITS.match(rows) and _DIGITS.match(cols) and int(rows) > 0 < int(cols)):
         raise UsageError(f"must be ROWSxCOLS of positive integers, e.g. 16x16, not {text!r}")
     return int(rows), int(cols)
+
+
+def hw_tiled(graph: Any, hw_tile: tuple[int, int]) -> Any:
+    """``graph`` rewritten onto ``hw_tile`` hardware tiles (``--hw-tile``,
+    :func:`step_lang.hier_tiling.hier_tile`); a stream whose tiles it splits into smaller tiles
+    than the hardware's (:func:`~step_lang.hier_tiling.uneven_splits`) gets a note line on
+    stderr, so that a layer running on part of each hardware tile says so."""
+    from step_lang.hier_tiling import hier_tile, uneven_splits
+
+    tiled = hier_tile(graph, *hw_tile)
+    for split in uneven_splits(graph, *hw_tile):
+        print(f"step: note: --hw-tile {hw_tile[0]}x{hw_tile[1]}: {split.describe()}",
+              file=sys.stderr)  # fmt: skip
+    return tiled
 
 
 def hw_settings(texts: Sequence[str], where: str = "--hw") -> dict[str, int | None]:
@@ -167,7 +183,10 @@ def run_hardware_point(
     target: str, point: Mapping[str, Any], functional: bool = False
 ) -> dict[str, Any]:
     """Simulate the graph file ``target`` on one hardware ``point`` (:func:`hardware_point`)
-    with the ``rtl`` profile; the row holds the point and the measured figures."""
+    with the ``rtl`` profile; the row holds the point and the measured figures (with
+    ``hw_tile``, ``hw_tile_fill``: the part of a hardware tile the least-filled tiles fill, 1
+    unless some stream's tiles are not a whole number of hardware tiles,
+    :func:`step_lang.hier_tiling.uneven_splits`)."""
     import time
 
     from sim import simulate
@@ -178,9 +197,11 @@ def run_hardware_point(
     ex = example(target)
     graph = ex.build({})
     config, memory_model, hw_tile = hardware_point(graph, point)
-    if hw_tile is not None:
-        from step_lang.hier_tiling import hier_tile
+    fill = {}
+    if hw_tile is not None:  # the note of --hw-tile as a column: the least-filled hardware tile
+        from step_lang.hier_tiling import hier_tile, uneven_splits
 
+        fill = {"hw_tile_fill": min([s.use for s in uneven_splits(graph, *hw_tile)], default=1)}
         graph = hier_tile(graph, *hw_tile)
     t0 = time.perf_counter()
     result = simulate(graph, ex.memory({}, True), inputs=ex.inputs, functional=functional,
@@ -193,4 +214,5 @@ def run_hardware_point(
         "flops": result.flops,
         "compute_util": round(result.compute_utilization, 6),
         "sim_wall_s": round(time.perf_counter() - t0, 3),
+        **{k: round(v, 6) for k, v in fill.items()},
     }

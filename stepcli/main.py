@@ -65,9 +65,9 @@ def _load(args) -> tuple:
     graph = ex.build(params)
     hw_tile = getattr(args, "hw_tile", None)
     if hw_tile is not None:  # hierarchical tiling: the same layer on hardware-size tiles
-        from step_lang.hier_tiling import hier_tile
+        from .hardware import hw_tiled
 
-        graph = hier_tile(graph, *hw_tile)
+        graph = hw_tiled(graph, hw_tile)
     return ex, params, graph
 
 

@@ -130,9 +130,9 @@ def size_example(
         seeds = [params]
     graph = ex.build(seeds[0])
     if hw_tile is not None:
-        from step_lang.hier_tiling import hier_tile
+        from .hardware import hw_tiled
 
-        graph = hier_tile(graph, *hw_tile)
+        graph = hw_tiled(graph, hw_tile)
     memories, dims = [], {}
     for p in seeds:
         memories.append(ex.memory(p, False))

@@ -262,7 +262,7 @@ HW_SPEC = """
 example = "wide.py:build"
 output = "hw.csv"
 [hardware]
-hw_tile = ["8x8"]
+hw_tile = ["8x8", "12x8"]
 lanes = [16, 64]
 memory = ["axi_ram", "hbm"]
 axi_ports = ["none", 1]
@@ -281,23 +281,27 @@ def test_a_sweep_of_a_graph_files_hardware(wide, capsys):
 
     Path("hw.toml").write_text(HW_SPEC)
     assert main(["sweep", "hw.toml", "-q", "-j", "2"]) == 0
-    assert capsys.readouterr().out == "8 points in hw.csv\n"
+    assert capsys.readouterr().out == "16 points in hw.csv\n"
     rows = list(csv.DictReader(Path("hw.csv").read_text().splitlines()))
-    assert len(rows) == 8
+    assert len(rows) == 16
     graph, memory = _graph_and_memory()
-    tiled = hier_tile(graph, 8, 8)
     seen = set()
     for row in rows:
+        rows_hw, cols_hw = map(int, row["hw_tile"].split("x"))
+        tiled = hier_tile(graph, rows_hw, cols_hw)
         ports = None if row["axi_ports"] == "none" else int(row["axi_ports"])
-        config = HwConfig(tile_rows=8, tile_cols=8, lanes=int(row["lanes"]), axi_ports=ports)
+        config = HwConfig(tile_rows=rows_hw, tile_cols=cols_hw, lanes=int(row["lanes"]),
+                          axi_ports=ports)  # fmt: skip
         model = getattr(MemoryModel, row["memory"])()
         want = simulate(tiled, memory, profile=RtlProfile.for_memory(model, config))
         assert int(row["cycles"]) == want.cycles, row
+        # 16-row tiles on 12-row hardware are 8-row tiles: two thirds of each hardware tile
+        assert float(row["hw_tile_fill"]) == {"8x8": 1, "12x8": 0.666667}[row["hw_tile"]]
         seen.add(int(row["cycles"]))
     assert len(seen) >= 4  # the memory and the ports change the cycles
     # Resumed: every point is in the CSV already, so nothing runs again.
     assert main(["sweep", "hw.toml", "-q", "-j", "1"]) == 0
-    assert len(Path("hw.csv").read_text().splitlines()) == 1 + 8
+    assert len(Path("hw.csv").read_text().splitlines()) == 1 + 16
 
 
 @pytest.mark.parametrize(
@@ -351,3 +355,19 @@ def test_sim_hardware_of_an_example_honours_functional(monkeypatch, capsys, flag
     assert main(["sim", "swiglu", "--hardware", *flag]) == 0
     capsys.readouterr()
     assert seen == [bool(flag)]
+
+
+def test_hw_tile_says_which_streams_run_on_part_of_each_hardware_tile(wide, capsys):
+    """16-row tiles on 12-row hardware become two 8-row tiles: a note per stream on stderr
+    (nothing is padded, so the layer runs on two thirds of each hardware tile); a tile that
+    divides says nothing."""
+    assert main(["metrics", "wide.py:build", "--hw-tile", "12x8"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"step: note: --hw-tile 12x8: stream {s}: its [16, 8] tiles become 2 x 1 hardware "
+        "tiles of [8, 8] each (16 rows: not a multiple of the 12x8 hardware tile; each fills "
+        "66.7% of it)"
+        for s in ("load_x.out", "load_b.out", "add.out")
+    ]
+    assert main(["metrics", "wide.py:build", "--hw-tile", "8x8"]) == 0
+    assert capsys.readouterr().err == ""

@@ -31,7 +31,7 @@ from step_lang import (
     numerics,
 )
 from step_lang.errors import StepTypeError
-from step_lang.hier_tiling import hier_tile, hw_split, tiling_report
+from step_lang.hier_tiling import hier_tile, hw_split, tiling_report, uneven_splits
 
 BF16 = numerics.functions(BF16_CONFIG)
 FIXED = numerics.functions(HwConfig())
@@ -417,3 +417,26 @@ def test_fig8_rewrite_keeps_the_paper_profile_cycles(tile_b, tile_i):
         simulate(x, profile=PaperProfile.hdl_validation(), functional=False).cycles for x in (g, h)
     )
     assert abs(after - before) <= 0.02 * before, (before, after)
+
+
+def test_uneven_splits_name_the_streams_on_part_of_each_hardware_tile():
+    """A 20 x 48 tile on 16 x 16 hardware: two 10-row tiles per column block (62.5% of each);
+    a 17-column tile: 1-column tiles; tiles that divide or fit are not named."""
+    g = Graph("uneven")
+    x = g.tensor("x", (40, 48), "bfloat16")
+    w = g.tensor("w", (17, 17), "bfloat16")
+    LinearOffChipLoad(x, tile=(20, 48), out_shape=(2,), stride=(1,), name="lx")
+    LinearOffChipLoad(w, tile=(17, 17), out_shape=(1,), stride=(1,), name="lw")
+    LinearOffChipLoad(x, tile=(8, 16), out_shape=(5,), stride=(3,), name="fits")
+    found = {s.stream: s for s in uneven_splits(g, 16, 16)}
+    tiled = {s.name: s.elem for n in hier_tile(g, 16, 16).nodes.values() for s in n.outputs}
+    for name, split in found.items():  # the tiles hier_tile makes
+        assert (tiled[name].rows, tiled[name].cols) == (split.rows, split.cols)
+    assert set(found) == {"lx.out", "lw.out"}
+    assert (found["lx.out"].rows, found["lx.out"].cols, found["lx.out"].use) == (10, 16, 0.625)
+    assert found["lw.out"].describe() == (
+        "stream lw.out: its [17, 17] tiles become 17 x 17 hardware tiles of [1, 1] each "
+        "(17 rows and 17 columns: not a multiple of the 16x16 hardware tile; each fills 0.4% "
+        "of it)"
+    )
+    assert [s.stream for s in uneven_splits(g, 20, 17)] == ["lx.out"]  # 48 on 17: 16 columns
