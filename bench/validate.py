@@ -55,6 +55,7 @@ from sim.profiles import RtlProfile
 from sim.profiles.paper import PaperProfile
 from step_hw.config import HwConfig
 from step_hw.contract import is_load, is_memory_operator, read_ports
+from step_hw.cosim.arguments import TIERS
 from step_hw.memory_model import PRESETS, MemoryModel
 from step_hw.paths import write_atomically
 from step_lang import interpret
@@ -959,7 +960,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--where", action="append", default=[], metavar="PARAM=VALUE",
                     help="only points whose parameter has this value (repeatable), e.g. tile_b=64")  # fmt: skip
     ap.add_argument(
-        "--tier", choices=("axi", "fast"), default="axi", help="co-simulation tier (docs/cosim.md)"
+        "--tier", choices=TIERS, default="axi", help="co-simulation tier (docs/cosim.md)"
     )
     ap.add_argument("--memory", choices=PRESETS, default="axi_ram",
                     help="memory model of the fast tier (and of the rtl profile)")  # fmt: skip

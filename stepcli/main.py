@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from sim.sizing import NUMBER_OPTIONS
-from step_hw.cosim.arguments import SEED_MAX, WATCHDOG_MIN
+from step_hw.cosim.arguments import SEED_MAX, TIERS, WATCHDOG_MIN
 from step_hw.memory_model import PRESETS
 from step_hw.patterns import PATTERNS
 from step_hw.payload import TileSizeError
@@ -425,7 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--waves", action="store_true", help="also write a waveform (dump.fst)")
     p.add_argument("--watchdog", type=_number(int, WATCHDOG_MIN), default=20000, metavar="CYCLES",
                    help="fail after this many cycles without progress (default 20000)")  # fmt: skip
-    p.add_argument("--tier", choices=("axi", "fast"), default="axi",
+    p.add_argument("--tier", choices=TIERS, default="axi",
                    help="co-simulation tier: cocotbext-axi memories (default) or the fast tier, "
                    "memory and streams inside the simulation (docs/cosim.md)")  # fmt: skip
     p.add_argument("--memory", choices=PRESETS, default="axi_ram",

@@ -48,7 +48,11 @@ def test_memory_image_round_trip(tmp_path, width):
 
 def test_memory_image_refuses_a_tensor_of_the_wrong_size(tmp_path):
     desc = _desc(64, {"x": {"addr": 0, "shape": [4], "dtype": "int16", "bytes": 8}})
-    with pytest.raises(ValueError, match=r"tensor 'x' has 10 bytes, its memory map entry 8"):
+    with pytest.raises(
+        ValueError,
+        match=r"^write_memory: memory 'x': array of 10 bytes \(shape \[5\]\), its memory map "
+        r"entry 8 \(shape \[4\]\)$",
+    ):
         fast_io.write_memory(tmp_path / "m.hex", desc, {"x": np.zeros(5, np.int16)})
 
 

@@ -7,8 +7,8 @@ dropped. A wrong type raises ``TypeError``, a value outside the rule ``ValueErro
 and the Source tokens' errors are :class:`~step_lang.errors.StepValueError`, as the
 interpreter's are.
 
-The command line (``step validate --seed/--watchdog``) refuses the same values: its bounds are
-:data:`SEED_MAX` and :data:`WATCHDOG_MIN`. This module imports neither Amaranth nor cocotb.
+The command line (``step validate --seed/--watchdog/--tier``) refuses the same values: its bounds
+are :data:`SEED_MAX` and :data:`WATCHDOG_MIN`, its tiers :data:`TIERS`. This module imports neither Amaranth nor cocotb.
 """
 
 from __future__ import annotations
@@ -20,7 +20,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SEED_MAX", "WATCHDOG_MIN", "Checked", "check_arguments", "check_memory"]
+__all__ = ["SEED_MAX", "TIERS", "WATCHDOG_MIN", "Checked", "check_arguments", "check_memory"]
+
+#: Co-simulation tiers: the cocotbext-axi bench (protocol conformance) and the fast tier.
+TIERS = ("axi", "fast")
 
 #: The largest seed of the back-pressure patterns: the fast tier seeds its pause LFSRs from a
 #: 32-bit register (``fast_top``'s ``reg [31:0] seed``), so a larger seed would be cut to 32 bits.
@@ -133,8 +136,6 @@ def check_arguments(
     from step_hw.memory_model import MemoryModel
     from step_hw.patterns import PATTERNS
     from step_lang.graph import Graph
-
-    from .harness import TIERS
 
     if not isinstance(graph, Graph):
         raise TypeError(f"{who}: graph must be a step_lang Graph, not {graph!r}")

@@ -44,8 +44,9 @@ def write_memory(path: Path, desc: dict, memory: Mapping[str, np.ndarray]) -> No
         data = raw.view(np.uint8).reshape(-1)
         if data.size != info["bytes"]:
             raise ValueError(
-                f"fast co-simulation: tensor '{name}' has {data.size} bytes, its memory map "
-                f"entry {info['bytes']} (shape {info['shape']})"
+                f"write_memory: memory '{name}': array of {data.size} bytes (shape "
+                f"{list(array.shape)}), its memory map entry {info['bytes']} (shape "
+                f"{info['shape']})"
             )
         image[info["addr"] : info["addr"] + data.size] = data
     text = image.reshape(words, bus)[:, ::-1].tobytes().hex()

@@ -46,6 +46,7 @@ import numpy as np
 
 from step_hw.config import HwConfig
 from step_hw.contract import is_store
+from step_hw.cosim.arguments import TIERS
 from step_hw.cosim.raw_tensors import bit_patterns, raw_dtype
 from step_hw.memory_model import MemoryModel
 from step_hw.paths import abandoned_private_names, private_name, write_atomically
@@ -89,8 +90,6 @@ FAST_OPT_ENV = "STEP_COSIM_FAST_OPT"
 #: consecutive conditionals (V3MergeCond) took 33 of the 81 s that Verilator spent on a Fig. 8
 #: design (16 x 16 BF16 tiles, 64 lanes); docs/cosim.md has its effect on build and run time.
 VERILATOR_ARGS = ("--no-public-flat-rw", "-fno-merge-cond")
-#: Co-simulation tiers: the cocotbext-axi bench (protocol conformance) and the fast tier.
-TIERS = ("axi", "fast")
 # cocotb's and the runner's own warnings that would otherwise lead a failure's log
 _NOISE = re.compile(r"DeprecationWarning|warnings\.warn\(|^\s*$")
 
