@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from step_lang.integers import is_integer
+
 __all__ = ["dtype_name", "is_positive_int", "positive_int", "positive_or_none", "shown"]
 
 
@@ -16,12 +18,9 @@ def shown(value: Any) -> str:
 
 
 def is_positive_int(value: Any) -> bool:
-    """Whether ``value`` is a positive integer (numpy integers too, bools not)."""
-    return (
-        isinstance(value, (int, np.integer))
-        and not isinstance(value, (bool, np.bool_))
-        and value >= 1
-    )
+    """Whether ``value`` is a positive integer (numpy integers too, bools not:
+    :func:`step_lang.integers.is_integer`)."""
+    return is_integer(value) and value >= 1
 
 
 def positive_int(where: str, value: Any) -> int:

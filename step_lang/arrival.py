@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .errors import StepRuntimeError, StepTypeError, StepValueError
+from .integers import is_integer
 
 __all__ = ["ArrivalPolicy", "FixedOrder", "LowestIndexFirst", "RandomArrival", "RoundRobin"]
 
@@ -82,7 +83,7 @@ class FixedOrder(ArrivalPolicy):
                 f"FixedOrder: order must be a sequence of input indices, not {order!r}"
             )
         for k, i in enumerate(order):
-            if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+            if not is_integer(i):
                 raise StepTypeError(f"FixedOrder: step {k} must be an input index, not {i!r}")
             if i < 0:
                 raise StepValueError(

@@ -23,6 +23,7 @@ import numpy as np
 
 from .dims import Dim, dims_equal, product
 from .errors import StepRuntimeError, StepTypeError
+from .integers import is_integer
 from .meta import MetaTile, is_meta, meta_apply
 from .types import DType, ElemType, Selector, Tile, dtype, int64
 
@@ -289,7 +290,7 @@ def matmul(transpose_b: bool = False, out_dtype: DType | str | None = None) -> M
 def _check_int(fn: str, what: str, value: Any, low: int) -> int:
     """A parameter of a function: an integer (not a bool, not a float) of at least ``low``,
     returned as a Python ``int`` (a numpy integer's arithmetic would wrap at its width)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+    if not is_integer(value):
         raise TypeError(f"function '{fn}': {what} must be an integer, not {value!r}")
     if value < low:
         raise ValueError(f"function '{fn}': {what} must be at least {low}, not {value!r}")
@@ -339,7 +340,7 @@ def scalar_op(op: str, const: int) -> MapFn:
     f = _SCALAR_OPS[op]
     name = f"scalar_{op}"
     # An integer constant: a float would be truncated (``mul`` by 2.5 multiplying by 2).
-    if isinstance(const, (bool, np.bool_)) or not isinstance(const, (int, np.integer)):
+    if not is_integer(const):
         raise TypeError(f"function '{name}': constant must be an integer, not {const!r}")
     const = int(const)  # a numpy integer's arithmetic would wrap at its width
     if op in ("mod", "ceil_div") and const == 0:

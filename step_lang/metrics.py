@@ -18,12 +18,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import numpy as np
 import sympy as sp
 
 from .dims import Dim
 from .errors import StepValueError
 from .graph import Graph
+from .integers import is_integer
 from .passes import lower
 
 __all__ = ["CONVENTIONS", "Metrics", "NodeCost", "metrics"]
@@ -114,7 +114,7 @@ class Metrics:
         """Substitute dim values (symbols or their names); returns metrics with the results."""
         by_name = {str(k): v for k, v in values.items()}
         for k, v in by_name.items():
-            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 0:
+            if not is_integer(v) or v < 0:
                 raise StepValueError(
                     f"Metrics.evaluate: value of dim {k} must be a non-negative integer, not {v!r}"
                 )

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from .errors import StepValueError
+from .integers import is_integer
 
 __all__ = [
     "DONE",
@@ -241,9 +242,7 @@ def tokens_to_array(tokens: Iterable[Token], rank: int, shape: Sequence[int]) ->
         raise StepValueError(
             f"shape {shape} has {len(shape)} entries; a rank-{rank} stream needs {rank + 1}"
         )
-    if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in shape) or any(
-        d < 0 for d in shape
-    ):
+    if not all(is_integer(d) for d in shape) or any(d < 0 for d in shape):
         raise StepValueError(f"tokens_to_array: shape {shape} must hold non-negative integers")
     shape = tuple(int(d) for d in shape)
     count = int(np.prod(shape))

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from step_lang.integers import is_integer
+
 __all__ = ["SEED_MAX", "TIERS", "WATCHDOG_MIN", "Checked", "check_arguments", "check_memory"]
 
 #: Co-simulation tiers: the cocotbext-axi bench (protocol conformance) and the fast tier.
@@ -48,15 +50,11 @@ class Checked:
     watchdog: int
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
 def _integer(who: str, name: str, value: Any, low: int, high: int | None, rule: str) -> int:
     """``value`` as an ``int`` if it is an integer in ``[low, high]``, else ``TypeError``
     (not an integer) or ``ValueError`` (outside)."""
     message = f"{who}: {name} must be {rule}, not {value!r}"
-    if not _is_int(value):
+    if not is_integer(value):
         raise TypeError(message)
     if value < low or (high is not None and value > high):
         raise ValueError(message)
