@@ -109,7 +109,9 @@ class Example:
         return full
 
     def inapplicable(self, params: dict) -> Mapping[str, str]:
-        """The parameters that do not apply to ``params`` (a full set), each with the reason."""
+        """The parameters that do not apply to ``params`` (a full set), each with the reason.
+        The rules compare with strings and test truthiness only, so a sweep's CSV row (its
+        values as text) is judged the same way when a sweep resumes it."""
         return self._inapplicable(params)
 
     def row(self, params: dict) -> dict[str, Any]:

@@ -37,6 +37,7 @@ interrupted sweep resumes where it stopped.
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 import json
 import pathlib
@@ -202,18 +203,31 @@ def _key(row: dict[str, Any], params: Iterable[str]) -> str:
     return json.dumps({k: str(row[k]) for k in sorted(params)})
 
 
-def _read_done(path: pathlib.Path, params: Iterable[str]) -> dict[str, dict[str, Any]]:
+def _read_done(path: pathlib.Path, params: Iterable[str], ex: Any) -> dict[str, dict[str, Any]]:
+    """The rows of an earlier run of this sweep in ``path``, by point. A parameter that does
+    not apply to a row's point is blanked as a new row would show it (a file written before
+    such parameters were blanked holds e.g. ``tile_n=32`` on a dynamic row); the file is
+    rewritten so if any was."""
     if not path.exists():
         return {}
     with path.open(newline="") as f:
         reader = csv.DictReader(f)
-        missing = [k for k in params if k not in (reader.fieldnames or [])]
+        header = list(reader.fieldnames or [])
+        missing = [k for k in params if k not in header]
         if missing:
             raise UsageError(
                 f"sweep output {path} holds another sweep: it has no column "
                 f"{', '.join(missing)}; give another 'output' or remove the file"
             )
-        return {_key(r, params): r for r in reader}
+        rows = list(reader)
+    blanked = False
+    for row in rows:
+        for key in ex.inapplicable({k: row[k] for k in ex.defaults}):
+            blanked |= row[key] != ""
+            row[key] = ""
+    if blanked:
+        _write_all(path, header, rows)
+    return {_key(r, params): r for r in rows}
 
 
 def _progress(done: int, total: int, started: float, stream=sys.stderr) -> None:
@@ -246,7 +260,7 @@ def run_sweep(
     # each point as its result row shows it (every parameter; those that do not apply empty)
     full = [{**ex.row(ex.params({k: v for k, v in p.items() if k not in hw})),
              **{k: p[k] for k in hw}} for p in spec.points]  # fmt: skip
-    done = _read_done(spec.output, names)
+    done = _read_done(spec.output, names, ex)
     todo = [p for p, f in zip(spec.points, full, strict=True) if _key(f, names) not in done]
     rows: dict[str, dict[str, Any]] = dict(done)
     started = time.perf_counter()
@@ -316,10 +330,30 @@ def _dask(
 
 
 def _append(path: pathlib.Path, row: dict[str, Any]) -> None:
+    """Add ``row`` to the CSV ``path``. A row with a column the file lacks (a file written
+    before the column existed) rewrites the file with it, earlier rows empty there, so no value
+    lands under another column's name."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists()
-    with path.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(row))
-        if new:
-            writer.writeheader()
-        writer.writerow(row)
+    if path.exists():
+        with path.open(newline="") as f:
+            reader = csv.DictReader(f)
+            header = list(reader.fieldnames or [])
+            if set(row) - set(header):
+                rows = [*reader, row]
+                _write_all(path, [*header, *(k for k in row if k not in header)], rows)
+                return
+        with path.open("a", newline="") as f:
+            csv.DictWriter(f, fieldnames=header).writerow(row)
+        return
+    _write_all(path, list(row), [row])
+
+
+def _write_all(path: pathlib.Path, header: list[str], rows: list[dict[str, Any]]) -> None:
+    """``rows`` as the whole CSV ``path`` (a cell a row lacks is empty), written atomically."""
+    from step_hw.paths import write_atomically
+
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=header, restval="")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_atomically(path, text.getvalue())

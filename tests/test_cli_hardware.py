@@ -3,6 +3,7 @@ on ``step rtl``, ``sim --hardware``, ``size-queues`` and ``validate`` (``stepcli
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import subprocess
@@ -302,6 +303,28 @@ def test_a_sweep_of_a_graph_files_hardware(wide, capsys):
     # Resumed: every point is in the CSV already, so nothing runs again.
     assert main(["sweep", "hw.toml", "-q", "-j", "1"]) == 0
     assert len(Path("hw.csv").read_text().splitlines()) == 1 + 16
+
+
+def test_a_hardware_sweep_adds_a_new_column_to_an_old_file(wide, capsys):
+    """A file written before ``hw_tile_fill`` existed, resumed with new points: the file gains
+    the column (empty on its old rows), and no value lands under another column's name."""
+    old_spec = HW_SPEC.replace('"8x8", "12x8"', '"8x8"').replace("[16, 64]", "[16]")
+    Path("hw.toml").write_text(old_spec)
+    assert main(["sweep", "hw.toml", "-q", "-j", "1"]) == 0
+    capsys.readouterr()
+    text = Path("hw.csv").read_text().splitlines()
+    drop = text[0].split(",").index("hw_tile_fill")
+    old = [",".join(c for i, c in enumerate(line.split(",")) if i != drop) for line in text]
+    Path("hw.csv").write_text("\n".join(old) + "\n")
+    Path("hw.toml").write_text(HW_SPEC)
+    assert main(["sweep", "hw.toml", "-q", "-j", "1"]) == 0
+    capsys.readouterr()
+    rows = list(csv.DictReader(Path("hw.csv").read_text().splitlines()))
+    assert len(rows) == 16
+    assert sum(r["hw_tile_fill"] == "" for r in rows) == 4  # the old rows
+    for r in rows:
+        assert r["memory"] in ("axi_ram", "hbm") and int(r["cycles"]) > 0, r
+        assert r["hw_tile_fill"] in ("", "1", "0.666667"), r
 
 
 @pytest.mark.parametrize(

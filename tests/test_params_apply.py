@@ -147,6 +147,35 @@ def test_sweep_of_several_grids_runs_each_product(capsys, tmp_path):
         assert len(list(csv.DictReader(f))) == 4
 
 
+def test_a_sweep_resumes_a_file_written_before_parameters_were_blanked(capsys, tmp_path):
+    """A CSV whose dynamic rows show ``tile_n`` (written before parameters that do not apply were
+    blanked) resumes: its rows are the points they were, none runs again, and the file is
+    rewritten with the blank."""
+    spec, out = tmp_path / "s.toml", tmp_path / "out.csv"
+    spec.write_text(GRIDS)
+    assert main(["sweep", str(spec), "-o", str(out), "-q", "-j", "1"]) == 0
+    capsys.readouterr()
+    with out.open() as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:  # as the old files were
+        r["tile_n"] = r["tile_n"] or "16"
+        r["cycles"] = "-1"  # marks the rows read back, not run again
+    with out.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    assert main(["sweep", str(spec), "-o", str(out), "-q", "-j", "1"]) == 0
+    assert capsys.readouterr().out.strip() == f"4 points in {out}"
+    with out.open() as f:
+        again = list(csv.DictReader(f))
+    assert [(r["tiling"], r["tile_n"], r["seed"], r["cycles"]) for r in again] == [
+        ("static", "2", "0", "-1"),
+        ("static", "4", "0", "-1"),
+        ("dynamic", "", "0", "-1"),
+        ("dynamic", "", "1", "-1"),
+    ]
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
