@@ -164,11 +164,22 @@ def uneven_splits(graph: Graph, rows: int = 16, cols: int = 16) -> list[UnevenSp
             t = s.elem
             if not isinstance(t, Tile) or not isinstance(t.cols, int):
                 continue  # dynamic columns larger than the hardware's: hier_tile refuses them
-            r = hw_split(t.rows, rows) if isinstance(t.rows, int) else t.rows  # dynamic: whole
-            c = hw_split(t.cols, cols)
-            if (isinstance(r, int) and r < min(t.rows, rows)) or c < min(t.cols, cols):
-                found.append(UnevenSplit(s.name, (t.rows, t.cols), r, c, rows, cols))
+            b = _split(t, rows, cols)
+            uneven_rows = isinstance(b.rows, int) and b.rows < min(t.rows, rows)
+            if uneven_rows or b.cols < min(t.cols, cols):
+                found.append(UnevenSplit(s.name, (t.rows, t.cols), b.rows, b.cols, rows, cols))
     return found
+
+
+def _split(t: Tile, rows: int, cols: int) -> Blocked:
+    """How a tile ``t`` with static columns splits on ``rows x cols`` hardware tiles: each
+    extent into its largest divisor that fits (:func:`hw_split`); a dynamic row count stays
+    whole (one row block)."""
+    c = hw_split(t.cols, cols)
+    if not isinstance(t.rows, int):
+        return Blocked(t.rows, c, 1, t.cols // c)
+    r = hw_split(t.rows, rows)
+    return Blocked(r, c, t.rows // r, t.cols // c)
 
 
 @dataclass
@@ -198,11 +209,7 @@ class _Rewrite:
         dynamic tiles hold up to ``HwConfig.dyn_tile_rows`` rows), only its columns split."""
         if not isinstance(t.cols, int):
             raise self.refuse(node, f"tile {t} has dynamic columns larger than the hardware tile")
-        c = hw_split(t.cols, self.cols)
-        if not isinstance(t.rows, int):
-            return Blocked(t.rows, c, 1, t.cols // c)
-        r = hw_split(t.rows, self.rows)
-        return Blocked(r, c, t.rows // r, t.cols // c)
+        return _split(t, self.rows, self.cols)
 
     def src(self, s: Stream) -> Stream:
         return self.streams[(s.node.name, s.port)]
