@@ -3,13 +3,21 @@ the value, as ``swiglu.build: tile_b must be a positive integer, not 0``."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from step_lang.integers import is_integer
 
-__all__ = ["dtype_name", "is_positive_int", "positive_int", "positive_or_none", "shown"]
+__all__ = [
+    "dtype_name",
+    "is_positive_int",
+    "number_in",
+    "positive_int",
+    "positive_or_none",
+    "shown",
+]
 
 
 def shown(value: Any) -> str:
@@ -37,6 +45,17 @@ def positive_or_none(where: str, value: Any) -> int | None:
     if not is_positive_int(value):
         raise ValueError(f"{where} must be a positive integer or None, not {shown(value)}")
     return int(value)
+
+
+def number_in(where: str, value: Any, low: float, high: float) -> float:
+    """``value`` as a ``float`` if it is a finite real number (numpy numbers too, bools and
+    strings not) in ``[low, high]``; a ``ValueError`` naming ``where`` and the value if not."""
+    real = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, (bool, np.bool_)
+    )
+    if not real or not math.isfinite(value) or not low <= value <= high:
+        raise ValueError(f"{where} must be a number in [{low:g}, {high:g}], not {shown(value)}")
+    return float(value)
 
 
 def dtype_name(where: str, value: Any) -> str:

@@ -12,13 +12,18 @@ The synthetic generators are the defaults; they are seeded and so repeat exactly
 
 from __future__ import annotations
 
+import math
+import os
 import pathlib
 import pickle
 import re
+import tokenize
 import zipfile
 from typing import Any
 
 import numpy as np
+
+from examples.checks import is_positive_int, number_in, positive_int  # absolute: as moe.py
 
 __all__ = [
     "MAX_KV_LENGTH",
@@ -48,8 +53,17 @@ SYNTHETIC_KV_RANGE = (2, 7900)
 MAX_SKEW = 100.0
 
 # What numpy raises for a file that is not a (complete) .npy/.npz: a truncated zip is a
-# BadZipFile, a truncated .npy an EOFError or ValueError, an object array an UnpicklingError.
-_UNREADABLE = (OSError, ValueError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError)
+# BadZipFile, a truncated .npy an EOFError or ValueError, an object array an UnpicklingError,
+# a damaged header (a Python literal) a SyntaxError or a tokenize.TokenError.
+_UNREADABLE = (
+    OSError,
+    ValueError,
+    EOFError,
+    SyntaxError,
+    tokenize.TokenError,
+    zipfile.BadZipFile,
+    pickle.UnpicklingError,
+)
 
 
 class TraceError(ValueError):
@@ -71,6 +85,31 @@ def _magic(fh, what: str, magic: bytes, expected: str) -> None:
         raise TraceError(f"{what}: cannot read (expected {expected}, got {got})")
 
 
+def _read_npy(fh, size: int, what: str) -> np.ndarray:
+    """The array of the ``.npy`` data in ``fh`` (``size`` bytes from its current position),
+    its header checked against ``size`` before anything is allocated: a damaged header that
+    claims a shape of 10**11 elements is refused, not handed to numpy to allocate."""
+    start = fh.tell()
+    version = np.lib.format.read_magic(fh)
+    read_header = (
+        np.lib.format.read_array_header_1_0
+        if version == (1, 0)
+        else np.lib.format.read_array_header_2_0
+    )
+    shape, fortran, dtype = read_header(fh)
+    if dtype.hasobject:
+        raise TraceError(f"{what}: cannot read (an object array; traces hold integers)")
+    need = math.prod(shape) * dtype.itemsize
+    have = size - (fh.tell() - start)
+    if need != have:
+        raise TraceError(
+            f"{what}: cannot read (its header says {dtype} {shape}, {need} bytes of data; "
+            f"{have} follow it)"
+        )
+    data = np.frombuffer(fh.read(need), dtype)
+    return data.reshape(shape, order="F" if fortran else "C").copy()
+
+
 def _reason(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -83,10 +122,14 @@ def load_routing(path: str | pathlib.Path, num_experts: int | None = None) -> np
         # Our own handle: np.load leaves its file open when a damaged archive fails to parse.
         with path.open("rb") as fh:
             _magic(fh, f"routing trace {path}", _ZIP, "an .npz archive")
-            with np.load(fh) as f:
-                if "data" not in f.files:
-                    raise TraceError(f"routing trace {path}: no array 'data' (has {f.files})")
-                data = np.asarray(f["data"])
+            with zipfile.ZipFile(fh) as archive:
+                names = archive.namelist()
+                if "data.npy" not in names:
+                    arrays = [n.removesuffix(".npy") for n in names]
+                    raise TraceError(f"routing trace {path}: no array 'data' (has {arrays})")
+                info = archive.getinfo("data.npy")
+                with archive.open(info) as member:
+                    data = _read_npy(member, info.file_size, f"routing trace {path}")
     except TraceError:
         raise
     except _UNREADABLE as exc:
@@ -115,6 +158,8 @@ def check_routing(
         raise TypeError(
             f"{what} must be a numpy integer array [B, top_k], not {type(choices).__name__}"
         )
+    if num_experts is not None and not is_positive_int(num_experts):
+        raise ValueError(f"{what}: num_experts must be a positive integer, not {num_experts!r}")
     if choices.ndim != 2 or not np.issubdtype(choices.dtype, np.integer):
         raise error(
             f"{what}: expected an integer [B, top_k] array, got {choices.dtype} {choices.shape}"
@@ -146,17 +191,22 @@ def load_kv_lengths(path: str | pathlib.Path) -> np.ndarray:
     try:
         with path.open("rb") as fh:
             _magic(fh, f"KV-length trace {path}", _NPY, "an .npy array")
-            data = np.load(fh)
+            data = _read_npy(fh, os.fstat(fh.fileno()).st_size, f"KV-length trace {path}")
     except TraceError:
         raise
     except _UNREADABLE as exc:
         raise TraceError(f"KV-length trace {path}: cannot read ({_reason(exc)})") from None
-    if data.ndim != 1 or not np.issubdtype(data.dtype, np.integer) or (data < 0).any():
+    if data.ndim != 1 or not np.issubdtype(data.dtype, np.integer):
         raise TraceError(
             f"KV-length trace {path}: expected 1-D non-negative ints, got {data.dtype} {data.shape}"
         )
     if data.size == 0:
         raise TraceError(f"KV-length trace {path}: empty (no requests)")
+    if (data < 0).any():
+        i = int(np.argmin(data))
+        raise TraceError(
+            f"KV-length trace {path}: length {int(data[i])} of request {i} is negative"
+        )
     if data.max() > MAX_KV_LENGTH:
         i = int(np.argmax(data))
         raise TraceError(
@@ -194,10 +244,11 @@ def synthetic_routing(
     Each token picks ``top_k`` distinct experts, weighted by ``1 / rank**skew`` over a random
     permutation of the experts.
     """
-    if not 1 <= top_k <= num_experts:
-        raise ValueError(f"top_k must be in [1, {num_experts}], not {top_k}")
-    if not -MAX_SKEW <= skew <= MAX_SKEW:
-        raise ValueError(f"skew must be in [{-MAX_SKEW:g}, {MAX_SKEW:g}], not {skew!r}")
+    batch = positive_int("synthetic_routing: batch", batch)
+    num_experts = positive_int("synthetic_routing: num_experts", num_experts)
+    if not is_positive_int(top_k) or top_k > num_experts:
+        raise ValueError(f"synthetic_routing: top_k must be in [1, {num_experts}], not {top_k!r}")
+    number_in("synthetic_routing: skew", skew, -MAX_SKEW, MAX_SKEW)
     rng = np.random.default_rng(seed)
     weights = 1.0 / np.arange(1, num_experts + 1, dtype=np.float64) ** skew
     weights = weights[rng.permutation(num_experts)]
@@ -218,16 +269,19 @@ def synthetic_kv_lengths(
 ) -> np.ndarray:
     """Log-normal KV-cache lengths with median ``mean`` and log-spread ``sigma``, each draw
     rounded and clipped to ``[low, high]`` (by default :data:`SYNTHETIC_KV_RANGE`); ``mean``
-    must lie in that range."""
-    if not low <= mean <= high:
-        raise ValueError(f"mean must be in [{low}, {high}], not {mean!r}")
+    must lie in that range; ``sigma`` is a finite number of at least 0."""
+    batch = positive_int("synthetic_kv_lengths: batch", batch)
+    number_in("synthetic_kv_lengths: mean", mean, low, high)
+    number_in("synthetic_kv_lengths: sigma", sigma, 0, math.inf)
     rng = np.random.default_rng(seed)
     x = rng.lognormal(np.log(mean), sigma, size=batch)
     return np.clip(np.rint(x), low, high).astype(np.int64)
 
 
 def routing_weights(choices: np.ndarray, *, seed: int = 0) -> np.ndarray:
-    """Softmax routing weights for ``choices`` ([B, top_k]), as the paper's scripts draw them."""
+    """Softmax routing weights for ``choices`` ([B, top_k], :func:`check_routing`'s rule), as
+    the paper's scripts draw them."""
+    choices = check_routing(choices, None, what="routing_weights: choices")
     rng = np.random.default_rng(seed)
     logits = rng.standard_normal(choices.shape)
     e = np.exp(logits - logits.max(axis=1, keepdims=True))

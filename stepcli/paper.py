@@ -83,8 +83,14 @@ def _routing_trace(root: pathlib.Path | None, model: str, batch: int) -> str:
     if root is None:
         return ""
     files = traces.routing_files(root, model, batch)
+    folder = root / "expert_routing" / f"{model}_b{batch}"
     if not files:
-        raise UsageError(f"no routing trace for {model} batch {batch} under {root}/expert_routing")
+        raise UsageError(f"no routing trace for {model} batch {batch} under {folder}")
+    if len(files) > 1:  # the layout holds one layer's trace per model and batch
+        raise UsageError(
+            f"{len(files)} routing traces for {model} batch {batch} under {folder} "
+            f"({', '.join(p.name for p in files)}): expected one"
+        )
     return str(files[0])
 
 
@@ -311,10 +317,20 @@ B16 = {"low": (479, 480), "med": (986, 987), "high": (1454, 1455, 1456)}
 
 
 def _kv_traces(root, batch: int, stdevs) -> list[str]:
+    """The KV-length traces of ``batch`` whose stdev is one of ``stdevs`` under ``root`` (none
+    without a trace folder: the experiment's synthetic stand-ins); every stdev the experiment
+    takes must have a trace there, so that a run said to be on ``root``'s traces is."""
     if root is None:
         return []
-    files = [p for s, p in traces.kv_length_files(root, batch) if s in stdevs]
-    return [str(p) for p in files]
+    found = traces.kv_length_files(root, batch)
+    missing = sorted(set(stdevs) - {s for s, _ in found})
+    if missing:
+        names = ", ".join(f"conv_stdev{s:04d}_<start>_<end>.npy" for s in missing)
+        raise UsageError(
+            f"no KV-length trace of stdev {', '.join(map(str, missing))} at batch {batch} under "
+            f"{root / 'kv_lengths' / f'b{batch}'} (expected {names})"
+        )
+    return [str(p) for s, p in found if s in stdevs]
 
 
 def _synthetic_kv(label: str, batch: int, index: int) -> dict:
@@ -478,7 +494,9 @@ def artifact_attention_point(trace: str, batch: int, variant: str) -> dict[str, 
     from examples import attention
     from sim import simulate
 
-    kv = traces.load_kv_lengths(trace)[:batch]
+    kv = traces.load_kv_lengths(trace)
+    if len(kv) != batch:  # a trace is never cut to fit
+        raise UsageError(f"KV-length trace {trace} has {len(kv)} requests, batch is {batch}")
     cfg = attention.fit_cache(attention.QWEN, kv)
     mem = attention.control_inputs(cfg, kv)
     if variant == "interleaved_shared":
@@ -535,7 +553,10 @@ def decoder_point(model: str, sched: dict, kv_trace: str, routing_trace: str) ->
     from sim import simulate
     from step_lang import metrics
 
-    cfg = {"qwen": decoder.QWEN, "mixtral": decoder.MIXTRAL}[model]
+    models = {"qwen": decoder.QWEN, "mixtral": decoder.MIXTRAL}
+    if model not in models:
+        raise UsageError(f"decoder_point: model must be one of {', '.join(models)}, not {model!r}")
+    cfg = models[model]
     if kv_trace:
         kv = traces.load_kv_lengths(kv_trace)
     else:
@@ -709,7 +730,8 @@ def run_paper(
     if traces_dir:
         root = pathlib.Path(traces_dir)
         if not root.is_dir():
-            raise UsageError(f"traces directory {root} does not exist")
+            why = "is not a directory" if root.exists() else "does not exist"
+            raise UsageError(f"traces directory {root} {why}")
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     headlines: list[dict[str, Any]] = []

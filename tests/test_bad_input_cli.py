@@ -7,6 +7,7 @@ no traceback. A handful run the real console script and module entry points as s
 
 from __future__ import annotations
 
+import io
 import re
 import subprocess
 import sys
@@ -483,7 +484,33 @@ ROUTING = [
         lambda p: _npz(p, data=np.array([[3]] * 8)),
         "1 experts per token, model 'small' routes each token to 2 (top_k)",
     ),
+    (  # a member whose header claims 10**11 elements: refused before numpy allocates them
+        "huge-shape-header",
+        lambda p: _npz_member(p, _npy_bytes(np.zeros((8, 2), np.int64), b"(100000000000, 2)")),
+        "cannot read (its header says int64 (100000000000, 2), 1600000000000 bytes of data; "
+        "139 follow it)",
+    ),
+    (
+        "damaged-header",
+        lambda p: _npz_member(p, _npy_bytes(np.zeros((8, 2), np.int64)).replace(b"}", b" ")),
+        "cannot read (TokenError: ('EOF in multi-line statement', (2, 0)))",
+    ),
 ]
+
+
+def _npy_bytes(array: np.ndarray, shape: bytes | None = None) -> bytes:
+    """``array`` as .npy bytes; with ``shape``, its header's shape replaced by that text."""
+    out = io.BytesIO()
+    np.save(out, array)
+    data = out.getvalue()
+    return data if shape is None else data.replace(str(array.shape).encode(), shape, 1)
+
+
+def _npz_member(path, data: bytes):
+    """An .npz whose ``data.npy`` member is ``data`` (a sound archive: its CRC matches)."""
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("data.npy", data)
+    return path
 
 
 @pytest.mark.parametrize(("make", "message"), [pytest.param(m, s, id=i) for i, m, s in ROUTING])
@@ -578,8 +605,7 @@ KV = [
     (
         "truncated",
         lambda p: (np.save(p, np.arange(64)), p.write_bytes(p.read_bytes()[:-100])),
-        "cannot read (ValueError: Failed to read all data for array. Expected (64,) = 64 elements, "
-        "could only read 51 elements.",
+        "cannot read (its header says int64 (64,), 512 bytes of data; 412 follow it)",
     ),
     (
         "header-only",
@@ -592,7 +618,7 @@ KV = [
         _npy(np.ones((8, 2), np.int64)),
         "expected 1-D non-negative ints, got int64 (8, 2)",
     ),
-    ("negative", _npy(np.array([5, -1, 3, 4])), "expected 1-D non-negative ints, got int64 (4,)"),
+    ("negative", _npy(np.array([5, -1, 3, 4])), "length -1 of request 1 is negative"),
     ("bool", _npy(np.ones(8, bool)), "expected 1-D non-negative ints, got bool (8,)"),
     ("no-requests", _npy(np.zeros(0, np.int64)), "empty (no requests)"),
     (
@@ -616,7 +642,21 @@ KV = [
     (
         "object-array",
         _npy(np.array([1, "a"], dtype=object)),
-        "cannot read (ValueError: Object arrays cannot be loaded when allow_pickle=False)",
+        "cannot read (an object array; traces hold integers)",
+    ),
+    (  # one byte of the header (its closing brace) damaged: a Python tokenizer error
+        "damaged-header",
+        lambda p: (np.save(p, np.arange(64)), p.write_bytes(p.read_bytes().replace(b"}", b" "))),
+        "cannot read (TokenError: ('EOF in multi-line statement', (2, 0)))",
+    ),
+    (  # a header claiming 10**11 elements: refused before numpy allocates 745 GiB
+        "huge-shape-header",
+        lambda p: (
+            np.save(p, np.arange(64)),
+            p.write_bytes(p.read_bytes().replace(b"(64,)", b"(100000000000,)", 1)),
+        ),
+        "cannot read (its header says int64 (100000000000,), 800000000000 bytes of data; 522 "
+        "follow it)",
     ),
 ]
 
@@ -803,13 +843,44 @@ def test_examples_import_as_scripts(script):
     [
         (
             lambda t: t.synthetic_routing(4, 8, 2, skew=150.0),
-            "skew must be in [-100, 100], not 150.0",
+            "synthetic_routing: skew must be a number in [-100, 100], not 150.0",
         ),
         (
             lambda t: t.synthetic_kv_lengths(4, mean=50000.0),
-            "mean must be in [2, 7900], not 50000.0",
+            "synthetic_kv_lengths: mean must be a number in [2, 7900], not 50000.0",
         ),
-        (lambda t: t.synthetic_kv_lengths(4, mean=1.0), "mean must be in [2, 7900], not 1.0"),
+        (
+            lambda t: t.synthetic_kv_lengths(4, mean=1.0),
+            "synthetic_kv_lengths: mean must be a number in [2, 7900], not 1.0",
+        ),
+        (
+            lambda t: t.synthetic_kv_lengths(4, sigma=float("nan")),
+            "synthetic_kv_lengths: sigma must be a number in [0, inf], not nan",
+        ),
+        (
+            lambda t: t.synthetic_kv_lengths(0),
+            "synthetic_kv_lengths: batch must be a positive integer, not 0",
+        ),
+        (
+            lambda t: t.synthetic_routing(0, 8, 2),
+            "synthetic_routing: batch must be a positive integer, not 0",
+        ),
+        (
+            lambda t: t.synthetic_routing(4, 8.7, 2),
+            "synthetic_routing: num_experts must be a positive integer, not 8.7",
+        ),
+        (
+            lambda t: t.synthetic_routing(4, 8, 2, skew="1"),
+            "synthetic_routing: skew must be a number in [-100, 100], not '1'",
+        ),
+        (
+            lambda t: t.routing_weights(np.zeros((2, 2, 2), np.int64)),
+            "routing_weights: choices: expected an integer [B, top_k] array, got int64 (2, 2, 2)",
+        ),
+        (
+            lambda t: t.check_routing(np.array([[0, 1]]), 0),
+            "choices: num_experts must be a positive integer, not 0",
+        ),
     ],
 )
 def test_synthetic_generators_refuse_out_of_range(call, message):

@@ -323,3 +323,57 @@ def test_an_attention_cache_can_be_given_its_rows(capsys):
     assert caches == {(4 * 104, 8)}
     rc, _, err = run(capsys, "metrics", "attention", "-p", "max_len=-4")
     assert rc == 2 and "max_len" in err
+
+
+def _trace_folder(root: pathlib.Path, routing: dict[str, int], kv: dict[int, list[int]]):
+    """A --traces folder: ``routing`` files per ``<model>_b<batch>`` folder, KV-length files of
+    the given stdevs per batch (contents valid; these runs stop before reading them)."""
+    import numpy as np
+
+    for folder, n in routing.items():
+        d = root / "expert_routing" / folder
+        d.mkdir(parents=True)
+        for i in range(n):
+            np.savez(d / f"{i:03d}_001.npz", data=np.zeros((64, 8), np.int64))
+    for batch, stdevs in kv.items():
+        d = root / "kv_lengths" / f"b{batch}"
+        d.mkdir(parents=True)
+        for s in stdevs:
+            np.save(d / f"conv_stdev{s:04d}_0000_{batch - 1:04d}.npy", np.full(batch, 100))
+
+
+@pytest.mark.parametrize(
+    ("routing", "kv", "only", "message"),
+    [
+        ({}, {}, "dynamic_parallelization",
+         "no KV-length trace of stdev 477, 484, 508 at batch 64 under {root}/kv_lengths/b64 "
+         "(expected conv_stdev0477_<start>_<end>.npy, conv_stdev0484_<start>_<end>.npy, "
+         "conv_stdev0508_<start>_<end>.npy)"),
+        ({}, {64: [477, 484, 508, 995, 996, 1370, 1457]}, "dynamic_parallelization",
+         "no KV-length trace of stdev 1374 at batch 64 under {root}/kv_lengths/b64 (expected "
+         "conv_stdev1374_<start>_<end>.npy)"),
+        ({"qwen_b64": 1}, {}, "decoder_layer",
+         "no KV-length trace of stdev 995 at batch 64 under {root}/kv_lengths/b64 (expected "
+         "conv_stdev0995_<start>_<end>.npy)"),
+        ({"qwen_b64": 2}, {}, "time_multiplexing",
+         "2 routing traces for qwen batch 64 under {root}/expert_routing/qwen_b64 (000_001.npz, "
+         "001_001.npz): expected one"),
+    ],
+)  # fmt: skip
+def test_paper_runs_on_every_trace_it_names_or_refuses(capsys, tmp_path, routing, kv, only,
+                                                        message):  # fmt: skip
+    """``step paper --traces DIR`` never stands synthetic data in for a trace DIR lacks (the
+    summary would say the run was on DIR's traces) and never picks one of several."""
+    root = tmp_path / "traces"
+    root.mkdir()
+    _trace_folder(root, routing, kv)
+    rc, _, err = run(capsys, "paper", "--traces", str(root), "--only", only,
+                     "-o", str(tmp_path / "out"), "-j", "1")  # fmt: skip
+    assert rc == 2 and err == f"step: error: {message.format(root=root)}\n"
+
+
+def test_paper_traces_must_be_a_folder(capsys, tmp_path):
+    path = tmp_path / "kv.npy"
+    path.write_bytes(b"")
+    rc, _, err = run(capsys, "paper", "--traces", str(path))
+    assert rc == 2 and err == f"step: error: traces directory {path} is not a directory\n"
