@@ -23,13 +23,13 @@ preset as lists (:data:`SWEEP_KEYS`); :func:`run_hardware_point` times one point
 from __future__ import annotations
 
 import dataclasses
-import re
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from step_hw.config import HwConfig, config_for
 
+from .numbers import read_int
 from .registry import UsageError
 
 __all__ = [
@@ -60,17 +60,26 @@ HW_SETTINGS: tuple[str, ...] = tuple(
 SWEEP_KEYS: tuple[str, ...] = (*HW_SETTINGS, "hw_tile", "memory")
 
 
-#: An integer as ``--hw`` and ``--hw-tile`` take it: ASCII digits, at most 9 (``int()`` would
-#: also take ``1_0``, ``+64`` and other scripts' digits).
-_DIGITS = re.compile(r"-?[0-9]{1,9}\Z")
+#: The most digits of a ``--hw`` or ``--hw-tile`` integer (a guard against a typo's size; the
+#: integers themselves are read by :func:`stepcli.numbers.read_int`).
+_MAX_DIGITS = 9
+
+
+def _hw_int(text: str) -> int | None:
+    """``text`` as an integer of at most :data:`_MAX_DIGITS` digits, else ``None``."""
+    return read_int(text) if len(text.lstrip("-")) <= _MAX_DIGITS else None
 
 
 def parse_hw_tile(text: str) -> tuple[int, int]:
     """``ROWSxCOLS`` (``--hw-tile``) as two positive integers."""
     rows, sep, cols = text.partition("x") if isinstance(text, str) else ("", "", "")
-    if not (sep and _DIGITS.match(rows) and _DIGITS.match(cols) and int(rows) > 0 < int(cols)):
-        raise UsageError(f"must be ROWSxCOLS of positive integers, e.g. 16x16, not {text!r}")
-    return int(rows), int(cols)
+    r, c = _hw_int(rows), _hw_int(cols)
+    if not (sep and r is not None and c is not None and r > 0 < c):
+        raise UsageError(
+            f"must be ROWSxCOLS of positive integers of at most {_MAX_DIGITS} digits, e.g. "
+            f"16x16, not {text!r}"
+        )
+    return r, c
 
 
 def hw_tiled(graph: Any, hw_tile: tuple[int, int]) -> Any:
@@ -116,10 +125,13 @@ def hw_settings(texts: Sequence[str], where: str = "--hw") -> dict[str, int | No
 def _value(key: str, raw: str, where: str) -> int | None:
     if key in _NONE_ALLOWED and raw.lower() == "none":
         return None
-    if not _DIGITS.match(raw):
+    value = _hw_int(raw)
+    if value is None:
         also = " or none" if key in _NONE_ALLOWED else ""
-        raise UsageError(f"{where} {key} must be an integer{also}, not {raw!r}")
-    return int(raw)
+        raise UsageError(
+            f"{where} {key} must be an integer of at most {_MAX_DIGITS} digits{also}, not {raw!r}"
+        )
+    return value
 
 
 def file_config(

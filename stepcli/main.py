@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import pathlib
 import sys
 from collections.abc import Sequence
@@ -17,6 +16,7 @@ from step_hw.patterns import PATTERNS
 from step_hw.payload import TileSizeError
 from step_lang.errors import StepError
 
+from .numbers import int_rule, number_rule, read_int, read_number
 from .registry import EXAMPLES, UsageError, example, parse_params
 from .userfile import is_graph_file
 
@@ -33,13 +33,14 @@ class _Parser(argparse.ArgumentParser):
 def _number(kind: type, low: float, high: float | None = None, note: str = ""):
     """An argparse ``type`` that refuses values of the wrong type or outside ``[low, high]``."""
     what = "an integer" if kind is int else "a number"
+    read, rule = (read_int, int_rule) if kind is int else (read_number, number_rule)
 
     def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {what}, not {text!r}") from None
-        if not math.isfinite(value) or value < low or (high is not None and value > high):
+        value = read(text)  # stepcli.numbers
+        if value is None:
+            raise argparse.ArgumentTypeError(f"must be {rule(text)}, not {text!r}")
+        value = kind(value)
+        if value < low or (high is not None and value > high):
             bound = f"at least {low}" if high is None else f"in [{low}, {high}]"
             raise argparse.ArgumentTypeError(f"must be {what} {bound}{note}, not {text}")
         return value

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .numbers import int_rule, number_rule, read_int, read_number
+
 __all__ = ["MAX_SEED", "MAX_SIZE", "Param", "ParamError"]
 
 # The largest size (batch, hidden, tile, ...) the examples accept: 2**16, 64 times the paper's.
@@ -68,10 +70,9 @@ def _num(x: float) -> str:
 
 def _int(where: str, value: Any) -> int:
     if isinstance(value, str):
-        try:
-            value = int(value.strip())
-        except ValueError:
-            raise ParamError(f"{where} must be an integer, not {value!r}") from None
+        text, value = value, read_int(value.strip())
+        if value is None:
+            raise ParamError(f"{where} must be {int_rule(text.strip())}, not {text!r}")
     if isinstance(value, bool) or not isinstance(value, int):
         raise ParamError(f"{where} must be an integer, not {value!r}")
     return value
@@ -79,14 +80,9 @@ def _int(where: str, value: Any) -> int:
 
 def _float(where: str, value: Any) -> float | int:
     if isinstance(value, str):
-        text = value.strip()
-        try:
-            value = int(text)
-        except ValueError:
-            try:
-                value = float(text)
-            except ValueError:
-                raise ParamError(f"{where} must be a number, not {value!r}") from None
+        text, value = value, read_number(value.strip())
+        if value is None:  # also 1e400 and 1e-400, which a float holds as inf and 0.0
+            raise ParamError(f"{where} must be {number_rule(text.strip())}, not {text!r}")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ParamError(f"{where} must be a number, not {value!r}")
     if not math.isfinite(value):

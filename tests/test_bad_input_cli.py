@@ -80,8 +80,14 @@ for ex, key, choices in (
         )
 for ex, key, text, rule in (
     ("moe", "skew", "abc", "must be a number, not 'abc'"),
-    ("moe", "skew", "nan", "must be a finite number, not nan"),
-    ("moe", "skew", "inf", "must be a finite number, not inf"),
+    ("moe", "skew", "nan", "must be a finite number, not 'nan'"),
+    ("moe", "skew", "inf", "must be a finite number, not 'inf'"),
+    ("moe", "skew", "1e400", "must be a finite number, not '1e400'"),
+    ("moe", "skew", "1e-400", "must be a number a float can hold (it would be 0.0), not '1e-400'"),
+    ("moe", "skew", "1_0", "must be a number in ASCII digits (as 0.5 or 1e3), not '1_0'"),
+    ("moe", "batch", "1_6", "must be an integer in ASCII digits (as 16 or -3), not '1_6'"),
+    ("moe", "batch", "+4", "must be an integer in ASCII digits (as 16 or -3), not '+4'"),
+    ("moe", "batch", "\u0664", "must be an integer in ASCII digits (as 16 or -3), not '\u0664'"),
     ("moe", "skew", "2000", "must be at most 100, not 2000"),
     ("moe", "skew", "-101", "must be at least -100, not -101"),
     ("attention", "mean", "0", "must be at least 2, not 0"),
@@ -92,7 +98,7 @@ for ex, key, text, rule in (
     ("attention", "mean", "x", "must be a number, not 'x'"),
     ("attention", "sigma", "-1", "must be at least 0, not -1"),
     ("attention", "sigma", "17", "must be at most 16, not 17"),
-    ("attention", "sigma", "nan", "must be a finite number, not nan"),
+    ("attention", "sigma", "nan", "must be a finite number, not 'nan'"),
 ):
     PARAMS.append(pytest.param(ex, key, text, rule, id=f"{ex}-{key}={text}"))
 
@@ -185,11 +191,11 @@ OTHER = [
     ),
     (
         ["size-queues", "swiglu", "--margin", "nan"],
-        "argument --margin: must be a number at least 1 (1: no margin), not nan",
+        "argument --margin: must be a finite number, not 'nan'",
     ),
     (
         ["size-queues", "swiglu", "--margin", "inf"],
-        "argument --margin: must be a number at least 1 (1: no margin), not inf",
+        "argument --margin: must be a finite number, not 'inf'",
     ),
     (["size-queues", "swiglu", "--margin", "x"], "argument --margin: must be a number, not 'x'"),
     (
@@ -202,7 +208,7 @@ OTHER = [
     ),
     (
         ["size-queues", "swiglu", "--tolerance", "nan"],
-        "argument --tolerance: must be a number at least 0, not nan",
+        "argument --tolerance: must be a finite number, not 'nan'",
     ),
     (
         ["size-queues", "swiglu", "--tolerance", "abc"],
