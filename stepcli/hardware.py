@@ -33,6 +33,7 @@ from .numbers import read_int
 from .registry import UsageError
 
 __all__ = [
+    "HARDWARE_RESULT_COLUMNS",
     "HW_SETTINGS",
     "SWEEP_KEYS",
     "file_config",
@@ -189,6 +190,13 @@ def hardware_point(graph: Any, point: Mapping[str, Any]) -> tuple[HwConfig, Any,
     texts = [f"{k}={v}" for k, v in point.items() if k in HW_SETTINGS]
     config = file_config(graph, hw_settings(texts, "[hardware]"), hw_tile, "[hardware]")
     return config, getattr(MemoryModel, memory)(), hw_tile
+
+
+#: The measured figures of a :func:`run_hardware_point` row, after ``example`` and the point
+#: (``hw_tile_fill`` with ``hw_tile`` only).
+HARDWARE_RESULT_COLUMNS = (
+    "cycles", "offchip_bytes", "flops", "compute_util", "sim_wall_s", "hw_tile_fill",
+)  # fmt: skip
 
 
 def run_hardware_point(

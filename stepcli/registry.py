@@ -527,8 +527,13 @@ def example(name: str) -> Example:
     return EXAMPLES[name]
 
 
+#: The measured figures of a :func:`run_point` row, after ``example`` and the parameters.
+RESULT_COLUMNS = ("cycles", "offchip_bytes", "onchip_bytes", "flops", "compute_util", "sim_wall_s")
+
+
 def run_point(name: str, params: Mapping[str, Any], functional: bool = False) -> dict[str, Any]:
-    """Simulate one parameter set; the row holds the parameters and the measured figures."""
+    """Simulate one parameter set; the row holds the parameters and the measured figures
+    (:data:`RESULT_COLUMNS`)."""
     ex = example(name)
     p = ex.params(params)
     graph = ex.build(p)

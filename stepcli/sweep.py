@@ -49,7 +49,9 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
-from .registry import NotApplicable, UsageError, example, run_point
+from .hardware import HARDWARE_RESULT_COLUMNS
+from .numbers import read_number
+from .registry import RESULT_COLUMNS, NotApplicable, UsageError, example, run_point
 
 __all__ = ["SweepSpec", "load_spec", "run_sweep"]
 
@@ -102,7 +104,7 @@ def load_spec(path: str | pathlib.Path) -> SweepSpec:
             f"sweep spec {path}: 'grid' must be a table ([grid]) or tables ([[grid]]), not {grids!r}"
         )
     points: list[dict[str, Any]] = []
-    seen: dict[str, int] = {}  # a point's full parameters -> the grid it came from
+    seen: dict[str, tuple[int, dict]] = {}  # a point's full parameters -> its grid and point
     for number, grid in enumerate(grids, start=1):
         table = "grid" if len(grids) == 1 else f"grid {number}"
         both = sorted(set(fixed) & set(grid))
@@ -115,10 +117,13 @@ def load_spec(path: str | pathlib.Path) -> SweepSpec:
             # unknown parameters and bad values fail here, before anything runs
             key = _key(ex.row(_params(path, ex, point)), ex.defaults)
             if key in seen:
+                first_number, first = seen[key]
                 raise UsageError(
-                    f"sweep spec {path}: {table} repeats a point of grid {seen[key]}: {point}"
+                    f"sweep spec {path}: {table} lists one point twice: {first} and {point}"
+                    if first_number == number
+                    else f"sweep spec {path}: {table} repeats a point of grid {first_number}: {point}"
                 )
-            seen[key] = number
+            seen[key] = number, point
             points.append(point)
     return SweepSpec(raw["example"], points, bool(raw.get("functional", False)), _output(path, raw))
 
@@ -179,11 +184,18 @@ def _hardware_spec(path: pathlib.Path, raw: dict[str, Any], ex: Any) -> SweepSpe
     keys = list(grid)
     points = [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*grid.values())]
     graph = ex.build({})
+    seen: dict[str, dict] = {}  # a point's hardware -> the point (16x16 and 016x16 are one)
     for p in points:
         try:
-            hardware_point(graph, p)
+            config, memory, hw_tile = hardware_point(graph, p)
         except UsageError as exc:
             raise UsageError(f"sweep spec {path}: {exc}") from None
+        key = repr((config, memory, hw_tile))
+        if key in seen:
+            raise UsageError(
+                f"sweep spec {path}: [hardware] lists one point twice: {seen[key]} and {p}"
+            )
+        seen[key] = p
     return SweepSpec(raw["example"], points, bool(raw.get("functional", False)),
                      _output(path, raw), tuple(keys))  # fmt: skip
 
@@ -200,26 +212,45 @@ def _run_point(
 
 
 def _key(row: dict[str, Any], params: Iterable[str]) -> str:
-    return json.dumps({k: str(row[k]) for k in sorted(params)})
+    """A point's identity: its parameters' values, a number by its value (``1``, ``1.0`` and a
+    CSV's ``"1.0"`` are one point)."""
+    return json.dumps({k: _canonical(row[k]) for k in sorted(params)})
 
 
-def _read_done(path: pathlib.Path, params: Iterable[str], ex: Any) -> dict[str, dict[str, Any]]:
-    """The rows of an earlier run of this sweep in ``path``, by point. A parameter that does
-    not apply to a row's point is blanked as a new row would show it (a file written before
-    such parameters were blanked holds e.g. ``tile_n=32`` on a dynamic row); the file is
-    rewritten so if any was."""
+def _canonical(value: Any) -> str:
+    number = read_number(value) if isinstance(value, str) else value
+    if isinstance(number, bool) or not isinstance(number, (int, float)):
+        return str(value)
+    if isinstance(number, int) or number.is_integer():
+        return str(int(number))
+    return repr(float(number))
+
+
+def _read_done(
+    path: pathlib.Path, name: str, params: Iterable[str], ex: Any, results: Iterable[str]
+) -> dict[str, dict[str, Any]]:
+    """The rows of an earlier run of this sweep in ``path``, by point. A file of another sweep
+    (another example or graph file, a parameter column this sweep lacks or sets that the file
+    lacks) is refused: its rows are not this sweep's points. A parameter that does not apply
+    to a row's point is blanked as a new row would show it (a file written before such
+    parameters were blanked holds e.g. ``tile_n=32`` on a dynamic row); the file is rewritten
+    so if any was."""
     if not path.exists():
         return {}
-    with path.open(newline="") as f:
+    params = list(params)
+    with path.open(newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         header = list(reader.fieldnames or [])
-        missing = [k for k in params if k not in header]
-        if missing:
-            raise UsageError(
-                f"sweep output {path} holds another sweep: it has no column "
-                f"{', '.join(missing)}; give another 'output' or remove the file"
-            )
+        missing = [k for k in ["example", *params] if k not in header]
+        extra = [k for k in header if k not in {"example", *params, *results}]
         rows = list(reader)
+    other = sorted({r["example"] for r in rows} - {name}) if "example" in header else []
+    for what, names in (("no column", missing), ("column", extra), ("rows of example", other)):
+        if names:
+            raise UsageError(
+                f"sweep output {path} holds another sweep: it has {what} {', '.join(names)}; "
+                "give another 'output' or remove the file"
+            )
     blanked = False
     for row in rows:
         for key in ex.inapplicable({k: row[k] for k in ex.defaults}):
@@ -227,7 +258,7 @@ def _read_done(path: pathlib.Path, params: Iterable[str], ex: Any) -> dict[str, 
             row[key] = ""
     if blanked:
         _write_all(path, header, rows)
-    return {_key(r, params): r for r in rows}
+    return {_key(r, ["example", *params]): r for r in rows}
 
 
 def _progress(done: int, total: int, started: float, stream=sys.stderr) -> None:
@@ -256,11 +287,12 @@ def run_sweep(
     """
     ex = example(spec.example)
     hw = spec.hardware_keys
-    names = list(ex.defaults) + list(hw)
+    names = ["example", *ex.defaults, *hw]
     # each point as its result row shows it (every parameter; those that do not apply empty)
-    full = [{**ex.row(ex.params({k: v for k, v in p.items() if k not in hw})),
+    full = [{"example": spec.example, **ex.row(ex.params({k: v for k, v in p.items() if k not in hw})),
              **{k: p[k] for k in hw}} for p in spec.points]  # fmt: skip
-    done = _read_done(spec.output, names, ex)
+    results = HARDWARE_RESULT_COLUMNS if hw else RESULT_COLUMNS
+    done = _read_done(spec.output, spec.example, names[1:], ex, results)
     todo = [p for p, f in zip(spec.points, full, strict=True) if _key(f, names) not in done]
     rows: dict[str, dict[str, Any]] = dict(done)
     started = time.perf_counter()

@@ -373,8 +373,8 @@ def test_sweep_output_of_another_sweep_is_refused(capsys, tmp_path):
     check(
         capsys,
         ["sweep", spec, "-q"],
-        f"sweep output {out} holds another sweep: it has no column batch, hidden, intermediate, "
-        "tile_b, tile_i, seed; give another 'output' or remove the file",
+        f"sweep output {out} holds another sweep: it has no column example, batch, hidden, "
+        "intermediate, tile_b, tile_i, seed; give another 'output' or remove the file",
     )
     assert out.read_text() == "foo,bar\n1,2\n"
 

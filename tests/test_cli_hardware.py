@@ -331,6 +331,37 @@ def test_a_hardware_sweep_adds_a_new_column_to_an_old_file(wide, capsys):
         assert r["hw_tile_fill"] in ("", "1", "0.666667"), r
 
 
+def test_a_sweep_never_takes_another_sweeps_rows_for_its_own(wide, capsys):
+    """A file written by a sweep of another graph, or one that set a setting this sweep leaves
+    at its default, is refused: its rows are not this sweep's points (they were once returned
+    as such, and nothing ran)."""
+    Path("other.py").write_text(GRAPH.replace("wide_add", "other_add"))
+    Path("a.toml").write_text('example = "wide.py:build"\noutput = "a.csv"\n'
+                              '[hardware]\nhw_tile = ["8x8"]\nlanes = [16, 64]\nmemory = ["hbm"]\n')  # fmt: skip
+    assert main(["sweep", "a.toml", "-q", "-j", "1"]) == 0
+    capsys.readouterr()
+    before = Path("a.csv").read_text()
+    Path("b.toml").write_text('example = "wide.py:build"\noutput = "a.csv"\n'
+                              '[hardware]\nhw_tile = ["8x8"]\nlanes = [16, 64]\n')  # fmt: skip
+    check(capsys, ["sweep", "b.toml", "-q"],
+          r"sweep output a\.csv holds another sweep: it has column memory; give another 'output' "
+          r"or remove the file")  # fmt: skip
+    Path("c.toml").write_text('example = "other.py:build"\noutput = "a.csv"\n'
+                              '[hardware]\nhw_tile = ["8x8"]\nlanes = [16, 64]\nmemory = ["hbm"]\n')  # fmt: skip
+    check(capsys, ["sweep", "c.toml", "-q"],
+          r"sweep output a\.csv holds another sweep: it has rows of example wide\.py:build; give "
+          r"another 'output' or remove the file")  # fmt: skip
+    assert Path("a.csv").read_text() == before
+
+
+def test_a_hardware_sweep_lists_each_point_once(wide, capsys):
+    Path("d.toml").write_text('example = "wide.py:build"\n[hardware]\n'
+                              'hw_tile = ["8x8", "08x8"]\n')  # fmt: skip
+    check(capsys, ["sweep", "d.toml", "-q"],
+          r"sweep spec d\.toml: \[hardware\] lists one point twice: \{'hw_tile': '8x8'\} and "
+          r"\{'hw_tile': '08x8'\}")  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "text, message",
     [

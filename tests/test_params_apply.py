@@ -147,6 +147,15 @@ def test_sweep_of_several_grids_runs_each_product(capsys, tmp_path):
         assert len(list(csv.DictReader(f))) == 4
 
 
+def test_a_sweep_lists_each_point_once_whatever_its_spelling(capsys, tmp_path):
+    """``skew = [1, 1.0]`` is one point twice (it ran twice once)."""
+    spec = tmp_path / "s.toml"
+    spec.write_text("example = 'moe'\n[fixed]\nmodel = 'small'\n[grid]\nskew = [1, 1.0]\n")
+    check(capsys, ["sweep", spec, "-q"],
+          f"sweep spec {spec}: grid lists one point twice: {{'model': 'small', 'skew': 1}} and "
+          f"{{'model': 'small', 'skew': 1.0}}")  # fmt: skip
+
+
 def test_a_sweep_resumes_a_file_written_before_parameters_were_blanked(capsys, tmp_path):
     """A CSV whose dynamic rows show ``tile_n`` (written before parameters that do not apply were
     blanked) resumes: its rows are the points they were, none runs again, and the file is
