@@ -504,9 +504,17 @@ def _hidden_instances(text: str, top: str, instances: dict[str, str]) -> list[st
 
 def write(graph: Graph, path_stem: str, config: HwConfig | None = None) -> None:
     """Write ``<path_stem>.v`` (the Verilog module, named after the file) and ``<path_stem>.json``
-    (:meth:`ElaboratedGraph.description`) of ``graph`` under ``config``."""
+    (:meth:`ElaboratedGraph.description`) of ``graph`` under ``config``. The file's name must be
+    a plain Verilog identifier (letters, digits, ``_``; not a digit first)."""
     import pathlib
+    import re
 
-    text, desc = convert(graph, config, name=pathlib.Path(path_stem).name)
-    pathlib.Path(path_stem).with_suffix(".v").write_text(text)
-    pathlib.Path(path_stem).with_suffix(".json").write_text(json.dumps(desc, indent=2) + "\n")
+    name = pathlib.Path(path_stem).name
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ValueError(
+            f"write: the file name {name!r} names the Verilog module; use letters, digits and _ "
+            "(not a digit first)"
+        )
+    text, desc = convert(graph, config, name=name)
+    pathlib.Path(f"{path_stem}.v").write_text(text)
+    pathlib.Path(f"{path_stem}.json").write_text(json.dumps(desc, indent=2) + "\n")

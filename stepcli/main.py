@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import pathlib
 import sys
 from collections.abc import Sequence
@@ -342,7 +343,7 @@ def _write_sized_verilog(graph, config, depths, stem: pathlib.Path) -> None:
     graph.queue_depths.update(depths)
     stem.parent.mkdir(parents=True, exist_ok=True)
     write(graph, str(stem), config)
-    print(f"wrote {stem.with_suffix('.v')} and {stem.with_suffix('.json')} (sized queues)")
+    print(f"wrote {stem}.v and {stem}.json (sized queues)")
 
 
 def cmd_paper(args) -> None:
@@ -527,6 +528,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_outputs(args) -> None:
+    """Every file and folder the command will write, checked before any work
+    (:mod:`stepcli.outputs`)."""
+    from .outputs import output_file, output_folder, verilog_stem
+
+    if isinstance(getattr(args, "json", None), str):  # `sim --json` is a flag
+        output_file(args.json, "--json")
+    if getattr(args, "trace", None) is not None:
+        output_file(args.trace, "--trace")
+    if getattr(args, "verilog", None) is not None:
+        stem = verilog_stem(args.verilog, "--verilog")
+        if isinstance(args.json, str) and os.path.abspath(args.json) == os.path.abspath(
+            f"{stem}.json"
+        ):
+            raise UsageError(
+                f"--json {args.json!r} is the description --verilog {args.verilog!r} writes; "
+                "give another --json"
+            )
+    output = getattr(args, "output", None)
+    if output is None:
+        return
+    if args.command in ("rtl", "paper"):
+        output_folder(output, "-o")
+    elif args.command == "graph":
+        output_file(str(output_file(output, "-o", ".dot").with_suffix(".svg")), "-o")
+    else:  # sweep: its CSV
+        output_file(output, "-o")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -534,6 +564,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0) or a usage error (2), already printed
         return int(exc.code or 0)
     try:
+        _check_outputs(args)
         rc = args.fn(args)  # None, or a command's own status (`validate`: 1 when not OK)
     except TileSizeError as exc:
         hint = " (--hw-tile ROWSxCOLS rewrites a graph file onto hardware tiles of that size)"

@@ -70,11 +70,16 @@ class SweepSpec:
 
 def load_spec(path: str | pathlib.Path) -> SweepSpec:
     """Read and check a sweep spec; raises :class:`UsageError` with the reason."""
+    if not str(path).strip():
+        raise UsageError("sweep spec: an empty path names no file")
     path = pathlib.Path(path)
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise UsageError(f"cannot read sweep spec {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"cannot read sweep spec {path}: not UTF-8 text ({exc.reason} at byte "
+                         f"{exc.start})") from None  # fmt: skip
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"sweep spec {path} is not valid TOML: {exc}") from exc
     unknown = sorted(set(raw) - {"example", "functional", "output", "fixed", "grid", "hardware"})
@@ -155,10 +160,12 @@ def _check_lists(path: pathlib.Path, table: str, lists: dict[str, Any]) -> None:
 
 def _output(path: pathlib.Path, raw: dict[str, Any]) -> pathlib.Path:
     """The spec's CSV (default ``build/sweeps/<spec name>.csv``)."""
+    from .outputs import output_file
+
     text = raw.get("output", f"build/sweeps/{path.stem}.csv")
     if not text.strip():
         raise UsageError(f"sweep spec {path}: 'output' must name a CSV file, not {text!r}")
-    return pathlib.Path(text)
+    return output_file(text, f"sweep spec {path}: output")
 
 
 def _hardware_spec(path: pathlib.Path, raw: dict[str, Any], ex: Any) -> SweepSpec:
@@ -238,12 +245,16 @@ def _read_done(
     if not path.exists():
         return {}
     params = list(params)
-    with path.open(newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        header = list(reader.fieldnames or [])
-        missing = [k for k in ["example", *params] if k not in header]
-        extra = [k for k in header if k not in {"example", *params, *results}]
-        rows = list(reader)
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            header = list(reader.fieldnames or [])
+            rows = list(reader)
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"sweep output {path} is not UTF-8 text ({exc.reason} at byte "
+                         f"{exc.start}); give another 'output' or remove the file") from None  # fmt: skip
+    missing = [k for k in ["example", *params] if k not in header]
+    extra = [k for k in header if k not in {"example", *params, *results}]
     other = sorted({r["example"] for r in rows} - {name}) if "example" in header else []
     for what, names in (("no column", missing), ("column", extra), ("rows of example", other)):
         if names:

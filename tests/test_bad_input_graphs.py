@@ -276,7 +276,7 @@ def test_graph_file_memory_is_checked_by_every_command(
 
     (tmp_path / "g.py").write_text(GRAPH_FILE)
     target = f"{tmp_path / 'g.py'}:{function}"
-    argv = [command, target] + (["-o", str(tmp_path / "out")] if command == "graph" else [])
+    argv = [command, target] + (["-o", str(tmp_path / "out.dot")] if command == "graph" else [])
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"step: error: {target}"), err
