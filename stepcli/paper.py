@@ -24,7 +24,7 @@ import json
 import math
 import pathlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
@@ -720,7 +720,12 @@ def run_paper(
     workers: int = 2,
     only: list[str] | None = None,
 ) -> dict:
-    """Run the experiments; write CSVs, plots and ``summary.json`` under ``out``."""
+    """Run the experiments; write CSVs, plots and ``summary.json`` under ``out``.
+
+    Each headline names its experiment. With ``only``, the headlines of the other experiments
+    that a ``summary.json`` already in ``out`` holds from a run on the same traces are kept
+    (their CSVs and plots are there too), listed under ``kept``; this run's wall times are
+    ``wall_s`` and ``experiment_wall_s``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -741,14 +746,38 @@ def run_paper(
         if only and name not in only:
             continue
         t1 = time.perf_counter()
+        first = len(headlines)
         fn(root, out, workers, headlines, plt)
         plt.close("all")
+        for h in headlines[first:]:
+            h["experiment"] = name
         walls[name] = round(time.perf_counter() - t1, 1)
+    traces_name = str(root) if root else "synthetic"
+    kept = _kept_headlines(out / "summary.json", traces_name, walls) if only else []
+    order = list(EXPERIMENTS)
     summary = {
         "wall_s": round(time.perf_counter() - t0, 1),
         "experiment_wall_s": walls,
-        "traces": str(root) if root else "synthetic",
-        "headlines": headlines,
+        "traces": traces_name,
+        "headlines": sorted(headlines + kept, key=lambda h: order.index(h["experiment"])),
+        "kept": sorted({h["experiment"] for h in kept}, key=order.index),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _kept_headlines(path: pathlib.Path, traces: str, ran: Mapping[str, float]) -> list[dict]:
+    """The headlines of the experiments this run did not run from an earlier ``summary.json``
+    at ``path`` on the same ``traces`` (none from a summary of other traces, or of a version
+    whose headlines do not name their experiment)."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(old, dict) or old.get("traces") != traces:
+        return []
+    return [
+        h
+        for h in old.get("headlines", [])
+        if isinstance(h, dict) and h.get("experiment") in EXPERIMENTS and h["experiment"] not in ran
+    ]

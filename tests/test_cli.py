@@ -174,11 +174,25 @@ def test_bad_sweep_specs(capsys, tmp_path, text, message):
 
 
 def test_paper_writes_summary(capsys, tmp_path):
+    """``--only``: the summary keeps an earlier run's headlines of the other experiments (on the
+    same traces) and replaces this experiment's."""
+    earlier = {"traces": "synthetic", "headlines": [
+        {"name": "an earlier Fig. 9 headline", "figure": "Fig. 9", "paper": 1.33, "ours": 1.5,
+         "experiment": "dynamic_tiling"},
+        {"name": "an earlier Fig. 12 headline", "figure": "Fig. 12", "paper": 2.0, "ours": 9.0,
+         "experiment": "time_multiplexing"},
+    ]}  # fmt: skip
+    (tmp_path / "summary.json").write_text(json.dumps(earlier))
     rc, _, _ = run(capsys, "paper", "-o", str(tmp_path), "--only", "time_multiplexing")
     assert rc == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["traces"] == "synthetic"
-    names = [h["name"] for h in summary["headlines"]]
+    assert summary["kept"] == ["dynamic_tiling"] and list(summary["experiment_wall_s"]) == [
+        "time_multiplexing"
+    ]
+    assert summary["headlines"][0] == earlier["headlines"][0]
+    names = [h["name"] for h in summary["headlines"][1:]]
+    assert {h["experiment"] for h in summary["headlines"][1:]} == {"time_multiplexing"}
     assert names == [
         "time-multiplexing utilisation gain, static tiling (<= 1% cycles)",
         "time-multiplexing utilisation gain, static tiling, at 32 regions (the artifact's comparison point)",
@@ -377,3 +391,16 @@ def test_paper_traces_must_be_a_folder(capsys, tmp_path):
     path.write_bytes(b"")
     rc, _, err = run(capsys, "paper", "--traces", str(path))
     assert rc == 2 and err == f"step: error: traces directory {path} is not a directory\n"
+
+
+def test_paper_keeps_no_headline_of_other_traces(tmp_path):
+    from stepcli.paper import _kept_headlines
+
+    path = tmp_path / "summary.json"
+    h = {"name": "x", "experiment": "dynamic_tiling"}
+    path.write_text(json.dumps({"traces": "/some/traces", "headlines": [h]}))
+    assert _kept_headlines(path, "synthetic", {}) == []
+    assert _kept_headlines(path, "/some/traces", {}) == [h]
+    assert _kept_headlines(path, "/some/traces", {"dynamic_tiling": 1.0}) == []
+    path.write_text(json.dumps({"traces": "synthetic", "headlines": [{"name": "no experiment"}]}))
+    assert _kept_headlines(path, "synthetic", {}) == []
