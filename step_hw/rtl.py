@@ -89,14 +89,14 @@ def example_config(graph: Any) -> HwConfig:
 
 def main(argv: list[str] | None = None, out: str = "build/rtl") -> int:
     out = pathlib.Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     written = 0
     names = argv or list(EXAMPLES)
     unknown = [n for n in names if n not in EXAMPLES]
-    if unknown:
+    if unknown:  # before the folder is made: a refused command leaves nothing behind
         raise ValueError(
             f"no hardware-size variant of {', '.join(unknown)}; available: {', '.join(EXAMPLES)}"
         )
+    out.mkdir(parents=True, exist_ok=True)
     for name in names:
         make = EXAMPLES[name]
         t0 = time.perf_counter()

@@ -95,3 +95,12 @@ def test_verilog_stem_keeps_its_name_whole(here, capsys):
     assert "wrote v/sized_2.v and v/sized_2.json (sized queues)" in out
     assert "module sized_2(" in Path("v/sized_2.v").read_text()
     assert "depths" in Path("v/report.json").read_text()
+
+
+def test_a_refused_example_leaves_no_folder(here, capsys):
+    from step_hw.rtl import EXAMPLES
+
+    for name in ("nosuch", "decoder"):
+        check(capsys, ["rtl", name, "-o", "r/made_for_nothing"],
+              f"no hardware-size variant of {name}; available: {', '.join(EXAMPLES)}")  # fmt: skip
+    assert not Path("r").exists()
