@@ -507,10 +507,11 @@ def write(graph: Graph, path_stem: str, config: HwConfig | None = None) -> None:
     (:meth:`ElaboratedGraph.description`) of ``graph`` under ``config``. The file's name must be
     a plain Verilog identifier (letters, digits, ``_``; not a digit first)."""
     import pathlib
-    import re
+
+    from step_lang.dims import IDENTIFIER
 
     name = pathlib.Path(path_stem).name
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+    if not IDENTIFIER.match(name):
         raise ValueError(
             f"write: the file name {name!r} names the Verilog module; use letters, digits and _ "
             "(not a digit first)"

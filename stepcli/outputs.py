@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import os
 import pathlib
-import re
+
+from step_lang.dims import IDENTIFIER
 
 from .registry import UsageError
 
 __all__ = ["output_file", "output_folder", "verilog_stem"]
-
-# A Verilog module's name, as the file stem of ``--verilog STEM`` gives it.
-_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def _writable(folder: pathlib.Path, where: str) -> None:
@@ -69,7 +67,7 @@ def verilog_stem(text: str, option: str) -> pathlib.Path:
     (letters, digits and ``_``, not starting with a digit; ``sized.v2`` would write
     ``sized.v2.v`` for a module that Verilog must escape)."""
     path = output_file(text, option)
-    if not _MODULE.match(path.name):
+    if not IDENTIFIER.match(path.name):  # the module's name, as a graph's (step_lang.graph)
         raise UsageError(
             f"{option} {text!r}: the file name {path.name!r} names the Verilog module; use "
             "letters, digits and _ (not a digit first)"

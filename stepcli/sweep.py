@@ -298,12 +298,13 @@ def run_sweep(
     """
     ex = example(spec.example)
     hw = spec.hardware_keys
-    names = ["example", *ex.defaults, *hw]
+    params = [*ex.defaults, *hw]
+    names = ["example", *params]
     # each point as its result row shows it (every parameter; those that do not apply empty)
     full = [{"example": spec.example, **ex.row(ex.params({k: v for k, v in p.items() if k not in hw})),
              **{k: p[k] for k in hw}} for p in spec.points]  # fmt: skip
     results = HARDWARE_RESULT_COLUMNS if hw else RESULT_COLUMNS
-    done = _read_done(spec.output, spec.example, names[1:], ex, results)
+    done = _read_done(spec.output, spec.example, params, ex, results)
     todo = [p for p, f in zip(spec.points, full, strict=True) if _key(f, names) not in done]
     rows: dict[str, dict[str, Any]] = dict(done)
     started = time.perf_counter()
