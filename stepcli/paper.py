@@ -80,6 +80,8 @@ def _save(fig, out: pathlib.Path, stem: str) -> None:
 
 
 def _routing_trace(root: pathlib.Path | None, model: str, batch: int) -> str:
+    """The routing trace of ``model`` at ``batch`` under ``root``, read and checked (its experts,
+    top_k and ``batch`` tokens), or ``""`` without a trace folder (a synthetic stand-in)."""
     if root is None:
         return ""
     files = traces.routing_files(root, model, batch)
@@ -91,7 +93,15 @@ def _routing_trace(root: pathlib.Path | None, model: str, batch: int) -> str:
             f"{len(files)} routing traces for {model} batch {batch} under {folder} "
             f"({', '.join(p.name for p in files)}): expected one"
         )
-    return str(files[0])
+    path = str(files[0])
+    tokens = len(traces.load_routing(path))
+    if tokens != batch:
+        raise UsageError(
+            f"routing trace {path} has {tokens} tokens; its folder {folder.name} is for batch "
+            f"{batch}"
+        )
+    moe_choices({"model": model, "batch": batch, "trace": path})  # its experts and top_k
+    return path
 
 
 def _synthetic_skew(trace: str) -> dict[str, float]:
@@ -110,10 +120,13 @@ PAPER_PID = {
 }
 
 
-def dynamic_tiling(root, out, workers, headlines, plt) -> None:
+def dynamic_tiling_traces(root) -> dict[tuple[str, int], str]:
+    return {(model, batch): _routing_trace(root, model, batch) for model, batch in PAPER_PID}
+
+
+def dynamic_tiling(found, out, workers, headlines, plt) -> None:
     jobs = []
-    for (model, batch), _ in PAPER_PID.items():
-        trace = _routing_trace(root, model, batch)
+    for (model, batch), trace in found.items():
         base = {"model": model, "batch": batch, "trace": trace, **_synthetic_skew(trace), "seed": 1}
         # The artifact gives dynamic-tiling nodes 6400 FLOPs/cycle against 4096 for static tiling
         # (STEP_REFERENCE §11.7); we run both, the paper's setting and an equalised one.
@@ -186,8 +199,11 @@ def _algorithmic_flops(choices: np.ndarray, cfg: moe.MoEConfig, tile_n: int | No
     return total
 
 
-def time_multiplexing(root, out, workers, headlines, plt) -> None:
-    trace = _routing_trace(root, "qwen", 64)
+def time_multiplexing_traces(root) -> str:
+    return _routing_trace(root, "qwen", 64)
+
+
+def time_multiplexing(trace, out, workers, headlines, plt) -> None:
     base = {
         "model": "qwen",
         "batch": 64,
@@ -317,9 +333,10 @@ B16 = {"low": (479, 480), "med": (986, 987), "high": (1454, 1455, 1456)}
 
 
 def _kv_traces(root, batch: int, stdevs) -> list[str]:
-    """The KV-length traces of ``batch`` whose stdev is one of ``stdevs`` under ``root`` (none
-    without a trace folder: the experiment's synthetic stand-ins); every stdev the experiment
-    takes must have a trace there, so that a run said to be on ``root``'s traces is."""
+    """The KV-length traces of ``batch`` whose stdev is one of ``stdevs`` under ``root``, each
+    read and checked to hold ``batch`` lengths (none without a trace folder: the experiment's
+    synthetic stand-ins); every stdev the experiment takes must have a trace there, so that a
+    run said to be on ``root``'s traces is."""
     if root is None:
         return []
     found = traces.kv_length_files(root, batch)
@@ -330,7 +347,15 @@ def _kv_traces(root, batch: int, stdevs) -> list[str]:
             f"no KV-length trace of stdev {', '.join(map(str, missing))} at batch {batch} under "
             f"{root / 'kv_lengths' / f'b{batch}'} (expected {names})"
         )
-    return [str(p) for s, p in found if s in stdevs]
+    files = [str(p) for s, p in found if s in stdevs]
+    for f in files:
+        requests = len(traces.load_kv_lengths(f))
+        if requests != batch:
+            raise UsageError(
+                f"KV-length trace {f} has {requests} requests; its folder b{batch} is for batch "
+                f"{batch}"
+            )
+    return files
 
 
 def _synthetic_kv(label: str, batch: int, index: int) -> dict:
@@ -346,24 +371,28 @@ def _attn_jobs(kv: dict, schedules=("dynamic", "interleaved", "coarse")) -> list
     return jobs
 
 
-def dynamic_parallelization(root, out, workers, headlines, plt) -> None:
+def dynamic_parallelization_traces(root) -> dict[str, Any]:
+    """The KV-length traces per batch (16, 64 and Fig. 21's "64 + 16" batches of 80) and class,
+    and Fig. 15's (none without a trace folder)."""
+    classes = {64: {"low": LOW, "high": HIGH, "med": MED}, 16: B16, 80: B80}
+    return {
+        "by_batch": {
+            batch: {label: _kv_traces(root, batch, s) for label, s in by_class.items()}
+            for batch, by_class in classes.items()
+        },
+        "fig15": _kv_traces(root, 64, (996,)),
+    }
+
+
+def dynamic_parallelization(found, out, workers, headlines, plt) -> None:
     cases: list[tuple[str, int, dict]] = []  # (label, batch, kv params)
-    for label, stdevs in (("low", LOW), ("high", HIGH), ("med", MED)):
-        files = _kv_traces(root, 64, stdevs)
-        kvs = [{"trace": f, "batch": 64} for f in files] or [
-            _synthetic_kv(label, 64, i) for i in range(3)
-        ]
-        cases += [(label, 64, kv) for kv in kvs]
-    for label, stdevs in B16.items():
-        files = _kv_traces(root, 16, stdevs)
-        kvs = [{"trace": f, "batch": 16} for f in files] or [
-            _synthetic_kv(label, 16, i) for i in range(3)
-        ]
-        cases += [(label, 16, kv) for kv in kvs]
-    if root is not None:  # Fig. 21's "64 + 16" batches
-        for label, stdevs in B80.items():
-            cases += [(label, 80, {"trace": f, "batch": 80}) for f in _kv_traces(root, 80, stdevs)]
-    fig15 = _kv_traces(root, 64, (996,))
+    for batch, classes in found["by_batch"].items():
+        for label, files in classes.items():
+            kvs = [{"trace": f, "batch": batch} for f in files]
+            if not files and batch != 80:  # synthetic stand-ins; Fig. 21's B = 80 only on traces
+                kvs = [_synthetic_kv(label, batch, i) for i in range(3)]
+            cases += [(label, batch, kv) for kv in kvs]
+    fig15 = found["fig15"]
     for b in (16, 32, 48, 64):
         kv = (
             {"trace": fig15[0], "batch": b, **({"trace_fit": "cut"} if b < 64 else {})}
@@ -606,14 +635,19 @@ def _combo(model: str, dp: bool, dt: bool, tm: bool) -> dict:
 COMBOS = [(dp, dt, tm) for dp in (False, True) for dt in (False, True) for tm in (False, True)]
 
 
-def decoder_layer(root, out, workers, headlines, plt) -> None:
+def decoder_layer_traces(root) -> tuple[str, dict[str, str]]:
+    """The KV-length trace and each model's routing trace (``""``: a synthetic stand-in)."""
+    kv_files = _kv_traces(root, 64, (995,))
+    routing = {model: _routing_trace(root, model, 64) for model in ("qwen", "mixtral")}
+    return (kv_files[0] if kv_files else ""), routing
+
+
+def decoder_layer(found, out, workers, headlines, plt) -> None:
     """Fig. 17 (STeP schedule against the two static baselines) and every combination of the
     three optimizations on both decoder layers."""
-    kv_files = _kv_traces(root, 64, (995,))
-    kv = kv_files[0] if kv_files else ""
+    kv, routings = found
     jobs, keys = [], []
-    for model in ("qwen", "mixtral"):
-        routing = _routing_trace(root, model, 64)
+    for model, routing in routings.items():
         for combo in COMBOS:
             jobs.append((model, _combo(model, *combo), kv, routing))
             keys.append((model, "combo", combo))
@@ -705,11 +739,13 @@ def decoder_layer(root, out, workers, headlines, plt) -> None:
     _save(fig, out, "fig17_decoder_combinations")
 
 
-EXPERIMENTS: dict[str, Callable] = {
-    "dynamic_tiling": dynamic_tiling,
-    "time_multiplexing": time_multiplexing,
-    "dynamic_parallelization": dynamic_parallelization,
-    "decoder_layer": decoder_layer,
+#: Each experiment: the function that finds and checks the traces it runs on under a
+#: ``--traces`` folder (synthetic stand-ins without one), and the function that runs it on them.
+EXPERIMENTS: dict[str, tuple[Callable, Callable]] = {
+    "dynamic_tiling": (dynamic_tiling_traces, dynamic_tiling),
+    "time_multiplexing": (time_multiplexing_traces, time_multiplexing),
+    "dynamic_parallelization": (dynamic_parallelization_traces, dynamic_parallelization),
+    "decoder_layer": (decoder_layer_traces, decoder_layer),
 }
 
 
@@ -737,17 +773,20 @@ def run_paper(
         if not root.is_dir():
             why = "is not a directory" if root.exists() else "does not exist"
             raise UsageError(f"traces directory {root} {why}")
+    t0 = time.perf_counter()
+    # Every experiment's traces are found and read before any runs: a bad or missing one fails
+    # the command before it has spent minutes on the experiments before it.
+    found = {
+        name: find(root) for name, (find, _) in EXPERIMENTS.items() if not only or name in only
+    }
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     headlines: list[dict[str, Any]] = []
     walls: dict[str, float] = {}
-    t0 = time.perf_counter()
-    for name, fn in EXPERIMENTS.items():
-        if only and name not in only:
-            continue
+    for name, files in found.items():
         t1 = time.perf_counter()
         first = len(headlines)
-        fn(root, out, workers, headlines, plt)
+        EXPERIMENTS[name][1](files, out, workers, headlines, plt)
         plt.close("all")
         for h in headlines[first:]:
             h["experiment"] = name

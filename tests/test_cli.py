@@ -386,6 +386,97 @@ def test_paper_runs_on_every_trace_it_names_or_refuses(capsys, tmp_path, routing
     assert rc == 2 and err == f"step: error: {message.format(root=root)}\n"
 
 
+def _valid_trace_folder(root: pathlib.Path) -> None:
+    """Every trace ``step paper`` reads, valid: routing of each model at batch 64 and 1024 (distinct
+    experts per token), KV lengths of every stdev it takes at batch 16, 64 and 80."""
+    import numpy as np
+
+    from examples import moe
+    from stepcli.paper import B16, B80, HIGH, LOW, MED
+
+    for cfg in (moe.MIXTRAL, moe.QWEN):
+        for batch in (64, 1024):
+            d = root / "expert_routing" / f"{cfg.name}_b{batch}"
+            d.mkdir(parents=True)
+            data = np.tile(np.arange(cfg.top_k), (batch, 1))
+            np.savez(d / "000_001.npz", data=data)
+    stdevs = {64: LOW + MED + HIGH, 16: sum(B16.values(), ()), 80: sum(B80.values(), ())}
+    for batch, of_batch in stdevs.items():
+        d = root / "kv_lengths" / f"b{batch}"
+        d.mkdir(parents=True)
+        for s in of_batch:
+            np.save(d / f"conv_stdev{s:04d}_0000_{batch - 1:04d}.npy", np.full(batch, 100))
+
+
+@pytest.mark.parametrize(
+    ("path", "data", "message"),
+    [
+        ("kv_lengths/b80/conv_stdev1413_0000_0079.npy", "kv79",
+         "KV-length trace {path} has 79 requests; its folder b80 is for batch 80"),
+        ("kv_lengths/b64/conv_stdev0995_0000_0063.npy", "negative",
+         "KV-length trace {path}: length -1 of request 0 is negative"),
+        ("expert_routing/mixtral_b64/000_001.npz", "routing63",
+         "routing trace {path} has 63 tokens; its folder mixtral_b64 is for batch 64"),
+        ("expert_routing/qwen_b64/000_001.npz", "top2",
+         "routing trace {path}: 2 experts per token, model 'qwen' routes each token to 8 (top_k)"),
+    ],
+)  # fmt: skip
+def test_paper_reads_every_trace_before_it_runs(capsys, tmp_path, path, data, message):
+    """A bad trace of any experiment (here Fig. 21's, Fig. 14's and the decoder's, read by the
+    third and fourth experiments) fails ``step paper`` before the first experiment runs: no
+    output folder is made."""
+    import numpy as np
+
+    root = tmp_path / "traces"
+    _valid_trace_folder(root)
+    bad = {
+        "kv79": np.full(79, 100),
+        "negative": np.full(64, -1),
+        "routing63": np.tile(np.arange(2), (63, 1)),
+        "top2": np.tile(np.arange(2), (64, 1)),
+    }[data]
+    if path.endswith(".npz"):
+        np.savez(root / path, data=bad)
+    else:
+        np.save(root / path, bad)
+    out = tmp_path / "out"
+    rc, _, err = run(capsys, "paper", "--traces", str(root), "-o", str(out), "-j", "1")
+    assert rc == 2 and err == f"step: error: {message.format(path=root / path)}\n"
+    assert not out.exists()
+
+
+def test_paper_traces_of_the_valid_folder_are_read_as_given(tmp_path):
+    """The valid folder of the test above passes every experiment's check, and each experiment
+    gets the files of its figure (the real runs are in the experiments' own tests)."""
+    from stepcli.paper import EXPERIMENTS
+
+    root = tmp_path / "traces"
+    _valid_trace_folder(root)
+    found = {name: find(root) for name, (find, _) in EXPERIMENTS.items()}
+    assert found["time_multiplexing"] == str(root / "expert_routing/qwen_b64/000_001.npz")
+    assert sorted(found["dynamic_tiling"]) == [
+        ("mixtral", 64), ("mixtral", 1024), ("qwen", 64), ("qwen", 1024)
+    ]  # fmt: skip
+    by_batch = found["dynamic_parallelization"]["by_batch"]
+    assert {b: {c: len(f) for c, f in v.items()} for b, v in by_batch.items()} == {
+        64: {"low": 3, "high": 3, "med": 2},
+        16: {"low": 2, "med": 2, "high": 3},
+        80: {"low": 3, "med": 2, "high": 3},
+    }
+    kv, routing = found["decoder_layer"]
+    assert kv == str(root / "kv_lengths/b64/conv_stdev0995_0000_0063.npy")
+    assert list(routing) == ["qwen", "mixtral"]
+    assert {name: find(None) for name, (find, _) in EXPERIMENTS.items()} == {
+        "dynamic_tiling": dict.fromkeys(found["dynamic_tiling"], ""),
+        "time_multiplexing": "",
+        "dynamic_parallelization": {
+            "by_batch": {b: {c: [] for c in v} for b, v in by_batch.items()},
+            "fig15": [],
+        },
+        "decoder_layer": ("", {"qwen": "", "mixtral": ""}),
+    }
+
+
 def test_paper_traces_must_be_a_folder(capsys, tmp_path):
     path = tmp_path / "kv.npy"
     path.write_bytes(b"")
