@@ -30,6 +30,9 @@ class ArrivalPolicy:
         """Return the index to take next, or ``None`` to wait for another input."""
         raise NotImplementedError
 
+    def start(self, n_inputs: int) -> None:
+        """The merge has ``n_inputs`` inputs (called once, before anything else)."""
+
     def finished(self, i: int) -> None:
         """Input ``i`` has ended (its done token arrived)."""
 
@@ -92,7 +95,7 @@ class FixedOrder(ArrivalPolicy):
         self.order = [int(i) for i in order]
         self._pos = 0
         self._ended: set[int] = set()
-        self._n: int | None = None  # the merge's input count, once seen
+        self._n: int | None = None  # the merge's input count (``start``)
 
     @classmethod
     def from_selectors(cls, tokens: Sequence[Any]) -> FixedOrder:
@@ -124,6 +127,9 @@ class FixedOrder(ArrivalPolicy):
                 f"(the order has {len(self.order)} steps; the merge took {self._pos} chunks)"
             )
 
+    def start(self, n_inputs: int) -> None:
+        self._n = n_inputs
+
     def finished(self, i: int) -> None:
         self._ended.add(i)
         if self._pos < len(self.order):
@@ -133,7 +139,6 @@ class FixedOrder(ArrivalPolicy):
         return FixedOrder(self.order)
 
     def choose(self, ready: Sequence[int], n_inputs: int) -> int | None:
-        self._n = n_inputs
         if self._pos >= len(self.order):
             return min(ready)
         want = self.order[self._pos]

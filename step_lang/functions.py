@@ -25,7 +25,7 @@ from .dims import Dim, dims_equal, product
 from .errors import StepRuntimeError, StepTypeError
 from .integers import is_integer
 from .meta import MetaTile, is_meta, meta_apply
-from .types import DType, ElemType, Selector, Tile, dtype, int64
+from .types import DType, ElemType, Selector, Tile, bfloat16, dtype, int64
 
 __all__ = [
     "ELEMENT_FLOPS",
@@ -69,6 +69,7 @@ def checked_cast(value: Any, dt: DType, fn: str) -> np.ndarray:
 
     Into an integer dtype, a floating-point result must be finite and integral: NaN, infinities
     and fractions raise ``StepRuntimeError`` instead of being truncated or turned into garbage.
+    Into bool, every value must be 0 or 1 (``2`` would become ``True``).
     """
     arr = np.asarray(value)
     if dt.is_integer:
@@ -92,6 +93,13 @@ def checked_cast(value: Any, dt: DType, fn: str) -> np.ndarray:
                 f"function '{fn}': result {bad} does not fit {dt} [{info.min}, {info.max}]"
             )
         return arr.astype(dt.numpy)
+    if dt.kind == "bool" and arr.size and arr.dtype.kind != "b":
+        flags = (arr == 0) | (arr == 1)
+        if not flags.all():
+            bad = arr[~flags].flat[0]
+            raise StepRuntimeError(
+                f"function '{fn}': result {bad} is not 0 or 1; it cannot be cast to bool"
+            )
     return arr.astype(dt.numpy)
 
 
@@ -118,9 +126,25 @@ def broadcast_dim(a: Dim, b: Dim, err: ErrorFn, fn: str, what: str, ta: Tile, tb
     return a
 
 
-def _wide(a: np.ndarray) -> np.ndarray:
-    """Compute integers in int64 (then range-check), floats as they are."""
-    return a.astype(np.int64) if a.dtype.kind in "iub" else a
+def _magnitude(a: np.ndarray) -> int:
+    """The largest absolute value of an integer array, as a Python int (0 when empty)."""
+    return max(int(a.max()), -int(a.min())) if a.size else 0
+
+
+def _exact(bound: Callable[..., int], *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``arrays`` ready for integer arithmetic that cannot wrap: in int64 when ``bound`` (of the
+    operands' magnitudes) shows every intermediate fits it, else as Python ints (object arrays),
+    so that ``checked_cast`` sees the true result and range-checks it. Floating-point arrays
+    are returned as they are."""
+    if not all(a.dtype.kind in "iub" for a in arrays):
+        return arrays
+    fits = bound(*(_magnitude(a) for a in arrays)) < 2**63
+    return tuple(a.astype(np.int64 if fits else object) for a in arrays)
+
+
+def _pair_bound(x: int, y: int) -> int:
+    """Bounds ``x + y``, ``x - y``, ``x * y`` and ``max`` of operands of magnitudes ``x``, ``y``."""
+    return (x + 1) * (y + 1)
 
 
 def _meta(name: str, kind: str | None, out_type: ElemType, *values: Any) -> Any:
@@ -129,15 +153,26 @@ def _meta(name: str, kind: str | None, out_type: ElemType, *values: Any) -> Any:
     return meta_apply(kind, out_type.dtype.numpy if isinstance(out_type, Tile) else None, *values)
 
 
-def _dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Matrix product whose every output element sums over K in order, whatever the row count.
+def _dot(a: np.ndarray, b: np.ndarray, acc: np.ndarray | None = None) -> np.ndarray:
+    """Matrix product (plus ``acc``) whose every output element sums over K in order, whatever
+    the row count.
 
     BLAS picks kernels by matrix shape, so the same row could round differently inside a 16-row
-    and a 5-row tile; einsum's plain loops make tiling choices invisible in the results.
+    and a 5-row tile; einsum's plain loops make tiling choices invisible in the results. Integers
+    are summed exactly (:func:`_exact`); bfloat16, which einsum does not take, is multiplied and
+    summed in float32 (the hardware's rounding is ``step_lang.numerics``).
     """
-    if a.dtype.kind in "iub" or b.dtype.kind in "iub":
-        return _wide(a) @ _wide(b)
-    return np.einsum("ik,kj->ij", a, b)
+    if a.dtype.kind in "iub" and b.dtype.kind in "iub":
+        k = a.shape[1]
+        if acc is None:
+            a, b = _exact(lambda x, y: k * x * y, a, b)
+            return a @ b
+        a, b, acc = _exact(lambda x, y, z: k * x * y + z, a, b, acc)
+        return acc + a @ b
+    if bfloat16.name in (a.dtype.name, b.dtype.name):  # by name: ml_dtypes loads only for it
+        a, b = a.astype(np.float32), b.astype(np.float32)
+    product = np.einsum("ik,kj->ij", a, b)
+    return product if acc is None else acc + product
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,6 +210,15 @@ class MapFn:
         return self.name + (f"{self.params}" if self.params else "")
 
 
+def _broadcastable(name: str, a: np.ndarray, b: np.ndarray) -> None:
+    """Tiles of dynamic extents meet at run time: each extent equal, or one of them 1."""
+    if any(x != y and 1 not in (x, y) for x, y in zip(a.shape, b.shape, strict=True)):
+        raise StepRuntimeError(
+            f"function '{name}': tiles of {a.shape[0]}x{a.shape[1]} and {b.shape[0]}x{b.shape[1]} "
+            "do not broadcast (each extent equal, or one of them 1)"
+        )
+
+
 def _elementwise(name: str, op: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> MapFn:
     def type_rule(err: ErrorFn, a: ElemType, b: ElemType) -> ElemType:
         ta, tb = _tile(a, err, "in0", name), _tile(b, err, "in1", name)
@@ -184,12 +228,15 @@ def _elementwise(name: str, op: Callable[[np.ndarray, np.ndarray], np.ndarray]) 
         return Tile(dt, rows, cols)
 
     def apply(out: Tile, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        _broadcastable(name, a, b)
+        a, b = _exact(_pair_bound, a, b)
         if out.dtype.is_integer and name == "div":
             if np.any(b == 0):
                 raise StepRuntimeError("function 'div': integer division by zero")
-            return checked_cast(np.trunc(_wide(a) / _wide(b)), out.dtype, name)
+            quotient = abs(a) // abs(b)  # exact, rounded toward zero as C's
+            return checked_cast(np.where((a < 0) != (b < 0), -quotient, quotient), out.dtype, name)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            return checked_cast(op(_wide(a), _wide(b)), out.dtype, name)
+            return checked_cast(op(a, b), out.dtype, name)
 
     def flops(a: Tile, b: Tile) -> Dim:
         return product((a.rows if a.rows != 1 else b.rows, a.cols if a.cols != 1 else b.cols))
@@ -242,7 +289,9 @@ row_sum = MapFn(
     1,
     _row_sum_type,
     lambda a: a.elements,
-    lambda out, a: checked_cast(_wide(a).sum(axis=1, keepdims=True), out.dtype, "row_sum"),
+    lambda out, a: checked_cast(
+        _exact(lambda x: a.shape[1] * x, a)[0].sum(axis=1, keepdims=True), out.dtype, "row_sum"
+    ),
     meta="rowsum",
 )
 
@@ -371,7 +420,12 @@ def cache_write_addr(row_offset: int) -> MapFn:
         )
 
     return MapFn(
-        "cache_write_addr", 2, type_rule, lambda a, b: 0, apply, (("row_offset", row_offset),)
+        "cache_write_addr",
+        2,
+        type_rule,
+        lambda a, b: 0,
+        apply,
+        (("row_offset", row_offset),),
     )
 
 
@@ -389,6 +443,11 @@ def _row_append(out: Tile, tile: np.ndarray, row: np.ndarray, offset: np.ndarray
     if not 0 <= k < tile.shape[0]:
         raise StepRuntimeError(
             f"function 'row_append': row offset {k} outside a tile of {tile.shape[0]} rows"
+        )
+    if row.shape[1] != tile.shape[1]:
+        raise StepRuntimeError(
+            f"function 'row_append': row of {row.shape[1]} columns into a tile of "
+            f"{tile.shape[1]} columns"
         )
     res = np.array(tile, copy=True)
     res[k] = row[0]
@@ -408,7 +467,12 @@ def _row_append_part(
 
 
 row_append_part = MapFn(
-    "row_append_part", 3, _row_append_type, lambda *a: 0, _row_append_part, meta="same"
+    "row_append_part",
+    3,
+    _row_append_type,
+    lambda *a: 0,
+    _row_append_part,
+    meta="same",
 )
 """``row_append`` on one hardware tile of a big tile (:mod:`step_lang.hier_tiling`): the row
 is written at ``offset`` when ``0 <= offset < rows``; any other offset names a row of another
@@ -535,7 +599,7 @@ def _fold(
             raise StepRuntimeError(
                 f"function '{name}': accumulator {acc.shape} and element {x.shape} differ"
             )
-        return checked_cast(op(_wide(acc), _wide(x)), out.dtype, name)
+        return checked_cast(op(*_exact(_pair_bound, acc, x)), out.dtype, name)
 
     return AccumFn(name, 1, type_rule, init, update, lambda a: a.elements, meta="same")
 
@@ -569,7 +633,7 @@ def matmul_acc(transpose_b: bool = False, out_dtype: DType | str | None = None) 
             raise StepRuntimeError(
                 f"function '{mm.name}_acc': inner dims differ, {a.shape} @ {bb.shape}"
             )
-        return checked_cast(_wide(acc) + _dot(a, bb), out.dtype, mm.name + "_acc")
+        return checked_cast(_dot(a, bb, acc), out.dtype, mm.name + "_acc")
 
     def init(t: Tile, first: tuple | None) -> np.ndarray:
         if first is None:
@@ -607,7 +671,13 @@ def _retile_update(out: Tile, acc: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 retile_row = AccumFn(
-    "retile_row", 1, _retile_type, _retile_init, _retile_update, lambda a: 0, meta="concat_rows"
+    "retile_row",
+    1,
+    _retile_type,
+    _retile_init,
+    _retile_update,
+    lambda a: 0,
+    meta="concat_rows",
 )
 """Concatenate tiles vertically into one tile whose rows are the sum of the inputs' rows."""
 

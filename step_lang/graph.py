@@ -151,6 +151,13 @@ class Node:
             )
         return value
 
+    def _sequence(self, value: Any, param: str) -> tuple:
+        """``value`` of parameter ``param`` as a tuple; a string or a scalar (``out_shape=2``)
+        is refused, its items are the caller's to check."""
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+            raise self.error(param, f"{param} must be a sequence of integers, not {value!r}")
+        return tuple(value)
+
     def _finish(
         self, inputs: Sequence[tuple[str, Stream]], outputs: Sequence[tuple[str, StreamType]]
     ) -> None:

@@ -111,8 +111,15 @@ class Metrics:
         return "\n".join(lines)
 
     def evaluate(self, values: Mapping[sp.Symbol | str, int]) -> Metrics:
-        """Substitute dim values (symbols or their names); returns metrics with the results."""
-        by_name = {str(k): v for k, v in values.items()}
+        """Substitute dim values (symbols or their names); returns metrics with the results.
+
+        Values are non-negative integers (Python, numpy or sympy ``Integer``)."""
+        if not isinstance(values, Mapping):
+            raise StepValueError(
+                f"Metrics.evaluate: values must be a mapping of dims (symbols or names) to "
+                f"integers, not {type(values).__name__}"
+            )
+        by_name = {str(k): int(v) if isinstance(v, sp.Integer) else v for k, v in values.items()}
         for k, v in by_name.items():
             if not is_integer(v) or v < 0:
                 raise StepValueError(

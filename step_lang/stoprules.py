@@ -184,14 +184,18 @@ def grid_tokens(
     rank-``sub`` block ending with ``Stop(sub)``. Stops of the walk merge with the block's own.
     The result ends with ``Stop(sub + len(shape))`` when that is positive.
 
-    An empty grid: with ``sub == 0`` and only the innermost extent 0, one empty innermost vector
-    per outer position (its stops alone, the canonical form); with an empty outer dim, which has
-    no canonical form, nothing (the enclosing writer writes the outer stop).
+    An empty grid, with ``sub == 0``, is written in the canonical form (``docs/semantics.md``,
+    ``tokens.canonical``): with its first extent 0 at dim ``z``, one empty sub-tensor per
+    position of the dims outside it, each its closing stop alone, ``Stop(len(shape) - z +
+    grid_stop(outer))``: one empty innermost vector per outer position when only the innermost
+    extent is 0, the closing stop alone when the outermost is.
     """
-    if shape and shape[-1] == 0 and sub == 0 and all(n > 0 for n in shape[:-1]):
-        outer = shape[:-1]
+    if sub == 0 and 0 in shape:
+        z = shape.index(0)
+        outer = shape[:z]
         return [
-            Stop(1 + grid_stop(index, outer)) for index in itertools.product(*map(range, outer))
+            Stop(len(shape) - z + grid_stop(index, outer))
+            for index in itertools.product(*map(range, outer))
         ]
     out: list[Token] = []
     for index in itertools.product(*(range(n) for n in shape)):

@@ -12,6 +12,7 @@ import re
 
 import numpy as np
 import pytest
+import sympy as sp
 
 from step_lang import (
     Accum,
@@ -96,14 +97,22 @@ for v in [(0,), (-1,), (1.5,), (True,), (2, 0)]:
     case(
         f"streamify-repeat-{v!r}",
         lambda g, v=v: Streamify(buffers(g), repeat=v, name="sf"),
-        f"Streamify 'sf', port 'in': repeat must be positive integers, not {list(v)}",
+        f"Streamify 'sf', port 'repeat': repeat must be positive integers, not {list(v)}",
     )
 for v in [3, None, "2"]:
     case(
         f"streamify-repeat-not-a-sequence-{v!r}",
         lambda g, v=v: Streamify(buffers(g), repeat=v, name="sf"),
-        f"Streamify 'sf', port 'in': repeat must be a sequence of positive integers, not {v!r}",
+        f"Streamify 'sf', port 'repeat': repeat must be a sequence of integers, not {v!r}",
     )
+for param in ("out_shape", "stride"):
+    for v in [2, "2"]:
+        affine = {"out_shape": (2,), "stride": (1,), param: v}
+        case(
+            f"streamify-{param}-not-a-sequence-{v!r}",
+            lambda g, affine=affine: Streamify(buffers(g), **affine, name="sf"),
+            f"Streamify 'sf', port '{param}': {param} must be a sequence of integers, not {v!r}",
+        )
 for v in [-1, -4, 1.5, True, "0", None]:
     case(
         f"streamify-base-{v!r}",
@@ -372,6 +381,15 @@ for v in [(-1,), (1.5,), (True,)]:
         f"LinearOffChipLoad 'ld', port 'stride': strides must be non-negative integers (tiles), "
         f"not {list(v)}",
     )
+for param in ("out_shape", "stride"):
+    for v in [2, "2"]:
+        given = {"out_shape": (2,), "stride": (1,), param: v}
+        case(
+            f"load-{param}-not-a-sequence-{v!r}",
+            lambda g, given=given: LinearOffChipLoad(_w(g), tile=(4, 4), **given, name="ld"),
+            f"LinearOffChipLoad 'ld', port '{param}': {param} must be a sequence of integers, "
+            f"not {v!r}",
+        )
 for op_name in ("load", "store"):
     for v in [0, -1, 1.5, True, "4"]:
         if op_name == "load":
@@ -632,6 +650,16 @@ for v in [-7, -1, 1.5, True, "3", None]:
         f"metrics-evaluate-{v!r}",
         lambda g, v=v: _costs(g).evaluate({"n": v}),
         f"Metrics.evaluate: value of dim n must be a non-negative integer, not {v!r}",
+        StepValueError,
+    )
+
+
+for v in [[("n", 5)], 5, None]:
+    case(
+        f"metrics-evaluate-not-a-mapping-{v!r}",
+        lambda g, v=v: _costs(g).evaluate(v),
+        "Metrics.evaluate: values must be a mapping of dims (symbols or names) to integers, "
+        f"not {type(v).__name__}",
         StepValueError,
     )
 
@@ -1080,10 +1108,11 @@ def test_valid_uses_still_work():
     """Metrics at a dim of 0, a matching tokens_to_array, Streamify's permuted read and a
     Reshape of rank 1 without pad."""
     assert _costs(Graph("g")).evaluate({"n": 0}).flops == 0
-    assert (
-        _costs(Graph("g")).evaluate({"n": np.int64(3)}).flops
-        == 3 * 4 * 2 * 2 * F.ELEMENT_FLOPS["exp"]
-    )
+    for three in (np.int64(3), sp.Integer(3)):
+        assert (
+            _costs(Graph("g")).evaluate({"n": three}).flops
+            == 3 * 4 * 2 * 2 * F.ELEMENT_FLOPS["exp"]
+        )
     arr = tokens_to_array(_tokens_2x3(), 1, (2, 3))
     assert arr.tolist() == [[0, 1, 2], [3, 4, 5]]
     assert tokens_to_array([DONE], 2, (0, 4, 3)).shape == (0, 4, 3)

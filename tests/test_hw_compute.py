@@ -531,15 +531,6 @@ FNS16 = nm.functions(CFG16)
             AccumUnit,
             r"^Accum 'prod': function 'accum_mul' has no hardware arithmetic; build the graph with step_lang\.numerics\.functions\(config\)$",
         ),
-        (
-            lambda: one_node(
-                [Tile(int16, 1, 2)],
-                lambda a: Scan(a, fn=FNS16.retile_row, rank=1, name="grow"),
-                shape=(2, 2),
-            ),
-            ScanUnit,
-            r"^Scan 'grow': function 'retile_row' is not one of ScanUnit's operations \(add, max, matmul\)$",
-        ),
     ],
 )
 def test_from_node_errors_name_the_node(build, cls, message):

@@ -133,9 +133,7 @@ def build(case: DynCase, seed: int = 0):
         kwargs["ref"] = ref.out
     sf = L.Streamify(bz.out, name="sf", **kwargs)
     L.Sink(sf.out)
-    # An empty read in an outer dim has no canonical form: the interpreter writes nothing, which
-    # the type check of the output stream would reject.
-    res = interpret(g, {}, inputs=inputs, check=False)
+    res = interpret(g, {}, inputs=inputs)
     fmt = TokenFormat.for_elem(case.elem, case.config)
     common = {"config": case.config, "elem_format": fmt, "buffer_shape": case.buf,
               "slots": case.slots, "dynamic_dim": case.d}  # fmt: skip
@@ -211,10 +209,11 @@ def test_dynamic_buffers_match_interpreter(name: str, pattern: str):
     assert run.flags["error"] == 0
 
 
-def test_repeating_an_empty_read_writes_nothing():
-    # [2, n] read (1, 0) with n = 0 is empty, and so is any repeat of it; the held closing stop
-    # of buffer 0's reads stays held and merges with the stop after buffer 1 (S2 + 2 = S4).
-    # Written out, and the interpreter's.
+def test_repeating_an_empty_read_writes_its_closing_stops():
+    # [2, n] read (1, 0) with n = 0 is an empty [0, 2] tensor, in the canonical form its
+    # closing S2 alone (as the stored-order read of the buffer); repeated twice, S2 S3. Each
+    # buffer is one element of the buffer stream, so its read is never nothing (it used to be,
+    # and buffer 2's reads vanished from the stream). Written out, and the interpreter's.
     case = DynCase((2, 2), (2, 3), 1, (1, 0, 0, 2), order=(1, 0), repeat=(2,))
     g_tokens = buffer_tokens(case.outer, case.buf, case.d, case.extents, _counter(TILE, None))
     fmt = TokenFormat.for_elem(TILE, CFG)
@@ -226,7 +225,8 @@ def test_repeating_an_empty_read_writes_nothing():
     run = run_block(dut, {"i": (dut.i, fmt, g_tokens)}, {"o": (dut.o, fmt)}, pattern="random")
     # buffer 0 is [[a] [b]], buffer 3 [[c0 c1] [c2 c3]]
     a, b, c0, c1, c2, c3 = [t for t in g_tokens if isinstance(t, np.ndarray)]
-    want = [a, b, Stop(2), a, b, Stop(4),  # buffers 0 and 1 (empty): S3 of buffer 0 + S1
+    want = [a, b, Stop(2), a, b, Stop(3), Stop(2), Stop(4),  # buffers 0 and 1 (empty): S3 + S1
+            Stop(2), Stop(3),  # buffer 2 (empty)
             c0, c2, Stop(1), c1, c3, Stop(2), c0, c2, Stop(1), c1, c3, Stop(4), DONE]  # fmt: skip
     assert norm(run.outputs["o"]) == norm(want)
     assert norm(build(case)[3]) == norm(want)  # the interpreter's tokens
@@ -310,7 +310,7 @@ def test_error_flags_a_buffer_that_is_not_a_grid():
     assert _flag((2, 3), 1, [*t[0:3], Stop(1), *t[3:6], Stop(2)]) == (
         0, norm([t[0], t[3], Stop(1), t[1], t[4], Stop(1), t[2], t[5], Stop(2), DONE]))  # fmt: skip
     assert _flag((2, 3), 1, [t[0], Stop(1), t[1], Stop(2)])[0] == 0
-    assert _flag((2, 3), 1, [Stop(1), Stop(2)]) == (0, ["D"])  # read [n, 2]: empty
+    assert _flag((2, 3), 1, [Stop(1), Stop(2)]) == (0, ["S2", "D"])  # read [0, 2]: canonical
     assert _flag((2, 2), 0, [*t[0:2], Stop(1), *t[2:4], Stop(2)])[0] == 0
     # A buffer without elements is empty (extent 0), whatever its inner stops, as in the
     # interpreter (Streamify.read_extents).
@@ -499,7 +499,7 @@ def dyn_buffered(outer, buf, d, extents, *, consumer_lanes=None, ref=None, **rea
     if consumer_lanes is not None:
         w = L.Source(g, StreamType(Tile(INT16, 4, 4), y.type.shape), name="w").out
         alone, _ = dyn_buffered(outer, buf, d, extents, ref=ref, **read)  # the Streamify's tokens
-        tokens = interpret(alone, {}, inputs=dict(inputs), check=False).tokens("sf.out")
+        tokens = interpret(alone, {}, inputs=dict(inputs)).tokens("sf.out")
         ones = np.ones((4, 4), np.int16)
         inputs["w"] = [ones if isinstance(t, np.ndarray) else t for t in tokens]
         y = L.Map(y, w, fn=FX.matmul_out("int16"), name="mm").out
@@ -514,7 +514,7 @@ W4 = HwConfig(mem_port_elems=4)
     ("outer", "buf", "d", "extents", "read", "config"),
     [
         # the MoE's two reads: the dynamic dim read innermost (an empty buffer: stops alone) and
-        # outermost (an empty buffer: nothing; the held stop stays held)
+        # outermost (an empty buffer: the read's closing stop alone)
         ((3,), (4, 1, 3), 0, (2, 0, 4), {"order": (1, 2, 0)}, HwConfig()),
         ((2, 2), (3, 4), 1, (3, 0, 0, 4), {"order": (1, 0)}, HwConfig()),
         ((2, 2), (3, 4), 1, (3, 0, 0, 4), {"order": (1, 0)}, W4),
@@ -575,16 +575,14 @@ def test_buffers_match_an_amaranth_simulation_on_random_buffers(case: DynCase, w
     order, extents = case.order, case.extents or (0,) * int(np.prod(case.outer))
     if order is None and case.d not in (None, 0):  # `N` is ragged: from_node wants an order
         order = tuple(range(len(case.buf)))
-        if case.repeat and case.d < len(case.buf) - 1:  # as in dyn_cases: no repeated empty read
-            extents = tuple(max(1, e) for e in extents)
     read: dict[str, Any] = {"order": order, "repeat": case.repeat}
     if case.ref is not None:
         depth = _depth(case.ref) - len(case.outer)
         read["ref"] = (case.ref, (*case.outer, *(ragged(f"q{i}") for i in range(depth))))
     config = HwConfig(mem_port_elems=16 // words)
     # A MAC array of `lanes` (2 cycles per tile pair) reads the Streamify; its second operand
-    # comes from a Source, which cannot feed an empty read's output (it has no canonical form).
-    if lanes is not None and 0 not in extents:
+    # comes from a Source fed the Streamify's tokens.
+    if lanes is not None:
         config = replace(config, lanes=lanes)
         read["consumer_lanes"] = lanes
     graph, inputs = dyn_buffered(case.outer, case.buf, case.d, extents, **read)

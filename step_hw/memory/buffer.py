@@ -482,12 +482,11 @@ class Streamify(wiring.Component):
 
     A buffer with a dynamic dim (``dynamic_dim``) is read whole, in stored order or ``order``:
     the walk takes the dim's extent from each buffer reference (:class:`~.sequence.DynamicWalk`,
-    strides of the max-extent grid), with ``step_lang.stoprules.grid_tokens``' empty cases: with
-    the dynamic dim read innermost and of extent 0, a read is its stops alone (an empty
-    innermost vector per outer position); with it read further out (``order``) and of extent 0,
-    a read is empty: no token, a held closing stop stays held (``BlockWriter``), and the slot is
-    still released. A stored-order read replays an empty buffer as the interpreter does, as its
-    (canonical) stops: its closing stop alone when the dynamic dim is not innermost.
+    strides of the max-extent grid), as the interpreter reads it (``Streamify.read_tokens``):
+    with the dynamic dim of extent 0, in stored order or ``order``, a read is the empty
+    tensor's canonical form: the closing stop of one empty sub-tensor per position of the dims
+    read outside the dynamic one (an empty innermost vector per outer position when it is read
+    innermost; the read's closing stop alone when it is read outermost).
 
     Parameters (keyword-only)
     -------------------------
@@ -531,8 +530,8 @@ class Streamify(wiring.Component):
         As ``BlockWriter`` with ``k = len(repeat) + len(read_shape)`` (``len(read_shape)`` with a
         reference): inner stops ``grid_stop(m)``, the closing ``S_k`` held and merged with a
         following stop of the driving stream (the buffer stream, or ``ref``) into
-        ``S_{s+k}``; a rank-0 driving stream releases it at once. An empty read (a dynamic
-        outer extent 0) writes nothing and keeps a held ``S_k`` held.
+        ``S_{s+k}``; a rank-0 driving stream releases it at once. A read of a dynamic extent 0
+        writes its stops alone (above).
 
     Latency and throughput
         The first element leaves ``3 + words`` cycles after its buffer reference is offered
@@ -543,12 +542,9 @@ class Streamify(wiring.Component):
         buffers), and ``4 * elements + 2`` cycles with four words per element
         (tests/test_hw_memory.py). The output queue is credit-managed, so a stalled output
         stops the memory reads without losing data. The slot is released when its last read is
-        issued. Dynamic buffers have the same timing, with these cycles for the empty cases: a
-        stop-only read (innermost extent 0) commits one stop entry per cycle, no memory read,
-        and ends with a cycle of no entry where its held ``S_k`` would be (with an eager,
-        rank-0 buffer stream that ``S_k`` is an entry); an empty read costs its driving token's
-        take (one cycle, ``SEQUENCER_TAKE``) and nothing else, and then releases the slot
-        (in that cycle) when it was the buffer's last read.
+        issued. Dynamic buffers have the same timing; a read of an extent 0 commits one stop
+        entry per cycle, no memory read, and ends with a cycle of no entry where its held
+        ``S_k`` would be (with an eager, rank-0 buffer stream that ``S_k`` is an entry).
     """
 
     def __init__(
@@ -582,7 +578,6 @@ class Streamify(wiring.Component):
         repeat = int_tuple(who, "repeat", repeat, minimum=1)
         if (read_shape is None) != (read_stride is None):
             raise ValueError(f"{who} an affine read needs both read_shape and read_stride")
-        self._stored_order = order is None
         if order is not None or geo.dynamic is not None:
             if read_shape is not None:
                 what = "order" if order is not None else "a buffer with a dynamic dim"
@@ -706,20 +701,15 @@ class Streamify(wiring.Component):
     QUEUE_DEPTH = STREAMIFY_QUEUE_DEPTH
 
     def _dynamic_walk(self) -> dict[str, int | None]:
-        """The sequencer's ``dynamic`` and ``stops_from`` (``step_lang``'s reads of an extent 0):
-        a permuted read walks the stops of an innermost extent 0 and nothing for an outer one;
-        a stored-order read replays the buffer's stops (canonical: an empty innermost vector per
-        row, or just the closing stop when the dynamic dim is not innermost)."""
+        """The sequencer's ``dynamic`` and ``stops_from`` (``step_lang``'s reads of an extent 0,
+        ``Streamify.read_tokens`` and ``stoprules.grid_tokens``): a walk of stops alone, one
+        closing stop per position of the dims outside the dynamic one (in stored order and
+        permuted alike)."""
         geo = self._geo
         if geo.dynamic is None:
             return {}
         walk = len(self._repeat) + self._order.index(geo.dynamic)
-        k = len(self._repeat) + len(self._read_shape)
-        if walk == k - 1:
-            return {"dynamic": walk, "stops_from": walk}
-        if self._stored_order:
-            return {"dynamic": walk, "stops_from": len(self._repeat)}
-        return {"dynamic": walk, "stops_from": None}
+        return {"dynamic": walk, "stops_from": walk}
 
     def elaborate(self, platform) -> Module:
         m = Module()

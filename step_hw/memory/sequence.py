@@ -10,11 +10,10 @@ a rank-0 driving stream (no stops) writes it at once.
 
 One dim of the walk may have a *runtime* extent (:class:`DynamicWalk`; a buffer with a dynamic
 dim, read by Streamify): ``shape`` then holds that dim's bound, the driving token carries the
-extent (``0..bound``), and the strides stay those of the bound. The empty walks follow
-``step_lang.stoprules.grid_tokens``: with the innermost extent 0, a walk of stops alone (one
-``STOP(1 + grid_stop(outer))`` entry per outer position); with an outer extent 0, no entry at all,
-and a held ``S_k`` stays held (``BlockWriter.block([])``); or, for a buffer replayed in stored
-order, its closing stop alone (``stops_from``).
+extent (``0..bound``), and the strides stay those of the bound. The walks of an extent 0 are
+the interpreter's reads (``Streamify.read_tokens``, ``step_lang.stoprules.grid_tokens``): the
+empty tensor's canonical form, a walk of stops alone, one closing stop per position of the dims
+outside the one of extent 0 (``stops_from``).
 
 The sequencer emits *entries*, one per cycle: ``ELEM(index, level)`` (an element followed by a stop
 of ``level``, 0 for none), ``STOP(level)`` or ``DONE``. The blocks' consumers turn entries into
@@ -173,13 +172,11 @@ class DynamicWalk(wiring.Component):
     ``shape[dynamic]`` is the extent's bound; ``stride`` and ``base`` are as in
     :class:`AffineWalk` (a buffer's strides are those of its bound, so they stay constants).
 
-    With extent 0 the walk has no element. ``stops_from=q`` (``q <= dynamic``) makes it a walk
+    With extent 0 the walk has no element: ``stops_from=q`` (``q <= dynamic``) makes it a walk
     of stops alone: dims ``q..`` are pinned at their last index, the outer ones walked, so
-    ``level`` is ``(n - q) + grid_stop(outer)``: the innermost dim alone for a dynamic innermost
-    dim (``step_lang.stoprules.grid_tokens``' one empty innermost vector per outer position),
-    or the whole buffer for a stored-order read of an empty buffer (its closing stop).
-    ``stops_from=None``: an empty walk, which the caller does not start (here it would walk
-    extent 1).
+    ``level`` is ``(n - q) + grid_stop(outer)``: with ``q = dynamic``, the empty tensor's
+    canonical form (``step_lang.stoprules.grid_tokens``: one empty sub-tensor per outer
+    position, e.g. one empty innermost vector per outer position for a dynamic innermost dim).
 
     Ports: as :class:`AffineWalk`, plus ``extent`` (in, ``0..shape[dynamic]``), sampled with
     ``start``, and ``stops`` (out): the walk is one of stops alone. Each step is one adder, as
@@ -195,8 +192,13 @@ class DynamicWalk(wiring.Component):
         base: int,
         index_width: int,
         dynamic: int,
-        stops_from: int | None = None,
+        stops_from: int,
     ):
+        if not 0 <= stops_from <= dynamic:
+            raise ValueError(
+                f"DynamicWalk: stops_from must be in [0, {dynamic}] (the dynamic dim), "
+                f"not {stops_from!r}"
+            )
         self._shape = tuple(shape)
         self._stride = tuple(stride)
         self._base = base
@@ -224,7 +226,7 @@ class DynamicWalk(wiring.Component):
         back = Signal(range(max(2, (shape[p] - 1) * stride[p] + 1)))  # top * stride[p]
         stops = Signal()
         ends = [
-            top if d == p else Mux(stops, 0, size - 1) if q is not None and d >= q else size - 1
+            top if d == p else Mux(stops, 0, size - 1) if d >= q else size - 1
             for d, size in enumerate(shape)
         ]
         at_last = [c == e for c, e in zip(counters, ends, strict=True)]
@@ -253,7 +255,7 @@ class DynamicWalk(wiring.Component):
             last = Mux(self.extent == 0, 0, self.extent - 1)
             m.d.sync += [c.eq(0) for c in counters]
             m.d.sync += [index.eq(self._base), top.eq(last), back.eq(last * stride[p])]
-            m.d.sync += stops.eq((self.extent == 0) if q is not None else 0)
+            m.d.sync += stops.eq(self.extent == 0)
         return m
 
 
@@ -287,12 +289,9 @@ class Sequencer(wiring.Component):
     ``S_{s-c}``, which is consumed.
 
     ``dynamic=p``: dim ``p`` of ``shape`` has a runtime extent (:class:`DynamicWalk`), carried by
-    ``outer``'s data tokens (``extent``; latched with the slot). With extent 0 and
-    ``stops_from`` (as :class:`DynamicWalk`) a walk writes ``STOP`` entries alone, one per cycle
-    (its last, the held ``S_k``, is no entry: that cycle only ends the walk); without, the walk
-    is empty: it writes nothing and keeps a held ``S_k`` held, its driving token (with a
-    reference, its reference token) is taken in one cycle without a walk, and ``release``
-    pulses in that cycle when the buffer has no more reads.
+    ``outer``'s data tokens (``extent``; latched with the slot). With extent 0 a walk writes
+    ``STOP`` entries alone (``stops_from``, as :class:`DynamicWalk`), one per cycle (its last,
+    the held ``S_k``, is no entry: that cycle only ends the walk).
 
     Ports
     -----
@@ -331,6 +330,8 @@ class Sequencer(wiring.Component):
     ):
         if run_time and dynamic is not None:
             raise ValueError("Sequencer: a walk with a dynamic dim has no run-time geometry")
+        if (dynamic is None) != (stops_from is None):
+            raise ValueError("Sequencer: stops_from goes with a dynamic dim, and only with one")
         self._run_time = run_time
         self._shape, self._stride, self._base = tuple(shape), tuple(stride), base
         self._index_width = index_width
@@ -371,28 +372,20 @@ class Sequencer(wiring.Component):
             )
             if self._run_time:
                 m.d.comb += walk.params.eq(self.walk_params)
-            empty = None  # whether the driving token's walk has no entries
         else:
-            q = self._stops_from
             m.submodules.walk = walk = DynamicWalk(
                 shape=self._shape,
                 stride=self._stride,
                 base=self._base,
                 index_width=self._index_width,
                 dynamic=p,
-                stops_from=q,
+                stops_from=self._stops_from,
             )
             if c is None or c == 0:  # the walk starts with the take of the buffer
                 m.d.comb += walk.extent.eq(outer.payload.extent)
-                empty = outer.payload.extent == 0
             else:  # one walk per reference element, of the buffer taken before
                 extent = Signal.like(outer.payload.extent)
                 m.d.comb += walk.extent.eq(extent)
-                empty = extent == 0
-            if q is not None:
-                empty = None  # an extent 0 still writes the walk's stops
-        # In IDLE the buffer's own emptiness (with a reference, reads start in BUF).
-        idle_empty = empty if c is None or c == 0 else None
         pending = Signal()  # a block's closing S_k is held back
         slot = Signal.like(ent.payload.slot)
         skip_level = Signal.like(ent.payload.level)
@@ -416,7 +409,7 @@ class Sequencer(wiring.Component):
         with m.FSM():
             with m.State("IDLE"), m.If(outer.valid), m.Switch(outer.payload.kind):
                 with m.Case(Kind.DATA):
-                    with m.If(pending if idle_empty is None else pending & ~idle_empty):
+                    with m.If(pending):
                         flush_pending()
                     with m.Else():
                         if c is None or c > 0:
@@ -425,35 +418,15 @@ class Sequencer(wiring.Component):
                             if c is not None and p is not None:
                                 m.d.sync += extent.eq(outer.payload.extent)
                             if c is None:
-                                if idle_empty is None:
-                                    m.d.comb += walk.start.eq(1)
-                                    m.next = "WALK"
-                                else:
-                                    with m.If(idle_empty):  # nothing to read: free the slot
-                                        m.d.comb += self.release.eq(1)
-                                    with m.Else():
-                                        m.d.comb += walk.start.eq(1)
-                                        m.next = "WALK"
+                                m.d.comb += walk.start.eq(1)
+                                m.next = "WALK"
                             else:
                                 m.next = "BUF"
                         else:  # c == 0: one read per (buffer, ref element) pair
                             with m.If(ref.valid):
-                                if idle_empty is None:
-                                    m.d.comb += [
-                                        outer.ready.eq(1),
-                                        ref.ready.eq(1),
-                                        walk.start.eq(1),
-                                    ]
-                                    m.d.sync += slot.eq(outer.payload.slot)
-                                    m.next = "WALK"
-                                else:
-                                    m.d.comb += [outer.ready.eq(1), ref.ready.eq(1)]
-                                    m.d.sync += slot.eq(outer.payload.slot)
-                                    with m.If(idle_empty):  # nothing to read: free the slot
-                                        m.d.comb += self.release.eq(1)
-                                    with m.Else():
-                                        m.d.comb += walk.start.eq(1)
-                                        m.next = "WALK"
+                                m.d.comb += [outer.ready.eq(1), ref.ready.eq(1), walk.start.eq(1)]
+                                m.d.sync += slot.eq(outer.payload.slot)
+                                m.next = "WALK"
                                 with m.If(ref.payload.kind != Kind.DATA):
                                     m.d.sync += error.eq(1)
                 with m.Case(Kind.STOP):
@@ -491,7 +464,7 @@ class Sequencer(wiring.Component):
             with m.State("WALK"):
                 last = walk.last
                 level = walk.level if (k == 0 or self._eager) else Mux(last, 0, walk.level)
-                if p is None or self._stops_from is None:
+                if p is None:
                     emit(Entry.ELEM, level)
                     step = taken
                 else:  # a walk of stops alone when the extent is 0
@@ -513,11 +486,8 @@ class Sequencer(wiring.Component):
             if c is not None and c > 0:
                 with m.State("BUF"), m.If(ref.valid), m.Switch(ref.payload.kind):
                     with m.Case(Kind.DATA):
-                        with m.If(pending if empty is None else pending & ~empty):
+                        with m.If(pending):
                             flush_pending()
-                        if empty is not None:
-                            with m.Elif(empty):  # an empty read: nothing, a held S_k stays held
-                                m.d.comb += ref.ready.eq(1)
                         with m.Else():
                             m.d.comb += [ref.ready.eq(1), walk.start.eq(1)]
                             m.next = "WALK"

@@ -158,6 +158,13 @@ class _Reduce(_FnNode):
             )
         reduced = (*shape[n - rank - held : n - inner - held], *shape[n - inner :])
         elem = fn.out_type(self.error, self.arg_types, reduced)
+        if keep_shape and elem != fn.out_type(self.error, self.arg_types, (1,) * len(reduced)):
+            raise self.error(
+                "in0",
+                f"function '{fn.name}' grows its accumulator with the group ({elem} after "
+                f"{shape_str(reduced)}); a Scan emits it after every element, so its tiles "
+                "would differ; use Accum",
+            )
         if isinstance(elem, Tile):
             elem = Tile(
                 elem.dtype,

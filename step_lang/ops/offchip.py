@@ -225,14 +225,14 @@ class LinearOffChipLoad(_OffChip):
         self.tile = _positive_pair(self, tile, "tile")
         self.tiled = tiled_shape(self, self.tensor, self.tile, "tile")
         n_tiles = int(product(self.tiled))
-        if out_shape is None:
-            out_shape = self.tiled
-        out_shape = tuple(out_shape)
+        out_shape = self.tiled if out_shape is None else self._sequence(out_shape, "out_shape")
         if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in out_shape):
             raise self.error(
                 "out_shape", f"out_shape must be positive integers (tiles), not {list(out_shape)}"
             )
-        stride = _row_major_strides(out_shape) if stride is None else tuple(stride)
+        stride = (
+            _row_major_strides(out_shape) if stride is None else self._sequence(stride, "stride")
+        )
         if len(stride) != len(out_shape):
             raise self.error(
                 "stride",

@@ -127,13 +127,9 @@ class Streamify(Node):
             raise self.error(
                 "in", f"expected a stream of buffer references (from Bufferize), got {buffers.type}"
             )
-        if isinstance(repeat, str) or not hasattr(repeat, "__iter__"):
-            raise self.error(
-                "in", f"repeat must be a sequence of positive integers, not {repeat!r}"
-            )
-        repeat = tuple(repeat)
+        repeat = self._sequence(repeat, "repeat")
         if not all(isinstance(r, int) and not isinstance(r, bool) and r >= 1 for r in repeat):
-            raise self.error("in", f"repeat must be positive integers, not {list(repeat)}")
+            raise self.error("repeat", f"repeat must be positive integers, not {list(repeat)}")
         if ref is not None and repeat:
             raise self.error("ref", "give either repeat or ref, not both")
         # The read of one buffer.
@@ -156,10 +152,8 @@ class Streamify(Node):
         if self.affine:
             if not all(isinstance(d, int) for d in buf.shape):
                 raise self.error("in", f"affine reads need a static buffer, got {buf}")
-            for what, v in (("out_shape", out_shape), ("stride", stride)):
-                if isinstance(v, str) or not hasattr(v, "__iter__"):
-                    raise self.error("stride", f"{what} must be a sequence of integers, not {v!r}")
-            out_shape, stride = tuple(out_shape), tuple(stride)
+            out_shape = self._sequence(out_shape, "out_shape")
+            stride = self._sequence(stride, "stride")
             if len(out_shape) != len(stride) or not all(
                 isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in out_shape
             ):
@@ -267,7 +261,9 @@ class Streamify(Node):
     def _read_rank(self) -> int:
         return len(self.read_dims)
 
-    def _read(self, io: Any, value: BufferValue) -> list[Token]:
+    def read_tokens(self, io: Any, value: BufferValue) -> list[Token]:
+        """The tokens of one read of the buffer ``value`` (its elements and inner stops, ending
+        with the read's closing stop for a read of rank > 0)."""
         if self.order is not None:
             return self._permuted(io, value)
         if not self.affine:
@@ -282,7 +278,8 @@ class Streamify(Node):
         )
 
     def _permuted(self, io: Any, value: BufferValue) -> list[Token]:
-        """The buffer's elements with its dims in ``order`` (an empty grid reads as nothing)."""
+        """The buffer's elements with its dims in ``order``; an empty grid in its canonical
+        form (``grid_tokens``), never nothing: a buffer is one element of the buffer stream."""
         extents = self.read_extents(io, value)
         elems = value.elements
         strides = [int(product(extents[d + 1 :])) for d in range(len(extents))]
@@ -306,7 +303,7 @@ class Streamify(Node):
         )
 
         def replay(tok: Any) -> Iterator[Any]:
-            read = self._read(io, tok)
+            read = self.read_tokens(io, tok)
             yield from writer.block(grid_tokens(self.repeat, lambda m: read, sub=self._read_rank))
 
         yield from expand_each(io, writer, replay)
@@ -332,7 +329,7 @@ class Streamify(Node):
                     )
                 yield from writer.outer_stop(r.level)
                 continue
-            read = self._read(io, buf)
+            read = self.read_tokens(io, buf)
             if c == 0:
                 r = yield from io.recv(1)
                 if not is_data(r):

@@ -390,6 +390,7 @@ class EagerMerge(Node):
     def execute(self, io: Any) -> Iterator[Any]:
         n, a = len(self.inputs), self.chunk_rank
         policy = io.policy()
+        policy.start(n)
         live = set(range(n))
         while live:
             ended = [i for i in sorted(live) if io.has(i) and io.head(i) is DONE]

@@ -46,9 +46,8 @@ of every hardware block (their docstrings; ``docs/hardware.md``), it predicts th
   entries committed with credit from its output queue (``STREAMIFY_QUEUE_DEPTH``), each offered
   ``BUFFER_READ_LATENCY`` + 2 cycles after its commit as one beat, or two (an element and its
   stop); a buffer is released when its last entry commits (:class:`_Streamify`). A dynamic
-  buffer's walk comes from each buffer's extents (``Streamify.read_extents``): stop entries
-  alone for an empty innermost dim, ending with a cycle of no entry for the held stop; nothing
-  for an empty read, whose driving token takes a cycle (releasing the slot). Both take their
+  buffer's walk is the interpreter's read of each buffer (``Streamify.read_tokens``): an empty
+  one is stop entries alone, ending with a cycle of no entry for the held stop. Both take their
   inputs at the hardware's cycles while their nodes wait to send (:class:`_TakesEarly`).
 * **Loads** (``memory/load.py``). Entries (tiles and stops) leave the sequencer one per cycle,
   :attr:`RtlProfile.load_start` cycles after start or one cycle after the reference token that

@@ -77,7 +77,7 @@ class _Streamify(_TakesEarly):
         self.state, self.t, self.pos, self.pending = "IDLE", 0, 0, False
         self.walk: list[tuple[str, int]] | None = None  # the block being walked
         self.buffer_walk: list[tuple[str, int]] | None = None  # with a reference: the buffer's
-        self.walks: dict[int, list[tuple[str, int]] | None] = {}  # per buffer-stream token
+        self.walks: dict[int, list[tuple[str, int]]] = {}  # per buffer-stream token
         self.taken = [0] * len(node.inputs)  # input tokens the hardware has taken, per port
         self.takes: list[list[int]] = [[] for _ in node.inputs]  # their cycles
         self.got: list[list[tuple[float, Any]]] = [[] for _ in node.inputs]  # the node's takes
@@ -110,12 +110,13 @@ class _Streamify(_TakesEarly):
 
     # -- the blocks --------------------------------------------------------------------------------
 
-    def _walk_of(self, tokens: list[Any]) -> list[tuple[str, int]] | None:
+    def _walk_of(self, tokens: list[Any]) -> list[tuple[str, int]]:
         """The sequencer's steps for one block's tokens: ``("elem", level)`` (an element and the
         stop after it, 0 for none), ``("stop", level)``, and for the block's closing ``S_k``
         held back (``pending``; not with an eager, rank-0 driving stream) either the level 0
         of the last element or, after stops alone, ``("held", 0)``: a cycle without an entry.
-        None for an empty block (no walk: its driving token is taken, nothing written)."""
+        A block is never empty: a read of an empty buffer is its stops
+        (``Streamify.read_tokens``)."""
         steps: list[tuple[str, int]] = []
         for t in tokens:
             if isinstance(t, Stop):
@@ -125,29 +126,21 @@ class _Streamify(_TakesEarly):
                     steps.append(("stop", t.level))
             else:
                 steps.append(("elem", 0))
-        if not steps:
-            return None
         if self.k and not self.eager:
             kind, _ = steps[-1]
             steps[-1] = ("elem", 0) if kind == "elem" else ("held", 0)
         return steps
 
-    def _block(self, buffer: int, value: Any) -> list[tuple[str, int]] | None:
+    def _block(self, buffer: int, value: Any) -> list[tuple[str, int]]:
         """The steps of one read (with ``repeat``, all the reads) of buffer number ``buffer``
-        of the buffer stream (``value`` its reference): the walk over the buffer's extents
-        (``Streamify.read_extents``) in ``order``, as ``step_lang.stoprules.grid_tokens``
-        writes it, or for a stored-order read the interpreter's replay of the buffer."""
+        of the buffer stream (``value`` its reference): the interpreter's read of the buffer
+        (``Streamify.read_tokens``: in ``order``, or its stored order), repeated."""
         if self.static_walk is not None:
             return self.static_walk
         if buffer not in self.walks:
             node = self.node
-            if node.order is not None:
-                extents = node.read_extents(self.io, value)
-                shape = (*self.repeat, *(extents[d] for d in node.order))
-                tokens = grid_tokens(shape, _cell)
-            else:
-                read = [_CELL if is_data(t) else t for t in value.tokens]
-                tokens = grid_tokens(self.repeat, lambda m: read, sub=len(node.read_dims))
+            read = [_CELL if is_data(t) else t for t in node.read_tokens(self.io, value)]
+            tokens = grid_tokens(self.repeat, lambda m: read, sub=len(node.read_dims))
             self.walks[buffer] = self._walk_of(tokens)
         return self.walks[buffer]
 
@@ -216,9 +209,7 @@ class _Streamify(_TakesEarly):
             walk = self.buffer_walk
         elif is_data(tok):
             walk = self._block(self.taken[0], tok)
-        # an empty read (reads start in BUF with a reference) leaves a held S_k held
-        empty = is_data(tok) and walk is None and (s == "BUF" or c is None or c == 0)
-        if self.pending and (is_data(tok) or tok is DONE) and not empty:  # write S_k first
+        if self.pending and (is_data(tok) or tok is DONE):  # write S_k first
             if self._entry(x, k, limit=limit) is None:
                 return False
             self.pending = False
@@ -226,9 +217,6 @@ class _Streamify(_TakesEarly):
         if s == "BUF":
             if is_data(tok):  # a read of the buffer
                 self._take(1, x)
-                if walk is None:  # an empty read: nothing
-                    self.t = x + contract.SEQUENCER_TAKE
-                    return True
                 self.walk = walk
                 self.state, self.t = "WALK", x + contract.SEQUENCER_TAKE
                 return True
@@ -266,8 +254,6 @@ class _Streamify(_TakesEarly):
             self.t = x + contract.SEQUENCER_TAKE
             if c is not None and c > 0:
                 self.buffer_walk, self.state = walk, "BUF"
-            elif walk is None:  # an empty read: the slot is free at once
-                self.releases.append(x)
             else:
                 self.walk, self.state = walk, "WALK"
             return True
