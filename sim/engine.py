@@ -28,13 +28,14 @@ from step_lang.errors import SimDeadlock, StepRuntimeError, StepValueError, op_m
 from step_lang.graph import Graph, Node, OffChipTensor, Stream
 from step_lang.interpret import check_inputs, check_memory, source_tokens
 from step_lang.meta import MetaTile
+from step_lang.ops.higher_order import Zip
 from step_lang.ops.offchip import LOADS, tile_index
 from step_lang.passes import lower
 from step_lang.races import RaceCheck
 from step_lang.tokens import Token
 
 from .memory import FluidMemory
-from .profiles.base import MemRequest, NodeTiming, TimingProfile, WaitFor
+from .profiles.base import MemRequest, NodeTiming, Residency, TimingProfile, WaitFor
 from .result import NodeStats, QueueCurve, SimResult
 
 __all__ = ["Engine", "SimIO"]
@@ -82,6 +83,15 @@ class _Chan:
         self.last_in: float | None = None
         self.first_out: float | None = None
         self.full_cycles = 0.0
+
+
+def _merged(flags: list[Residency]) -> Residency:
+    """The residency of a stream merged from streams of residency ``flags``: resident if any
+    of them is (item by item for a Zip's tuples; merged inputs have one element type, so the
+    flags are all tuples or all bools)."""
+    if flags and isinstance(flags[0], tuple):
+        return tuple(_merged(list(items)) for items in zip(*flags, strict=True))
+    return any(flags)
 
 
 class _Proc:
@@ -470,15 +480,23 @@ class Engine:
                 out[name] = np.zeros(t.shape, dtype=t.dtype.numpy)
         return out
 
-    def _residency(self, order: list[Node]) -> dict[Stream, bool]:
-        """Whether each stream's tiles sit in a memory unit (fresh from memory or passed on)."""
-        res: dict[Stream, bool] = {}
+    def _residency(self, order: list[Node]) -> dict[Stream, Residency]:
+        """Whether each stream's tiles sit in a memory unit (fresh from memory or passed on):
+        a Zip's tuples item by item; a merge's output if any merged input's do. A stream has
+        one flag where the reference flags each tile (STEP_REFERENCE §5.2), so a merge of
+        resident and other tiles charges every merged tile the read (the paper's layers merge
+        KV-cache tiles from memory with the few rows a compute unit appended)."""
+        res: dict[Stream, Residency] = {}
         for node in order:
             for s in node.outputs:
                 if self.profile.tiles_in_memory(node):
                     res[s] = True
+                elif isinstance(node, Zip):
+                    res[s] = tuple(res.get(x, False) for x in node.inputs)
                 elif node.forwards_tiles and node.inputs:
-                    res[s] = res.get(node.inputs[0], False)
+                    res[s] = _merged(
+                        [res.get(node.inputs[i], False) for i in node.forwarded_inputs()]
+                    )
                 else:
                     res[s] = False
         for node in order:  # feedback edges were not known in the first pass

@@ -29,6 +29,7 @@ from .types import DType, ElemType, Selector, Tile, bfloat16, dtype, int64
 
 __all__ = [
     "ELEMENT_FLOPS",
+    "ROLES",
     "AccumFn",
     "FlatMapFn",
     "MapFn",
@@ -62,6 +63,11 @@ __all__ = [
 ]
 
 ErrorFn = Callable[[str, str], StepTypeError]
+
+#: What a FlatMap function does, for the timing models (STEP_REFERENCE §5.3): ``"address"``
+#: (address and metadata generation: the paper's fixed cycle per output) or ``"movement"``
+#: (retiling: free).
+ROLES = ("address", "movement")
 
 
 def checked_cast(value: Any, dt: DType, fn: str) -> np.ndarray:
@@ -722,6 +728,13 @@ class FlatMapFn:
     #: ``[R, C / p]``, left to right (hierarchical tiling splits a FlatMap with it); ``None``:
     #: the function has no such form.
     pieces: Callable[[int], FlatMapFn] | None = field(default=None, repr=False, compare=False)
+    role: str = field(default="address", kw_only=True)  # one of ROLES
+
+    def __post_init__(self):
+        if self.role not in ROLES:
+            raise ValueError(
+                f"function '{self.name}': role must be one of {', '.join(ROLES)}, not {self.role!r}"
+            )
 
     def out_type(self, err: ErrorFn, *in_types: ElemType) -> tuple[ElemType, tuple[Dim, ...], Dim]:
         if len(in_types) != self.arity:
@@ -756,6 +769,7 @@ retile_rows = FlatMapFn(
     _retile_rows_type,
     lambda out, a: [a[i : i + 1] for i in range(a.shape[0])],
     meta="split_rows",
+    role="movement",
 )
 retile_cols = FlatMapFn(
     "retile_cols",
@@ -764,6 +778,7 @@ retile_cols = FlatMapFn(
     _retile_cols_type,
     lambda out, a: [a[:, j : j + 1] for j in range(a.shape[1])],
     meta="split_cols",
+    role="movement",
 )
 
 
@@ -794,6 +809,7 @@ retile_rows_masked = FlatMapFn(
     _retile_rows_masked_type,
     _retile_rows_masked,
     meta="split_rows_masked",
+    role="movement",
 )
 """Split a tile into rows, dropping the rows whose padding flag is set."""
 

@@ -102,8 +102,9 @@ class Node:
     #: The cost hooks this operator declares to cost nothing (``"onchip_bytes"``,
     #: ``"offchip_bytes"``, ``"flops"``); every other hook is defined by the class.
     zero_costs: ClassVar[frozenset[str]] = frozenset()
-    #: Whether the operator passes its first input's tiles on unchanged (routers, shape
-    #: operators), so tiles that sit in a memory unit stay there (the paper profile's loads).
+    #: Whether the operator passes its input's tiles on unchanged (routers, shape operators;
+    #: which inputs: :meth:`forwarded_inputs`), so tiles that sit in a memory unit stay there
+    #: (the paper profile's loads).
     forwards_tiles: ClassVar[bool] = False
     #: Whether the operator's consumers read its output tiles out of a memory unit (the staging
     #: of off-chip loads): the paper profile charges them the read. A Streamify is itself its
@@ -134,6 +135,11 @@ class Node:
         self.input_names: list[str] = []
         self.out_types: list[StreamType] = []
         self.output_names: list[str] = []
+
+    def forwarded_inputs(self) -> tuple[int, ...]:
+        """The inputs whose tiles a node that :attr:`forwards_tiles` passes on: its first (a
+        router's data, a shape operator's stream); a merge's every merged input."""
+        return (0,) if self.forwards_tiles and self.inputs else ()
 
     # -- construction helpers -------------------------------------------------------------------
 

@@ -552,9 +552,16 @@ def test_stops_take_slots_must_be_a_bool(value):
 
 def test_write_back_of_a_set_and_a_list_of_names():
     """Collections of names pass (``check_graph`` then checks each name)."""
-    g = _load_store()
-    for names in ({"ld"}, ["ld"], ("ld",), frozenset({"ld"})):
+    g = Graph("g")
+    a, c = g.tensor("a", (4, 4)), g.tensor("c", (4, 4))
+    ld = LinearOffChipLoad(a, tile=(2, 2), name="ld")
+    LinearOffChipStore(Map(ld.out, fn=F.exp, name="op").out, c, name="st")
+    for names in ({"op"}, ["op"], ("op",), frozenset({"op"})):
         simulate(g, {"a": np.ones((4, 4), np.float32)}, profile=PaperProfile(write_back=names))
+    with pytest.raises(
+        ValueError, match=r"^PaperProfile: write_back names 'ld', a LinearOffChipLoad"
+    ):
+        simulate(g, {"a": np.ones((4, 4), np.float32)}, profile=PaperProfile(write_back={"ld"}))
 
 
 # -- the off-chip memory model (MemoryConfig) and PaperProfile.for_rtl ---------------------------

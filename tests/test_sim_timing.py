@@ -11,23 +11,29 @@ from lang_helpers import SCALAR, parse
 
 from sim import MemoryConfig, PaperProfile, SimDeadlock, simulate, write_trace
 from step_lang import (
+    DONE,
     Accum,
     Bufferize,
+    EagerMerge,
     Expand,
+    FlatMap,
     Graph,
     LinearOffChipLoad,
     Map,
     Partition,
     Promote,
+    RetileStreamify,
     Selector,
     Sink,
     Source,
     Streamify,
     StreamType,
     Tile,
+    Zip,
+    ragged,
 )
 from step_lang import functions as F
-from step_lang.types import float32
+from step_lang.types import float32, int64
 
 
 def load_graph(n_tiles: int) -> Graph:
@@ -301,3 +307,110 @@ def test_element_flops_of_zipped_tiles_follow_each_tuples_shapes():
     assert [flops([(t, t)]) for t in tiles] == [12, 4, 0]
     two_inputs = ElementFlops(Map(a, b, fn=F.mul, name="mul2"))  # Map(a, b): the same
     assert [two_inputs([t, t]) for t in tiles] == [12, 4, 0]
+
+
+# -- residency through Zip and merges, write-back beyond compute nodes, retiling FlatMaps ---------
+
+
+def test_a_zip_keeps_each_operand_resident():
+    """Map over Zip(a, b) of loaded tiles pays both operand reads, as Map(a, b) does (16 + 16
+    cycles per element); the Zip used to drop the residency (1 cycle per element)."""
+    for zipped in (False, True):
+        g = Graph("zipped")
+        a, b = (
+            LinearOffChipLoad(g.tensor(n, (16, 64), "float32"), tile=(16, 16), name=n).out
+            for n in ("a", "b")
+        )
+        op = Map(Zip(a, b).out, fn=F.add, name="op") if zipped else Map(a, b, fn=F.add, name="op")
+        Sink(op.out, name="sink")
+        assert simulate(g, functional=False).nodes["op"].busy == 4 * 32
+
+
+def _merged(load_on: int):
+    """EagerMerge of 4 loaded (resident) tiles and 4 streamed ones on ``load_on``'s port, into
+    exp."""
+    g = Graph("merged")
+    tensor = g.tensor("t", (16, 64), "float32")
+    loaded = LinearOffChipLoad(tensor, tile=(16, 16), out_shape=(4,), name="ld").out
+    streamed = Source(g, StreamType(Tile(float32, 16, 16), loaded.shape), name="s").out
+    ins = [loaded, streamed] if load_on == 0 else [streamed, loaded]
+    merge = EagerMerge(ins, name="mg")
+    Sink(merge.outputs[1], name="sels")
+    Sink(Map(merge.outputs[0], fn=F.exp, name="op").out, name="sink")
+    return g
+
+
+def test_a_merge_of_resident_and_streamed_tiles_does_not_depend_on_port_order():
+    """A stream has one residency flag: a merge's output is resident if any merged input is,
+    so every merged tile pays its read (16 cycles) whichever port the load is on (it used to
+    follow port 0: 128 cycles one way, 8 the other)."""
+    ones = [[np.ones((16, 16), np.float32)] * 4]
+    busy = {
+        port: simulate(_merged(port), inputs={"s": ones}, functional=False).nodes["op"].busy
+        for port in (0, 1)
+    }
+    assert busy == {0: 8 * 16, 1: 8 * 16}
+
+
+def test_a_partition_pays_its_write_back():
+    """write_back on a Partition: per element its switch and the 1 KiB write (16 cycles); its
+    consumers then read the routed tiles from the memory unit (16 each)."""
+    g = Graph("route")
+    x = Source(g, StreamType(Tile(float32, 16, 16), (4,)), name="x").out
+    s = Source(g, StreamType(Selector(2), (4,)), name="s").out
+    for i, o in enumerate(Partition(x, s, 0, name="part").outputs):
+        Sink(Map(o, fn=F.exp, name=f"m{i}").out, name=f"sink{i}")
+    inputs = {
+        "x": [np.ones((16, 16), np.float32)] * 4 + [DONE],
+        "s": parse("[10] [01] [10] [10] D"),
+    }
+    plain = simulate(g, inputs=inputs)
+    back = simulate(g, inputs=inputs, profile=PaperProfile(write_back=frozenset({"part"})))
+    assert plain.nodes["part"].busy == 4 and back.nodes["part"].busy == 4 * (1 + 16)
+    assert (back.nodes["m0"].busy, back.nodes["m1"].busy) == (3 * 16, 1 * 16)
+
+
+@pytest.mark.parametrize("node", ["sink", "mg", "ld"])
+def test_write_back_names_a_node_that_writes_results(node):
+    g = _merged(0)
+    with pytest.raises(ValueError, match=f"^PaperProfile: write_back names '{node}', a "):
+        simulate(g, inputs={"s": [[np.ones((16, 16), np.float32)] * 4]}, functional=False,
+                 profile=PaperProfile(write_back=frozenset({node})))  # fmt: skip
+
+
+def test_each_result_of_a_held_accum_pays_its_store():
+    """Accum with one held dim of 4 emits 4 tiles after its last element: the element's cycles
+    cover the first tile's store (16 cycles at 64 B/cycle), the other three pay 16 each (the
+    element's credit was subtracted from every store). An empty group's result pays its whole
+    store."""
+    g = Graph("held")
+    x = Source(g, StreamType(Tile(float32, 16, 16), (1, 2, 4)), name="x").out
+    Sink(Accum(x, fn=F.accum_add, rank=1, held=1, name="acc").out, name="sink")
+    p = PaperProfile(compute_bw_default=64, write_back=frozenset({"acc"}))
+    r = simulate(g, inputs={"x": [[[np.ones((16, 16), np.float32)] * 4] * 2]}, profile=p)
+    # 8 elements of 4 cycles (256 FLOPs at 64/cycle), then the last element's 4 results: 16 - 4
+    # and three of 16
+    assert r.nodes["acc"].busy == 8 * 4 + 12 + 3 * 16
+    g = Graph("groups")
+    x = Source(g, StreamType(Tile(float32, 16, 16), (3, ragged("n"))), name="x").out
+    Sink(Accum(x, fn=F.accum_add, rank=1, name="acc").out, name="sink")
+    one = np.ones((16, 16), np.float32)
+    r = simulate(g, inputs={"x": [[one, one], [], [one, one]]}, profile=p)
+    assert r.nodes["acc"].busy == (4 + 16) + 16 + (4 + 16)
+
+
+def test_a_retiling_flat_map_is_free_as_retile_streamify_is():
+    """FlatMap(fn=retile_rows) moves data; only address generators cost a cycle per output."""
+    busy = {}
+    for name, split in (
+        ("flatmap", lambda x: FlatMap(x, fn=F.retile_rows, name="split").out),
+        ("retile", lambda x: RetileStreamify(x, name="split").out),
+        ("address", lambda x: FlatMap(x, fn=F.last_tile_flags, name="split").out),
+    ):
+        g = Graph(name)
+        t = Tile(float32, 16, 16) if name != "address" else Tile(int64, 1, 1)
+        x = Source(g, StreamType(t, (3,)), name="x").out
+        Sink(split(x), name="sink")
+        tok = np.ones((16, 16), np.float32) if name != "address" else np.array([[2]], np.int64)
+        busy[name] = simulate(g, inputs={"x": [tok] * 3 + [DONE]}).nodes["split"].busy
+    assert busy == {"flatmap": 0, "retile": 0, "address": 3 * 2}

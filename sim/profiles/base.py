@@ -24,6 +24,10 @@ from ..memory import MemoryConfig
 __all__ = ["ElementFlops", "MemRequest", "NodeTiming", "TimingProfile", "WaitFor", "check_int"]
 
 
+#: Whether a stream's tiles sit in a memory unit: one flag, or one per item of a Zip's tuples.
+Residency = bool | tuple["Residency", ...]
+
+
 @dataclass(frozen=True)
 class WaitFor:
     """Returned by :meth:`NodeTiming.before_recv`: take nothing until input ``port`` has a
@@ -93,8 +97,9 @@ class TimingProfile:
     def memory_config(self) -> MemoryConfig:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def node_timing(self, node: Node, resident: list[bool]) -> NodeTiming:  # pragma: no cover
-        """Timing of ``node``; ``resident[i]`` says input ``i``'s tiles sit in a memory unit."""
+    def node_timing(self, node: Node, resident: list[Residency]) -> NodeTiming:  # pragma: no cover
+        """Timing of ``node``; ``resident[i]`` says input ``i``'s tiles sit in a memory unit
+        (for a Zip's tuples, item by item)."""
         raise NotImplementedError
 
     def stream_latency(self, stream: Any, depth: int) -> int:

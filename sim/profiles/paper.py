@@ -35,12 +35,20 @@ from step_lang.registry import NodeRegistry
 from step_lang.tokens import Stop, is_data
 
 from ..memory import MemoryConfig
-from .base import ElementFlops, MemRequest, NodeTiming, TimingProfile, check_int
+from .base import ElementFlops, MemRequest, NodeTiming, Residency, TimingProfile, check_int
 
 __all__ = ["PAPER_TIMING", "PaperProfile"]
 
 #: Each operator's timing under the paper profile: ``(profile, node, resident) -> NodeTiming``.
 PAPER_TIMING: NodeRegistry = NodeRegistry("paper-profile timing")
+
+#: Cycles per output of a FlatMap by its function's role (``step_lang.functions.ROLES``;
+#: STEP_REFERENCE §5.3): address and metadata generation a fixed cycle, retiling none.
+ROLE_CYCLES = {"address": 1, "movement": 0}
+
+#: The operators that may write their results back to a memory unit (``write_back``): compute
+#: nodes pay the store in their roofline, Partition and Parallelize per element routed.
+WRITES_BACK = (ops.Map, ops.Accum, ops.Scan, ops.Partition, ops.Parallelize)
 
 
 def nbytes(token: Any) -> int:
@@ -48,6 +56,14 @@ def nbytes(token: Any) -> int:
     if isinstance(token, tuple):
         return sum(nbytes(t) for t in token)
     return int(getattr(token, "nbytes", 0))
+
+
+def read_cycles(token: Any, resident: Residency, pmu_bw: int) -> int:
+    """Cycles to read a data token out of a memory unit: ``ceil(bytes / pmu_bw)`` if it sits
+    in one, else 0; a Zip's tuple item by item (each item from its own memory unit)."""
+    if isinstance(resident, tuple):
+        return sum(read_cycles(t, r, pmu_bw) for t, r in zip(token, resident, strict=True))
+    return math.ceil(nbytes(token) / pmu_bw) if resident else 0
 
 
 @dataclass
@@ -121,6 +137,14 @@ class PaperProfile(TimingProfile):
             raise ValueError(
                 f"PaperProfile: write_back names {name!r}, which is no node of graph '{graph.name}'"
             )
+        for name in sorted(self.write_back):
+            node = graph.nodes[name]
+            if not isinstance(node, WRITES_BACK):
+                raise ValueError(
+                    f"PaperProfile: write_back names {name!r}, a {node.kind}; only "
+                    f"{', '.join(k.__name__ for k in WRITES_BACK)} write their results to a "
+                    "memory unit (STEP_REFERENCE §5.2, §5.5)"
+                )
 
     @classmethod
     def hdl_validation(cls) -> PaperProfile:
@@ -213,10 +237,15 @@ def _compute(profile: PaperProfile, node: Node, resident: list[bool]) -> NodeTim
 
 
 @PAPER_TIMING.register(ops.Partition, ops.Parallelize)
-def _switch_in(profile: PaperProfile, node: Node, resident: list[bool]) -> NodeTiming:
-    read = profile.pmu_bw if resident[0] else 0
+def _switch_in(profile: PaperProfile, node: Node, resident: list[Residency]) -> NodeTiming:
+    store = profile.writes_back(node)
     return _RecvCost(
-        lambda tok: (math.ceil(nbytes(tok) / read) if read else 0) + profile.switch_cycles, port=0
+        lambda tok: (
+            read_cycles(tok, resident[0], profile.pmu_bw)
+            + profile.switch_cycles
+            + read_cycles(tok, store, profile.pmu_bw)
+        ),
+        port=0,
     )
 
 
@@ -241,8 +270,9 @@ def _streamify(profile: PaperProfile, node: Node, resident: list[bool]) -> NodeT
 
 
 @PAPER_TIMING.register(ops.FlatMap)
-def _address_generator(profile: PaperProfile, node: Node, resident: list[bool]) -> NodeTiming:
-    return _SendCost(lambda tok: 1)
+def _flat_map(profile: PaperProfile, node: Node, resident: list[Residency]) -> NodeTiming:
+    cycles = ROLE_CYCLES[node.fn.role]  # an address generator's 1 per output; a retile's 0
+    return _SendCost(lambda tok: cycles)
 
 
 # Free: shape operators, RetileStreamify, Broadcast, Zip, and the graph's plumbing.
@@ -365,8 +395,7 @@ class _ComputeTiming(NodeTiming):
     def on_recv(self, port: int, token: Any) -> int:
         if not is_data(token):
             return 0
-        if self.resident[port]:
-            self.load += math.ceil(nbytes(token) / self.pmu)
+        self.load += read_cycles(token, self.resident[port], self.pmu)
         self.args.append(token)
         if port != self.last:
             return 0
@@ -385,5 +414,9 @@ class _ComputeTiming(NodeTiming):
             return 0
         self.footprint = max(self.footprint, nbytes(token))
         if self.store:  # the roofline's third term: max(load, compute, store)
-            return max(0, math.ceil(nbytes(token) / self.pmu) - self.charged)
+            # the element's cycles cover its first result's store; the results after it (a
+            # held Accum's, an empty group's) pay theirs whole
+            extra = max(0, math.ceil(nbytes(token) / self.pmu) - self.charged)
+            self.charged = 0
+            return extra
         return 0

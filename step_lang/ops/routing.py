@@ -275,6 +275,9 @@ class Reassemble(Node):
     zero_costs = frozenset({"onchip_bytes", "offchip_bytes", "flops"})
     forwards_tiles = True
 
+    def forwarded_inputs(self) -> tuple[int, ...]:
+        return tuple(range(len(self.inputs) - 1))  # not the selector
+
     def __init__(
         self,
         inputs: Sequence[Stream],
@@ -386,6 +389,9 @@ class EagerMerge(Node):
             ("sel", StreamType(Selector(len(ins)), (total,))),
         ]
         self._finish(list(zip(ports, ins, strict=True)), outs)
+
+    def forwarded_inputs(self) -> tuple[int, ...]:
+        return tuple(range(len(self.inputs)))
 
     def execute(self, io: Any) -> Iterator[Any]:
         n, a = len(self.inputs), self.chunk_rank
