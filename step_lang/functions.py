@@ -170,15 +170,16 @@ def _dot(a: np.ndarray, b: np.ndarray, acc: np.ndarray | None = None) -> np.ndar
     """
     if a.dtype.kind in "iub" and b.dtype.kind in "iub":
         k = a.shape[1]
-        if acc is None:
-            a, b = _exact(lambda x, y: k * x * y, a, b)
-            return a @ b
-        a, b, acc = _exact(lambda x, y, z: k * x * y + z, a, b, acc)
-        return acc + a @ b
-    if bfloat16.name in (a.dtype.name, b.dtype.name):  # by name: ml_dtypes loads only for it
-        a, b = a.astype(np.float32), b.astype(np.float32)
-    product = np.einsum("ik,kj->ij", a, b)
-    return product if acc is None else acc + product
+        a, b = _exact(lambda x, y: k * x * y, a, b)
+        product = a @ b
+    else:
+        if bfloat16.name in (a.dtype.name, b.dtype.name):  # by name: ml_dtypes loads only for it
+            a, b = a.astype(np.float32), b.astype(np.float32)
+        product = np.einsum("ik,kj->ij", a, b)
+    if acc is None:
+        return product
+    acc, product = _exact(_pair_bound, acc, product)
+    return acc + product
 
 
 # ---------------------------------------------------------------------------------------------

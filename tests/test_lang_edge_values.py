@@ -31,7 +31,7 @@ from step_lang import (
 from step_lang import functions as F
 from step_lang.errors import StepRuntimeError, StepTypeError
 from step_lang.stoprules import grid_tokens
-from step_lang.types import bfloat16, int32, int64, uint64
+from step_lang.types import bfloat16, float32, int32, int64, uint64
 
 
 def _tile(dt, rows: int, cols: int) -> Tile:
@@ -272,3 +272,12 @@ def test_a_fixed_order_naming_a_missing_input_fails_even_without_chunks():
         Sink(o)
     with pytest.raises(StepRuntimeError, match="step 0 names input 5, but the merge has 2 inputs"):
         interpret(g, inputs={"a": [DONE], "b": [DONE]}, merge_policy=FixedOrder([5]))
+
+
+def test_an_integer_matmul_into_a_float_accumulator_sums_exactly():
+    """int16 operands into a float32 accumulator: the products are summed as integers (int16
+    arithmetic would wrap 4 * 30000**2), then added to the accumulator."""
+    a, b = np.full((1, 4), 30000, np.int16), np.full((4, 1), 30000, np.int16)
+    fn = F.matmul_acc(out_dtype="float32")
+    got = fn.update(Tile(float32, 1, 1), np.zeros((1, 1), np.float32), a, b)
+    assert got.dtype == np.float32 and got[0, 0] == np.float32(4 * 30000**2)
