@@ -427,12 +427,7 @@ def cache_write_addr(row_offset: int) -> MapFn:
         )
 
     return MapFn(
-        "cache_write_addr",
-        2,
-        type_rule,
-        lambda a, b: 0,
-        apply,
-        (("row_offset", row_offset),),
+        "cache_write_addr", 2, type_rule, lambda a, b: 0, apply, (("row_offset", row_offset),)
     )
 
 
@@ -474,12 +469,7 @@ def _row_append_part(
 
 
 row_append_part = MapFn(
-    "row_append_part",
-    3,
-    _row_append_type,
-    lambda *a: 0,
-    _row_append_part,
-    meta="same",
+    "row_append_part", 3, _row_append_type, lambda *a: 0, _row_append_part, meta="same"
 )
 """``row_append`` on one hardware tile of a big tile (:mod:`step_lang.hier_tiling`): the row
 is written at ``offset`` when ``0 <= offset < rows``; any other offset names a row of another
@@ -678,13 +668,7 @@ def _retile_update(out: Tile, acc: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 retile_row = AccumFn(
-    "retile_row",
-    1,
-    _retile_type,
-    _retile_init,
-    _retile_update,
-    lambda a: 0,
-    meta="concat_rows",
+    "retile_row", 1, _retile_type, _retile_init, _retile_update, lambda a: 0, meta="concat_rows"
 )
 """Concatenate tiles vertically into one tile whose rows are the sum of the inputs' rows."""
 
