@@ -238,15 +238,13 @@ def _compute(profile: PaperProfile, node: Node, resident: list[bool]) -> NodeTim
 
 @PAPER_TIMING.register(ops.Partition, ops.Parallelize)
 def _switch_in(profile: PaperProfile, node: Node, resident: list[Residency]) -> NodeTiming:
-    store = profile.writes_back(node)
-    return _RecvCost(
-        lambda tok: (
-            read_cycles(tok, resident[0], profile.pmu_bw)
-            + profile.switch_cycles
-            + read_cycles(tok, store, profile.pmu_bw)
-        ),
-        port=0,
-    )
+    pmu, store = profile.pmu_bw, profile.writes_back(node)
+
+    def per_element(tok: Any) -> int:  # its read, its switch, its write (STEP_REFERENCE §5.5)
+        write = math.ceil(nbytes(tok) / pmu) if store else 0
+        return read_cycles(tok, resident[0], pmu) + profile.switch_cycles + write
+
+    return _RecvCost(per_element, port=0)
 
 
 @PAPER_TIMING.register(ops.Reassemble)
