@@ -400,12 +400,8 @@ def _valid_trace_folder(root: pathlib.Path) -> None:
             d.mkdir(parents=True)
             data = np.tile(np.arange(cfg.top_k), (batch, 1))
             np.savez(d / "000_001.npz", data=data)
-    stdevs = {64: LOW + MED + HIGH, 16: sum(B16.values(), ()), 80: sum(B80.values(), ())}
-    for batch, of_batch in stdevs.items():
-        d = root / "kv_lengths" / f"b{batch}"
-        d.mkdir(parents=True)
-        for s in of_batch:
-            np.save(d / f"conv_stdev{s:04d}_0000_{batch - 1:04d}.npy", np.full(batch, 100))
+    kv = {64: LOW + MED + HIGH, 16: sum(B16.values(), ()), 80: sum(B80.values(), ())}
+    _trace_folder(root, {}, kv)
 
 
 @pytest.mark.parametrize(
