@@ -199,9 +199,7 @@ def grid_tokens(
         ]
     out: list[Token] = []
     for index in itertools.product(*(range(n) for n in shape)):
-        toks = list(block(index))
-        if sub > 0 and not toks:  # an empty block (a read with an empty outer dim): nothing
-            continue
+        toks = list(block(index))  # with sub > 0 never empty: an empty read is its stops
         level = grid_stop(index, shape)
         if level > 0:
             if sub > 0:
